@@ -1,0 +1,65 @@
+"""Encoder hyperparameters and the size presets (the one place they are defined)."""
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+  """Shape and numerics of a bidirectional transformer encoder (BERT family)."""
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  intermediate_size: int = 3072
+  max_positions: int = 512
+  type_vocab_size: int = 2
+  layer_norm_eps: float = 1e-12
+  hidden_dropout: float = 0.1
+  attention_dropout: float = 0.1
+  hidden_act: str = "gelu"  # "gelu" (exact, erf) as BERT; "gelu_tanh" for the tanh approximation.
+  pre_layer_norm: bool = False  # False: post-LN (BERT); True: pre-LN with a final LayerNorm.
+  pad_token_id: int = 0
+  initializer_range: float = 0.02
+  dtype: Any = jnp.float32  # Compute dtype (bfloat16 for mixed precision on accelerators).
+  param_dtype: Any = jnp.float32
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+    if self.hidden_act not in ("gelu", "gelu_tanh"):
+      raise ValueError(f"hidden_act {self.hidden_act!r} is not one of 'gelu', 'gelu_tanh'")
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  def replace(self, **changes) -> "EncoderConfig":
+    return dataclasses.replace(self, **changes)
+
+
+def _size(layers, hidden, heads, **extra):
+  return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden, **extra)
+
+
+# Sizes from the spec (BERT-base/large, XLM-R large), the BERT miniatures (Turc et al., 2019) and MiniLM.
+PRESETS: dict[str, dict] = {
+    "tiny": _size(2, 128, 2),
+    "mini": _size(4, 256, 4),
+    "small": _size(4, 512, 8),
+    "medium": _size(8, 512, 8),
+    "base": _size(12, 768, 12),
+    "large": _size(24, 1024, 16),
+    "xlmr-large": _size(24, 1024, 16, vocab_size=250002, max_positions=514, type_vocab_size=1,
+                        layer_norm_eps=1e-5, pad_token_id=1),
+    "minilm": _size(6, 384, 12),
+}
+
+
+def preset(name: str, **overrides) -> EncoderConfig:
+  """`preset("base", vocab_size=32000)` -> EncoderConfig; unknown names list the choices."""
+  if name not in PRESETS:
+    raise ValueError(f"unknown encoder size {name!r}; choose one of {sorted(PRESETS)}")
+  return EncoderConfig(**{**PRESETS[name], **overrides})

@@ -1,0 +1,153 @@
+"""The bidirectional transformer encoder (spec, "Bidirectional Transformer Encoders").
+
+Inputs are subword ids plus segment (token-type) ids, positions and `attention_segments`
+(0 = padding, k > 0 = the k-th sequence packed in a row): a token attends to every token of
+its own segment and to nothing else, so padding and packing never change an output.
+"""
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from encoder.config import EncoderConfig
+
+Array = jax.Array
+
+
+@flax.struct.dataclass
+class EncoderOutput:
+  hidden_states: tuple[Array, ...]  # num_layers + 1 arrays [batch, length, hidden]: embeddings, then each block.
+  cls: Array  # [batch, hidden]: the last layer's vector at position 0 ([CLS]).
+  pooled: Array  # [batch, hidden]: tanh(W cls + b), BERT's pooler (used by the NSP head).
+
+  @property
+  def last(self) -> Array:
+    return self.hidden_states[-1]
+
+
+def _init(cfg: EncoderConfig):
+  return nn.initializers.normal(stddev=cfg.initializer_range)
+
+
+def attention_bias(attention_segments: Array, dtype) -> Array:
+  """[batch, 1, q, k] additive bias: 0 where query and key share a nonzero segment, else a huge negative."""
+  same = attention_segments[:, :, None] == attention_segments[:, None, :]
+  allowed = same & (attention_segments[:, None, :] > 0)
+  return jnp.where(allowed, 0.0, jnp.finfo(dtype).min).astype(dtype)[:, None]
+
+
+class Embeddings(nn.Module):
+  """word + learned absolute position + segment embeddings -> LayerNorm -> dropout."""
+  cfg: EncoderConfig
+
+  def setup(self):
+    cfg = self.cfg
+    embed = lambda n, name: nn.Embed(n, cfg.hidden_size, embedding_init=_init(cfg), dtype=cfg.dtype,
+                                     param_dtype=cfg.param_dtype, name=name)
+    self.word_embeddings = embed(cfg.vocab_size, "word_embeddings")
+    self.position_embeddings = embed(cfg.max_positions, "position_embeddings")
+    self.token_type_embeddings = embed(cfg.type_vocab_size, "token_type_embeddings")
+    self.layer_norm = nn.LayerNorm(cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                                   name="layer_norm")
+    self.dropout = nn.Dropout(cfg.hidden_dropout)
+
+  def __call__(self, input_ids, type_ids, positions, train: bool):
+    x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(type_ids)
+    if self.cfg.pre_layer_norm:  # Pre-LN normalizes inside each block instead.
+      return self.dropout(x, deterministic=not train)
+    return self.dropout(self.layer_norm(x), deterministic=not train)
+
+  def attend(self, hidden: Array) -> Array:
+    """hidden [..., hidden] -> logits [..., vocab] with the tied word embeddings (MLM decoders)."""
+    return self.word_embeddings.attend(hidden)
+
+
+class SelfAttention(nn.Module):
+  """Multi-head bidirectional self-attention with a fused QKV projection (spec eq. "head = softmax(QK^T/sqrt(d_k))V")."""
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, x: Array, bias: Array, train: bool) -> Array:
+    cfg = self.cfg
+    dense = lambda features, axis, name: nn.DenseGeneral(
+        features, axis=axis, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
+    qkv = dense((3, cfg.num_heads, cfg.head_dim), -1, "qkv")(x)  # [batch, length, 3, heads, head_dim]
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(cfg.dtype)
+    weights = jax.nn.softmax((scores + bias).astype(jnp.float32), axis=-1).astype(cfg.dtype)
+    weights = nn.Dropout(cfg.attention_dropout)(weights, deterministic=not train)
+    context = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+    return dense(cfg.hidden_size, (-2, -1), "output")(context)
+
+
+class FeedForward(nn.Module):
+  """dense -> GELU -> dense (BERT's intermediate and output layers)."""
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    cfg = self.cfg
+    dense = lambda n, name: nn.Dense(n, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                                     name=name)
+    h = nn.gelu(dense(cfg.intermediate_size, "intermediate")(x), approximate=cfg.hidden_act == "gelu_tanh")
+    return dense(cfg.hidden_size, "output")(h)
+
+
+class TransformerBlock(nn.Module):
+  """Attention and feed-forward sublayers, each with dropout, a residual and LayerNorm (post- or pre-LN)."""
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, x: Array, bias: Array, train: bool) -> Array:
+    cfg = self.cfg
+    norm = lambda name: nn.LayerNorm(cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
+    drop = lambda y: nn.Dropout(cfg.hidden_dropout)(y, deterministic=not train)
+    attention, feed_forward = SelfAttention(cfg, name="attention"), FeedForward(cfg, name="mlp")
+    if cfg.pre_layer_norm:
+      x = x + drop(attention(norm("attention_layer_norm")(x), bias, train))
+      return x + drop(feed_forward(norm("output_layer_norm")(x)))
+    x = norm("attention_layer_norm")(x + drop(attention(x, bias, train)))
+    return norm("output_layer_norm")(x + drop(feed_forward(x)))
+
+
+class Encoder(nn.Module):
+  """BERT encoder: returns every layer's hidden states, the [CLS] vector and the pooled [CLS]."""
+  cfg: EncoderConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.embeddings = Embeddings(cfg, name="embeddings")
+    self.layers = [TransformerBlock(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
+    if cfg.pre_layer_norm:
+      self.final_layer_norm = nn.LayerNorm(cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                                           name="final_layer_norm")
+    self.pooler = nn.Dense(cfg.hidden_size, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                           name="pooler")
+
+  def __call__(self, input_ids: Array, type_ids: Array | None = None, positions: Array | None = None,
+               attention_segments: Array | None = None, train: bool = False) -> EncoderOutput:
+    """input_ids, type_ids, positions, attention_segments: [batch, length] ints.
+
+    Defaults: type_ids 0, positions 0..length-1, attention_segments = (input_ids != pad).
+    """
+    if type_ids is None:
+      type_ids = jnp.zeros_like(input_ids)
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+    if attention_segments is None:
+      attention_segments = (input_ids != self.cfg.pad_token_id).astype(jnp.int32)
+    bias = attention_bias(attention_segments, self.cfg.dtype)
+    x = self.embeddings(input_ids, type_ids, positions, train)
+    hidden_states = [x]
+    for layer in self.layers:
+      x = layer(x, bias, train)
+      hidden_states.append(x)
+    if self.cfg.pre_layer_norm:
+      hidden_states[-1] = x = self.final_layer_norm(x)
+    cls = x[:, 0]
+    return EncoderOutput(hidden_states=tuple(hidden_states), cls=cls, pooled=jnp.tanh(self.pooler(cls)))
+
+  def attend(self, hidden: Array) -> Array:
+    """Logits over the vocabulary with the tied input embeddings: hidden [..., H] -> [..., vocab]."""
+    return self.embeddings.attend(hidden)

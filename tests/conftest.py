@@ -1,0 +1,23 @@
+"""Shared fixtures: the real-data directory (skip locally when absent, fail in CI)."""
+
+import os
+
+import pytest
+
+from configs import paths
+
+
+def require_data(relative: str):
+  """Path to a shared data file; skips with a reason when absent, fails when CI=true."""
+  try:
+    return paths.data_file(relative)
+  except FileNotFoundError as err:
+    if os.environ.get("CI", "").lower() == "true":
+      pytest.fail(f"CI must have the shared data: {err}")
+    pytest.skip(f"shared data absent: {err}")
+
+
+@pytest.fixture
+def data(request):
+  """`data("wikitext-2/raw/wiki.valid.raw")` -> Path (skip/fail as in `require_data`)."""
+  return require_data
