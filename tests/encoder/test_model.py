@@ -1,0 +1,132 @@
+"""Encoder: parameter counts equal HF BertModel's; padding and packing never change an output."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from encoder import PRESETS, Encoder, preset
+
+TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def _hf_parameter_count(cfg) -> int:
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  hf_config = transformers.BertConfig(
+      vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+      num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+      max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size)
+  with torch.device("meta"):  # Shapes only: no memory for the 560M-parameter preset.
+    model = transformers.BertModel(hf_config)
+  return sum(p.numel() for p in model.parameters())
+
+
+def _parameter_count(cfg) -> int:
+  ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+  shapes = jax.eval_shape(Encoder(cfg).init, jax.random.key(0), ids)
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_parameter_count_equals_hf_bert(name):
+  cfg = preset(name)
+  assert _parameter_count(cfg) == _hf_parameter_count(cfg)
+
+
+@pytest.mark.parametrize("name,millions", [("base", 110), ("large", 335), ("xlmr-large", 560), ("minilm", 22.7)])
+def test_parameter_count_matches_published_sizes(name, millions):
+  assert _parameter_count(preset(name)) / 1e6 == pytest.approx(millions, rel=0.02)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+  model = Encoder(TINY)
+  params = model.init(jax.random.key(0), jnp.ones((1, 16), jnp.int32))
+  apply = jax.jit(lambda ids, types, pos, segs: model.apply(params, ids, types, pos, segs).hidden_states)
+  return apply
+
+
+def _alone(apply, ids, types):
+  n = len(ids)
+  out = apply(jnp.asarray([ids]), jnp.asarray([types]), jnp.arange(n)[None], jnp.ones((1, n), jnp.int32))
+  return [np.asarray(h[0]) for h in out]
+
+
+def test_padding_never_changes_outputs(tiny_model):
+  rng = np.random.default_rng(0)
+  ids = rng.integers(1, TINY.vocab_size, size=9).tolist()
+  types = [0] * 4 + [1] * 5
+  alone = _alone(tiny_model, ids, types)
+  pad = 7
+  padded = tiny_model(jnp.asarray([ids + [0] * pad]), jnp.asarray([types + [0] * pad]),
+                      jnp.arange(9 + pad)[None], jnp.asarray([[1] * 9 + [0] * pad]))
+  for a, p in zip(alone, padded):
+    np.testing.assert_allclose(np.asarray(p[0, :9]), a, atol=1e-5, rtol=1e-5)
+
+
+def test_packing_never_crosses_sequence_boundaries(tiny_model):
+  rng = np.random.default_rng(1)
+  lengths = [5, 8, 3]
+  sequences = [rng.integers(1, TINY.vocab_size, size=n).tolist() for n in lengths]
+  types = [[0] * n for n in lengths]
+  types[1] = [0] * 4 + [1] * 4
+  ids = sum(sequences, []) + [0, 0]
+  packed_types = sum(types, []) + [0, 0]
+  positions = sum([list(range(n)) for n in lengths], []) + [0, 0]
+  segments = sum([[k + 1] * n for k, n in enumerate(lengths)], []) + [0, 0]
+  packed = tiny_model(jnp.asarray([ids]), jnp.asarray([packed_types]), jnp.asarray([positions]),
+                      jnp.asarray([segments]))
+  start = 0
+  for seq, seq_types in zip(sequences, types):
+    alone = _alone(tiny_model, seq, seq_types)
+    for a, p in zip(alone, packed):
+      np.testing.assert_allclose(np.asarray(p[0, start:start + len(seq)]), a, atol=1e-5, rtol=1e-5)
+    start += len(seq)
+
+
+def test_a_token_outside_the_segment_does_change_outputs(tiny_model):
+  """Guards the two tests above: if attention leaked, this is how it would show."""
+  ids = [5, 6, 7, 8]
+  same = tiny_model(jnp.asarray([ids]), jnp.zeros((1, 4), jnp.int32), jnp.arange(4)[None], jnp.ones((1, 4), jnp.int32))
+  split = tiny_model(jnp.asarray([ids]), jnp.zeros((1, 4), jnp.int32), jnp.arange(4)[None],
+                     jnp.asarray([[1, 1, 2, 2]]))
+  assert not np.allclose(np.asarray(same[-1][0, :2]), np.asarray(split[-1][0, :2]), atol=1e-4)
+
+
+def test_pre_layer_norm_variant_runs_and_differs():
+  cfg = TINY.replace(pre_layer_norm=True)
+  model = Encoder(cfg)
+  ids = jnp.asarray([[3, 4, 5, 0]])
+  params = model.init(jax.random.key(0), ids)
+  assert "final_layer_norm" in params["params"]
+  out = model.apply(params, ids)
+  assert len(out.hidden_states) == cfg.num_layers + 1
+  assert np.all(np.isfinite(np.asarray(out.last)))
+
+
+def test_mixed_precision_keeps_fp32_params():
+  cfg = TINY.replace(dtype=jnp.bfloat16)
+  model = Encoder(cfg)
+  ids = jnp.asarray([[3, 4, 5, 0]])
+  params = model.init(jax.random.key(0), ids)
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(params))
+  assert model.apply(params, ids).last.dtype == jnp.bfloat16
+
+
+def test_dropout_is_active_only_in_training():
+  cfg = TINY.replace(hidden_dropout=0.5)
+  model = Encoder(cfg)
+  ids = jnp.asarray([[3, 4, 5, 6]])
+  params = model.init(jax.random.key(0), ids)
+  eval_a, eval_b = model.apply(params, ids).last, model.apply(params, ids).last
+  np.testing.assert_array_equal(eval_a, eval_b)
+  train = model.apply(params, ids, train=True, rngs={"dropout": jax.random.key(1)}).last
+  assert not np.allclose(np.asarray(train), np.asarray(eval_a))
+
+
+def test_bad_sizes_are_clear_errors():
+  with pytest.raises(ValueError, match="not divisible"):
+    preset("tiny", num_heads=3)
+  with pytest.raises(ValueError, match="unknown encoder size 'huge'"):
+    preset("huge")
