@@ -1,0 +1,113 @@
+"""Parity of our stack with HuggingFace on the real MiniLM checkpoint (foundation issue).
+
+Prints a table and, as its last line, one JSON object:
+  max_abs_diff              all 7 hidden states, our Flax encoder vs transformers.BertModel (PyTorch), fp32
+  tokens_identical_fraction our WordPiece ids vs the pure-Python BertTokenizerLegacy, per line
+  roundtrip_max_abs_diff    import -> export -> BertModel.from_pretrained -> weights and outputs vs the original
+Usage: python -m benchmarks.parity [--text FILE] [--lines 256] [--max-length 128] [--batch 32]
+"""
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import torch
+import transformers
+from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
+
+from configs import paths
+from encoder import Encoder
+from encoder.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
+from encoder.pretrained import minilm_path
+from encoder.tokenizer import load_tokenizer
+
+
+def read_lines(path: Path, count: int) -> list[str]:
+  lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+  lines = [line for line in lines if line]
+  if len(lines) < count:
+    raise SystemExit(f"{path}: only {len(lines)} non-empty lines, {count} requested")
+  return lines[:count]
+
+
+def pad_batch(sequences: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+  width = max(map(len, sequences))
+  ids = np.full((len(sequences), width), pad_id, np.int32)
+  mask = np.zeros((len(sequences), width), np.int32)
+  for row, seq in enumerate(sequences):
+    ids[row, :len(seq)], mask[row, :len(seq)] = seq, 1
+  return ids, mask
+
+
+def hf_hidden_states(model, ids: np.ndarray, mask: np.ndarray) -> list[np.ndarray]:
+  with torch.no_grad():
+    out = model(input_ids=torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask).long(),
+                output_hidden_states=True)
+  return [h.numpy() for h in out.hidden_states]
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--text", type=Path, default=None, help="default: <data>/wikitext-2/raw/wiki.valid.raw")
+  parser.add_argument("--lines", type=int, default=256)
+  parser.add_argument("--max-length", type=int, default=128)
+  parser.add_argument("--batch", type=int, default=32)
+  args = parser.parse_args()
+  text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
+  lines = read_lines(text, args.lines)
+  model_dir = minilm_path()
+
+  # Tokenizer: ours vs the independent pure-Python implementation, full (untruncated) sequences.
+  ours = load_tokenizer(model_dir)
+  legacy = BertTokenizerLegacy(str(model_dir / "vocab.txt"), do_lower_case=True)
+  our_ids = [ours.encode(line).input_ids for line in lines]
+  legacy_ids = [legacy.encode(line, add_special_tokens=True) for line in lines]
+  identical = sum(a == b for a, b in zip(our_ids, legacy_ids))
+  tokens_identical_fraction = identical / len(lines)
+
+  # Encoder: ours vs transformers.BertModel on the same weights, padded batches of truncated lines.
+  cfg, params, _ = load_hf_checkpoint(model_dir)
+  encoder = Encoder(cfg)
+  apply = jax.jit(lambda ids, segs: encoder.apply({"params": params}, ids, attention_segments=segs).hidden_states)
+  reference = transformers.BertModel.from_pretrained(model_dir, attn_implementation="eager").eval()
+  truncated = [ours.encode(line, max_length=args.max_length).input_ids for line in lines]
+  per_layer = np.zeros(cfg.num_layers + 1)
+  ours_seconds = ref_seconds = 0.0
+  for start in range(0, len(truncated), args.batch):
+    ids, mask = pad_batch(truncated[start:start + args.batch], ours.pad_id)
+    t0 = time.perf_counter()
+    flax_states = [np.asarray(h) for h in apply(ids, mask)]
+    t1 = time.perf_counter()
+    torch_states = hf_hidden_states(reference, ids, mask)
+    ours_seconds, ref_seconds = ours_seconds + t1 - t0, ref_seconds + time.perf_counter() - t1
+    real = mask.astype(bool)
+    for layer, (a, b) in enumerate(zip(flax_states, torch_states)):
+      per_layer[layer] = max(per_layer[layer], float(np.abs(a - b)[real].max()))
+
+  # Round trip: import -> export -> load in transformers -> weights and outputs vs the original.
+  with tempfile.TemporaryDirectory() as tmp:
+    save_hf_checkpoint(tmp, cfg, params, tokenizer_files=[model_dir / "vocab.txt", model_dir / "tokenizer.json"])
+    reloaded = transformers.BertModel.from_pretrained(tmp, attn_implementation="eager").eval()
+  original_state, reloaded_state = reference.state_dict(), reloaded.state_dict()
+  weight_diff = max(float((original_state[k] - reloaded_state[k]).abs().max()) for k in original_state)
+  ids, mask = pad_batch(truncated[:args.batch], ours.pad_id)
+  output_diff = max(float(np.abs(a - b).max()) for a, b in
+                    zip(hf_hidden_states(reference, ids, mask), hf_hidden_states(reloaded, ids, mask)))
+
+  print(f"{len(lines)} lines of {text}, max length {args.max_length}, batch {args.batch}, checkpoint {model_dir}")
+  print(f"{'hidden state':<14}{'max |ours - HF|':>18}")
+  for layer, diff in enumerate(per_layer):
+    print(f"{'embeddings' if layer == 0 else f'layer {layer}':<14}{diff:>18.3e}")
+  print(f"tokenizer: {identical}/{len(lines)} lines identical to BertTokenizerLegacy")
+  print(f"round trip: weights max diff {weight_diff:.3e}, outputs max diff {output_diff:.3e}")
+  print(f"forward seconds: ours (jit, incl. compile) {ours_seconds:.2f}, HF PyTorch {ref_seconds:.2f}")
+  print(json.dumps({"max_abs_diff": float(per_layer.max()), "tokens_identical_fraction": tokens_identical_fraction,
+                    "roundtrip_max_abs_diff": max(weight_diff, output_diff), "lines": len(lines)}))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,48 @@
+"""Dynamic padding into a few length buckets, so jit compiles a handful of shapes and padding stays small."""
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+# Pad value per field; fields not listed pad with 0. `attention_segments` is built here (1 = real token).
+PAD_VALUES = {"label_ids": -1, "word_labels": -1, "span_labels": -1}
+TOKEN_FIELDS = ("input_ids", "type_ids", "label_ids")  # [length]; every other 1-D field is a word or span list.
+
+
+def bucket_length(length: int, buckets: Sequence[int]) -> int:
+  """The smallest bucket holding `length` (the largest bucket if none does: callers truncate first)."""
+  for bucket in sorted(buckets):
+    if length <= bucket:
+      return bucket
+  return max(buckets)
+
+
+def collate(examples: Sequence[Mapping[str, np.ndarray]], buckets: Sequence[int], pad_id: int = 0,
+            batch_size: int | None = None) -> dict[str, np.ndarray]:
+  """Stack variable-length 1-D examples into [batch, bucket] arrays (scalars into [batch]).
+
+  Token fields are padded to the bucket of the longest `input_ids`; other 1-D fields (word or span lists) to a
+  power-of-two width. Adds `attention_segments` (1 real, 0 pad), `positions` and `example_mask`; pads the batch
+  to `batch_size` rows with empty examples so every step has one shape.
+  """
+  rows = batch_size or len(examples)
+  length = bucket_length(max(len(e["input_ids"]) for e in examples), buckets)
+  batch: dict[str, np.ndarray] = {}
+  for key in examples[0]:
+    values = [np.asarray(e[key]) for e in examples]
+    if values[0].ndim == 0:
+      out = np.zeros((rows,), values[0].dtype)
+      out[:len(values)] = values
+    else:
+      width = length if key in TOKEN_FIELDS else 1 << max(0, max(len(v) for v in values) - 1).bit_length()
+      fill = pad_id if key == "input_ids" else PAD_VALUES.get(key, 0)
+      out = np.full((rows, width) + values[0].shape[1:], fill, values[0].dtype)
+      for row, value in enumerate(values):
+        out[row, :len(value)] = value[:width]
+    batch[key] = out
+  lengths = np.zeros(rows, np.int32)
+  lengths[:len(examples)] = [min(len(e["input_ids"]), length) for e in examples]
+  batch["attention_segments"] = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
+  batch["positions"] = np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy()
+  batch["example_mask"] = (np.arange(rows) < len(examples)).astype(np.float32)
+  return batch

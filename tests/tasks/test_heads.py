@@ -1,0 +1,162 @@
+"""Fine-tuning heads: subword alignment, bucketed collate, classification and span-NER heads vs numpy."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.special import erf
+
+from encoder import EncoderOutput
+from tasks import alignment, batching, classification, span_ner
+
+
+@dataclasses.dataclass
+class _Encoding:
+  input_ids: list
+  type_ids: list
+  word_ids: list
+
+
+class ChunkTokenizer:
+  """Test double: each word splits into 3-character subwords; [CLS]=1, [SEP]=2, ids are stable hashes."""
+  pad_id = 0
+
+  def encode(self, words, pair=None, max_length=None):
+    ids, word_ids = [1], [None]
+    for index, word in enumerate(words):
+      for k in range(0, len(word), 3):
+        ids.append(3 + sum(map(ord, word[k:k + 3])) % 90)
+        word_ids.append(index)
+    if max_length is not None:
+      ids, word_ids = ids[:max_length - 1], word_ids[:max_length - 1]
+    return _Encoding(ids + [2], [0] * (len(ids) + 1), word_ids + [None])
+
+
+def test_first_subword_positions_and_labels():
+  word_ids = [None, 0, 0, 1, 2, 2, 2, None]
+  assert alignment.first_subword_positions(word_ids) == [1, 3, 4]
+  np.testing.assert_array_equal(alignment.subword_labels(word_ids, [5, 6, 7], "first"), [-1, 5, -1, 6, 7, -1, -1, -1])
+  np.testing.assert_array_equal(alignment.subword_labels(word_ids, [5, 6, 7], "all"), [-1, 5, 5, 6, 7, 7, 7, -1])
+  with pytest.raises(ValueError, match="alignment 'last'"):
+    alignment.subword_labels(word_ids, [5, 6, 7], "last")
+
+
+def test_encode_words_drops_truncated_words_but_keeps_the_count():
+  example = alignment.encode_words(ChunkTokenizer(), ["Sanitas", "is", "in", "Canyon"], [1, 0, 0, 1], max_length=6)
+  np.testing.assert_array_equal(example["word_positions"], [1, 4])
+  np.testing.assert_array_equal(example["word_labels"], [1, 0])
+  assert int(example["num_words"]) == 4
+
+
+def test_collate_pads_to_bucket_and_batch_size():
+  a = {"input_ids": np.arange(1, 6), "label": np.asarray(1), "word_positions": np.asarray([1, 2, 3])}
+  b = {"input_ids": np.arange(1, 12), "label": np.asarray(0), "word_positions": np.asarray([1])}
+  batch = batching.collate([a, b], buckets=(8, 16, 32), batch_size=4)
+  assert batch["input_ids"].shape == (4, 16)
+  assert batch["word_positions"].shape == (4, 4)
+  np.testing.assert_array_equal(batch["attention_segments"].sum(1), [5, 11, 0, 0])
+  np.testing.assert_array_equal(batch["example_mask"], [1, 1, 0, 0])
+  np.testing.assert_array_equal(batch["label"], [1, 0, 0, 0])
+  assert batching.bucket_length(17, (8, 16, 32)) == 32
+
+
+def _outputs(rng, batch=2, length=6, hidden=8):
+  last = jnp.asarray(rng.normal(size=(batch, length, hidden)), jnp.float32)
+  return EncoderOutput(hidden_states=(last,), cls=last[:, 0], pooled=jnp.tanh(last[:, 0]))
+
+
+def _gelu(x):
+  return 0.5 * x * (1 + erf(x / np.sqrt(2)))
+
+
+def test_classification_head_and_loss_match_numpy():
+  rng = np.random.default_rng(0)
+  outputs = _outputs(rng)
+  batch = {"label": jnp.asarray([2, 0]), "attention_segments": jnp.ones((2, 6), jnp.int32)}
+  objective = classification.build({"num_labels": 3, "pooling": "cls"})
+  params = objective.head.init(jax.random.key(0), outputs, batch)
+  logits = objective.head.apply(params, outputs, batch)
+  kernel, bias = (np.asarray(params["params"]["classifier"][k]) for k in ("kernel", "bias"))
+  expected = np.asarray(outputs.cls) @ kernel + bias
+  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
+  loss, metrics = objective.loss(logits, batch)
+  log_probs = expected - np.log(np.exp(expected).sum(1, keepdims=True))
+  np.testing.assert_allclose(loss, -log_probs[[0, 1], [2, 0]].mean(), rtol=1e-5)
+  assert float(metrics["classification_accuracy"][1]) == 2
+
+
+def test_classification_mean_pooling_ignores_padding():
+  rng = np.random.default_rng(1)
+  outputs = _outputs(rng)
+  segments = jnp.asarray([[1, 1, 1, 0, 0, 0], [1] * 6])
+  head = classification.ClassificationHead(3, pooling="mean", dropout=0.0)
+  params = head.init(jax.random.key(0), outputs, {"attention_segments": segments})
+  logits = head.apply(params, outputs, {"attention_segments": segments})
+  mean0 = np.asarray(outputs.last[0, :3]).mean(0)
+  kernel, bias = (np.asarray(params["params"]["classifier"][k]) for k in ("kernel", "bias"))
+  np.testing.assert_allclose(logits[0], mean0 @ kernel + bias, rtol=1e-5, atol=1e-6)
+
+
+def test_enumerate_and_encode_spans():
+  assert len(span_ner.enumerate_spans(5, 5)) == 5 * 6 // 2
+  assert len(span_ner.enumerate_spans(5, 2)) == 5 + 4
+  example = span_ner.encode_spans(ChunkTokenizer(), ["Jane", "Villanueva", "spoke"], [(0, 2, 1)], max_length=32,
+                                  max_width=3)
+  # Subwords: [CLS] Jan e Vil lan uev a spo ke [SEP]; words start at 1, 3, 7 and end at 2, 6, 8.
+  pairs = [tuple(w) for w in example["span_words"]]
+  assert pairs == [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+  np.testing.assert_array_equal(example["span_starts"], [1, 1, 1, 3, 3, 7])
+  np.testing.assert_array_equal(example["span_ends"], [2, 6, 8, 6, 8, 8])
+  np.testing.assert_array_equal(example["span_labels"], [0, 1, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("pooling", ["mean", "attention"])
+def test_span_head_matches_numpy(pooling):
+  rng = np.random.default_rng(2)
+  outputs = _outputs(rng, batch=1, length=7)
+  batch = {"span_starts": jnp.asarray([[1, 2, 4]]), "span_ends": jnp.asarray([[1, 4, 6]]),
+           "span_labels": jnp.asarray([[0, 1, -1]])}
+  head = span_ner.SpanClassifierHead(2, pooling=pooling, boundary_ffn=True, hidden=5, dropout=0.0)
+  params = head.init(jax.random.key(0), outputs, batch)
+  logits = np.asarray(head.apply(params, outputs, batch))[0]
+  p = jax.tree.map(np.asarray, params["params"])
+  z = np.asarray(outputs.last[0])
+  start_rep = _gelu(z @ p["ffn_start"]["kernel"] + p["ffn_start"]["bias"])
+  end_rep = _gelu(z @ p["ffn_end"]["kernel"] + p["ffn_end"]["bias"])
+  for s, (i, j) in enumerate([(1, 1), (2, 4), (4, 6)]):
+    if pooling == "mean":
+      summary = z[i:j + 1].mean(0)
+    else:
+      scores = (z @ p["span_attention"]["kernel"] + p["span_attention"]["bias"])[i:j + 1, 0]
+      weights = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+      summary = weights @ z[i:j + 1]
+    rep = np.concatenate([start_rep[i], end_rep[j], summary])
+    h = _gelu(rep @ p["ffn"]["kernel"] + p["ffn"]["bias"])
+    np.testing.assert_allclose(logits[s], h @ p["classifier"]["kernel"] + p["classifier"]["bias"], rtol=2e-5,
+                               atol=2e-5)
+  loss, metrics = span_ner.span_loss(jnp.asarray(logits[None]), batch)
+  assert float(metrics["span_loss"][1]) == 2  # The -1 span is padding.
+
+
+def test_decode_spans_flat_nested_and_threshold():
+  span_words = np.asarray([[0, 1], [1, 2], [0, 0], [3, 3]])
+  probs = np.asarray([[0.1, 0.8, 0.1],   # (0,1) label 1, score .8
+                      [0.2, 0.1, 0.7],   # (1,2) label 2, overlaps (0,1)
+                      [0.3, 0.6, 0.1],   # (0,0) label 1, nested in (0,1)
+                      [0.5, 0.45, 0.05]])  # (3,3): NULL wins under argmax
+  assert span_ner.decode_spans(probs, span_words) == [(0, 2, 1)]
+  assert span_ner.decode_spans(probs, span_words, nested=True) == [(0, 1, 1), (0, 2, 1), (1, 3, 2)]
+  assert span_ner.decode_spans(probs, span_words, threshold=0.4) == [(0, 2, 1), (3, 4, 1)]
+  assert span_ner.decode_spans(probs, span_words, threshold=0.85) == []
+
+
+def test_tune_threshold_finds_the_best_dev_threshold():
+  span_words = [np.asarray([[0, 0], [1, 1]])]
+  probs = [np.asarray([[0.45, 0.55], [0.6, 0.4]])]
+  # Gold has both spans: a threshold <= 0.4 recovers both; argmax only finds the first.
+  threshold = span_ner.tune_threshold(probs, span_words, [[(0, 1, 1), (1, 2, 1)]], grid=(0.3, 0.5, 0.9))
+  assert threshold == 0.3
+  threshold = span_ner.tune_threshold(probs, span_words, [[(0, 1, 1)]], grid=(0.3, 0.5, 0.9))
+  assert threshold == 0.5
