@@ -160,3 +160,46 @@ def test_tune_threshold_finds_the_best_dev_threshold():
   assert threshold == 0.3
   threshold = span_ner.tune_threshold(probs, span_words, [[(0, 1, 1)]], grid=(0.3, 0.5, 0.9))
   assert threshold == 0.5
+
+
+def _tagging_batch():
+  return {"word_positions": jnp.asarray([[1, 2, 4], [1, 3, 0]]),
+          "word_labels": jnp.asarray([[1, 2, 0], [0, 1, -1]]),
+          "label_ids": jnp.asarray([[-1, 1, 2, -1, 0, -1], [-1, 0, -1, 1, -1, -1]])}
+
+
+def test_tagging_softmax_loss_and_first_subword_decoding():
+  from tasks import tagging
+  rng = np.random.default_rng(3)
+  outputs, batch = _outputs(rng), _tagging_batch()
+  objective = tagging.build({"tags": ["O", "B-PER", "I-PER"], "crf": False, "dropout": 0.0})
+  params = objective.head.init(jax.random.key(0), outputs, batch)
+  predictions = objective.head.apply(params, outputs, batch)
+  logits = np.asarray(predictions["logits"])
+  labels = np.asarray(batch["label_ids"])
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  real = labels >= 0
+  expected = -log_probs[real, labels[real]].mean()
+  loss, _ = objective.loss(predictions, batch)
+  np.testing.assert_allclose(loss, expected, rtol=1e-5)
+  decoded = np.asarray(tagging.decode(predictions, batch))
+  np.testing.assert_array_equal(decoded[0], logits[0, [1, 2, 4]].argmax(-1))
+  assert decoded[1, 2] == -1
+
+
+def test_tagging_crf_decoding_respects_bio():
+  from tasks import tagging
+  rng = np.random.default_rng(4)
+  outputs, batch = _outputs(rng), _tagging_batch()
+  objective = tagging.build({"tags": ["O", "B-PER", "I-PER"], "crf": True, "scheme": "IOB2", "dropout": 0.0})
+  params = objective.head.init(jax.random.key(0), outputs, batch)
+  # Push emissions toward I-PER everywhere: a greedy tagger emits an invalid O/start -> I-PER, the CRF cannot.
+  params = jax.tree.map(jnp.asarray, params)  # A fresh tree that the next line may edit.
+  params["params"]["classifier"]["bias"] = jnp.asarray([0.0, 0.0, 50.0])
+  predictions = objective.head.apply(params, outputs, batch)
+  decoded = np.asarray(tagging.decode(predictions, batch))
+  assert decoded[0, 0] != 2 and decoded[1, 0] != 2  # A sentence never starts with I-PER.
+  loss, metrics = objective.loss(predictions, batch)
+  assert np.isfinite(float(loss)) and float(metrics["tagging_loss"][1]) == 2
+  grads = jax.grad(lambda p: objective.loss(objective.head.apply(p, outputs, batch), batch)[0])(params)
+  assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads))
