@@ -1,0 +1,435 @@
+"""HuggingFace BERT checkpoints <-> our encoder: config.json + model.safetensors in, the same files out.
+
+Reads and writes safetensors only (never pickles), maps HF tensor names to our parameter tree (fused QKV,
+[in, out] kernels) and back, bit for bit, so `transformers.BertModel.from_pretrained` loads what we export.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+
+from encoder.config import EncoderConfig
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"  # Sharded checkpoints: {"weight_map": {tensor: shard file}}.
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+IGNORED_TENSORS = ("embeddings.position_ids",)  # A constant buffer (0..max_positions-1) some exports include.
+
+# HF hidden_act -> ours; "gelu" is the exact (erf) GELU, the other two the tanh approximation.
+_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
+_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
+# Which HF class a checkpoint is, from the heads it carries.
+_ARCHITECTURES = {(): "BertModel", ("mlm",): "BertForMaskedLM", ("mlm", "nsp"): "BertForPreTraining",
+                  ("nsp",): "BertForNextSentencePrediction"}
+_CONVERT_HINT = ("convert it once with `transformers`: AutoModel.from_pretrained(dir).save_pretrained(dir, "
+                 "safe_serialization=True) (use the class named in config.json's architectures to keep its heads)")
+
+
+class CheckpointError(ValueError):
+  """A HuggingFace checkpoint that cannot be imported or exported; the message names the file and tensor."""
+
+
+class MissingConfigError(CheckpointError):
+  """The directory has no (readable) config.json."""
+
+
+class PickledCheckpointError(CheckpointError):
+  """Only pickled weights (pytorch_model.bin, *.pt, ...) were found; they are never loaded."""
+
+
+class CorruptCheckpointError(CheckpointError):
+  """A truncated or otherwise unreadable safetensors or JSON file."""
+
+
+class UnsupportedArchitectureError(CheckpointError):
+  """Not a BERT encoder we can represent (model_type, position embeddings, activation, decoder, untied head)."""
+
+
+class MissingTensorError(CheckpointError):
+  """A tensor our model needs is absent from the checkpoint."""
+
+
+class UnexpectedTensorError(CheckpointError):
+  """The checkpoint holds tensors we do not know how to use."""
+
+
+class ShapeMismatchError(CheckpointError):
+  """A tensor's shape disagrees with config.json."""
+
+
+class _Tensor(NamedTuple):
+  """One leaf of our tree and the HF tensor(s) it is made of."""
+  path: tuple[str, ...]  # Where the leaf lives in our tree.
+  shape: tuple[int, ...]  # Its shape there.
+  hf_names: tuple[str, ...]  # HF tensors it is built from (three for the fused QKV).
+  hf_shape: tuple[int, ...]  # Shape of each HF tensor.
+  layout: str  # How the two relate: copy, transpose (nn.Linear [out, in] vs kernel [in, out]), qkv_*, out_kernel.
+
+
+def _embed(path, hf, n, width):
+  return [_Tensor(path + ("embedding",), (n, width), (hf + ".weight",), (n, width), "copy")]
+
+
+def _dense(path, hf, n_in, n_out):
+  return [_Tensor(path + ("kernel",), (n_in, n_out), (hf + ".weight",), (n_out, n_in), "transpose"),
+          _Tensor(path + ("bias",), (n_out,), (hf + ".bias",), (n_out,), "copy")]
+
+
+def _norm(path, hf, width):
+  return [_Tensor(path + ("scale",), (width,), (hf + ".weight",), (width,), "copy"),
+          _Tensor(path + ("bias",), (width,), (hf + ".bias",), (width,), "copy")]
+
+
+def _encoder_tensors(cfg: EncoderConfig) -> list[_Tensor]:
+  """Every leaf of Encoder(cfg)'s params, in HF BertModel names (no "bert." prefix)."""
+  H, A, D = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+  tensors = (_embed(("embeddings", "word_embeddings"), "embeddings.word_embeddings", cfg.vocab_size, H)
+             + _embed(("embeddings", "position_embeddings"), "embeddings.position_embeddings", cfg.max_positions, H)
+             + _embed(("embeddings", "token_type_embeddings"), "embeddings.token_type_embeddings",
+                      cfg.type_vocab_size, H)
+             + _norm(("embeddings", "layer_norm"), "embeddings.LayerNorm", H))
+  for i in range(cfg.num_layers):
+    ours, hf = f"layer_{i}", f"encoder.layer.{i}"
+    qkv = tuple(f"{hf}.attention.self.{part}" for part in ("query", "key", "value"))
+    tensors += [
+        _Tensor((ours, "attention", "qkv", "kernel"), (H, 3, A, D), tuple(n + ".weight" for n in qkv), (H, H),
+                "qkv_kernel"),
+        _Tensor((ours, "attention", "qkv", "bias"), (3, A, D), tuple(n + ".bias" for n in qkv), (H,), "qkv_bias"),
+        _Tensor((ours, "attention", "output", "kernel"), (A, D, H), (f"{hf}.attention.output.dense.weight",),
+                (H, H), "out_kernel"),
+        _Tensor((ours, "attention", "output", "bias"), (H,), (f"{hf}.attention.output.dense.bias",), (H,), "copy")]
+    tensors += (_norm((ours, "attention_layer_norm"), f"{hf}.attention.output.LayerNorm", H)
+                + _dense((ours, "mlp", "intermediate"), f"{hf}.intermediate.dense", H, cfg.intermediate_size)
+                + _dense((ours, "mlp", "output"), f"{hf}.output.dense", cfg.intermediate_size, H)
+                + _norm((ours, "output_layer_norm"), f"{hf}.output.LayerNorm", H))
+  return tensors + _dense(("pooler",), "pooler.dense", H, H)
+
+
+def _head_tensors(cfg: EncoderConfig) -> dict[str, list[_Tensor]]:
+  """BertForPreTraining's heads: MLM (transform dense + LayerNorm, output bias; decoder tied) and NSP."""
+  H = cfg.hidden_size
+  mlm = (_dense(("mlm", "transform"), "cls.predictions.transform.dense", H, H)
+         + _norm(("mlm", "layer_norm"), "cls.predictions.transform.LayerNorm", H)
+         + [_Tensor(("mlm", "output_bias"), (cfg.vocab_size,), ("cls.predictions.bias",), (cfg.vocab_size,), "copy")])
+  return {"mlm": mlm, "nsp": _dense(("nsp",), "cls.seq_relationship", H, 2)}
+
+
+def _to_ours(t: _Tensor, arrays: list[np.ndarray]) -> np.ndarray:
+  if t.layout == "copy":
+    return arrays[0]
+  if t.layout == "transpose":
+    return arrays[0].T
+  if t.layout == "qkv_kernel":  # Three [out, in] -> [in, 3, heads, head_dim].
+    return np.stack([w.T for w in arrays], axis=1).reshape(t.shape)
+  if t.layout == "qkv_bias":
+    return np.stack(arrays).reshape(t.shape)
+  return arrays[0].T.reshape(t.shape)  # out_kernel: [hidden, heads * head_dim] -> [heads, head_dim, hidden].
+
+
+def _to_hf(t: _Tensor, leaf: np.ndarray) -> list[np.ndarray]:
+  if t.layout == "copy":
+    arrays = [leaf]
+  elif t.layout == "transpose":
+    arrays = [leaf.T]
+  elif t.layout == "qkv_kernel":
+    arrays = [leaf[:, j].reshape(t.hf_shape[1], -1).T for j in range(3)]
+  elif t.layout == "qkv_bias":
+    arrays = [leaf[j].reshape(-1) for j in range(3)]
+  else:  # out_kernel
+    arrays = [leaf.reshape(-1, t.shape[-1]).T]
+  return [np.ascontiguousarray(a) for a in arrays]
+
+
+def _get(tree: Mapping, path: tuple[str, ...], what: str) -> np.ndarray:
+  node = tree
+  for i, key in enumerate(path):
+    if not isinstance(node, Mapping) or key not in node:
+      raise MissingTensorError(f"{what} has no entry {'/'.join(path[:i + 1])!r}; it must be the tree of "
+                               "Encoder(cfg).init(...)['params'] (or the heads tree) for the same config")
+    node = node[key]
+  return np.asarray(node)
+
+
+def _put(tree: dict, path: tuple[str, ...], leaf: np.ndarray) -> None:
+  for key in path[:-1]:
+    tree = tree.setdefault(key, {})
+  tree[path[-1]] = leaf
+
+
+def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
+  """EncoderConfig from a parsed HF config.json; anything but a post-LN absolute-position BERT is refused."""
+  def unsupported(field, why):
+    return UnsupportedArchitectureError(f"{source}: field {field!r} = {hf_config.get(field)!r}: {why}; only BERT "
+                                        "encoders (model_type 'bert', e.g. BertModel/BertForPreTraining) import")
+  if hf_config.get("model_type") != "bert":
+    raise unsupported("model_type", "not a BERT checkpoint (RoBERTa/XLM-R/DistilBERT use other layouts)")
+  if hf_config.get("position_embedding_type", "absolute") != "absolute":
+    raise unsupported("position_embedding_type", "only learned absolute positions are implemented")
+  if hf_config.get("hidden_act", "gelu") not in _ACTIVATIONS:
+    raise unsupported("hidden_act", f"the encoder implements only {sorted(_ACTIVATIONS)}")
+  for field in ("is_decoder", "add_cross_attention"):
+    if hf_config.get(field):
+      raise unsupported(field, "causal decoders and cross-attention are not part of this encoder")
+  fields = dict(vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
+                num_heads="num_attention_heads", intermediate_size="intermediate_size")
+  optional = dict(max_positions=("max_position_embeddings", 512), type_vocab_size=("type_vocab_size", 2),
+                  pad_token_id=("pad_token_id", 0))
+  values = {}
+  for ours, hf in fields.items():
+    if hf not in hf_config:
+      raise CheckpointError(f"{source}: required field {hf!r} is missing")
+    values[ours] = hf_config[hf]
+  for ours, (hf, default) in optional.items():
+    values[ours] = default if hf_config.get(hf) is None else hf_config[hf]
+  for ours, value in values.items():
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      raise CheckpointError(f"{source}: field {ours!r} must be a non-negative integer, found {value!r}")
+  try:
+    return EncoderConfig(
+        **values, layer_norm_eps=float(hf_config.get("layer_norm_eps", 1e-12)),
+        hidden_dropout=float(hf_config.get("hidden_dropout_prob", 0.1)),
+        attention_dropout=float(hf_config.get("attention_probs_dropout_prob", 0.1)),
+        hidden_act=_ACTIVATIONS[hf_config.get("hidden_act", "gelu")],
+        initializer_range=float(hf_config.get("initializer_range", 0.02)))
+  except (TypeError, ValueError) as err:
+    raise CheckpointError(f"{source}: {err}") from err
+
+
+def config_to_hf(cfg: EncoderConfig, architecture: str = "BertModel") -> dict[str, Any]:
+  """The config.json dict that transformers' BertConfig reads back as `cfg` (post-LN BERT only)."""
+  if cfg.pre_layer_norm:
+    raise UnsupportedArchitectureError("pre_layer_norm=True has no HuggingFace BERT equivalent (BERT is post-LN); "
+                                       "export only post-LN encoders")
+  return {
+      "architectures": [architecture], "model_type": "bert", "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+      "intermediate_size": cfg.intermediate_size, "hidden_act": _HF_ACTIVATION[cfg.hidden_act],
+      "hidden_dropout_prob": cfg.hidden_dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
+      "max_position_embeddings": cfg.max_positions, "type_vocab_size": cfg.type_vocab_size,
+      "initializer_range": cfg.initializer_range, "layer_norm_eps": cfg.layer_norm_eps,
+      "pad_token_id": cfg.pad_token_id, "position_embedding_type": "absolute", "is_decoder": False,
+      "add_cross_attention": False, "tie_word_embeddings": True, "dtype": np.dtype(cfg.param_dtype).name}
+
+
+def _read_config(directory: Path) -> EncoderConfig:
+  path = directory / CONFIG_FILE
+  if not path.is_file():
+    raise MissingConfigError(f"{path} not found: a HuggingFace checkpoint directory needs {CONFIG_FILE} beside "
+                             f"{WEIGHTS_FILE}")
+  try:
+    hf_config = json.loads(path.read_text())
+  except json.JSONDecodeError as err:
+    raise CorruptCheckpointError(f"{path}, line {err.lineno}: not valid JSON ({err.msg})") from err
+  if not isinstance(hf_config, dict):
+    raise CorruptCheckpointError(f"{path}: expected a JSON object")
+  return config_from_hf(hf_config, str(path))
+
+
+def _weight_files(directory: Path) -> list[Path]:
+  """The safetensors file(s) of a checkpoint; pickles are refused with the conversion recipe."""
+  if (directory / WEIGHTS_FILE).is_file():
+    return [directory / WEIGHTS_FILE]
+  index = directory / INDEX_FILE
+  if index.is_file():
+    try:
+      return [directory / name for name in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    except (json.JSONDecodeError, KeyError, AttributeError) as err:
+      raise CorruptCheckpointError(f"{index}: not a safetensors index with a 'weight_map' ({err!r})") from err
+  pickles = sorted(p.name for p in directory.iterdir() if p.suffix in PICKLE_SUFFIXES)
+  if pickles:
+    raise PickledCheckpointError(
+        f"{directory} has only pickled weights ({', '.join(pickles)}), which are never loaded (unpickling can run "
+        f"arbitrary code); {WEIGHTS_FILE} is required: {_CONVERT_HINT}")
+  raise MissingTensorError(f"{directory / WEIGHTS_FILE} not found (nor {INDEX_FILE}): no weights to import")
+
+
+def _read_tensors(files: list[Path]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+  """{canonical name: array} and {canonical name: 'original name' in file} over all files."""
+  found, origin = {}, {}
+  for path in files:
+    try:
+      tensors = safetensors.numpy.load_file(path)
+    except FileNotFoundError as err:
+      raise MissingTensorError(f"{path} (listed in {INDEX_FILE}) not found") from err
+    except (safetensors.SafetensorError, OSError) as err:
+      raise CorruptCheckpointError(f"{path} is not a readable safetensors file (truncated or corrupt: {err}); "
+                                   "copy or export it again") from err
+    for name, array in tensors.items():
+      canonical = _canonical(name)
+      if canonical in IGNORED_TENSORS:
+        continue
+      if canonical in found:
+        raise UnexpectedTensorError(f"{path}: tensor {name!r} duplicates {origin[canonical]} (same weight with and "
+                                    "without the 'bert.' prefix or as gamma/beta and weight/bias)")
+      found[canonical], origin[canonical] = array, f"{name!r} in {path}"
+  return found, origin
+
+
+def _canonical(name: str) -> str:
+  """Drop BertFor*'s "bert." prefix and rename TF-era LayerNorm gamma/beta to weight/bias."""
+  name = name.removeprefix("bert.")
+  stem, _, leaf = name.rpartition(".")
+  if stem.endswith("LayerNorm") and leaf in ("gamma", "beta"):
+    return f"{stem}.{'weight' if leaf == 'gamma' else 'bias'}"
+  return name
+
+
+def _gather(tensors: list[_Tensor], found: dict, origin: dict, cfg: EncoderConfig, source: str) -> dict:
+  """Pop `tensors` from `found` into our layout (nested dicts of numpy arrays in cfg.param_dtype)."""
+  missing = [name for t in tensors for name in t.hf_names if name not in found]
+  if missing:
+    more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+    hint = ("; a checkpoint without a pooler (e.g. BertForMaskedLM) loads with init_missing_pooler=True"
+            if any(name.startswith("pooler.") for name in missing) else "")
+    raise MissingTensorError(f"{source}: missing tensor(s) {', '.join(missing[:5])}{more} needed for the config in "
+                             f"{CONFIG_FILE} (num_hidden_layers={cfg.num_layers}){hint}")
+  tree = {}
+  for t in tensors:
+    for name in t.hf_names:
+      if found[name].shape != t.hf_shape:
+        raise ShapeMismatchError(f"tensor {origin[name]} has shape {tuple(found[name].shape)}, expected "
+                                 f"{t.hf_shape} from {CONFIG_FILE} (hidden_size={cfg.hidden_size}, "
+                                 f"intermediate_size={cfg.intermediate_size}, vocab_size={cfg.vocab_size})")
+    leaf = _to_ours(t, [found.pop(name) for name in t.hf_names])
+    _put(tree, t.path, leaf.astype(cfg.param_dtype))
+  return tree
+
+
+def _tied_decoder(found: dict, origin: dict) -> None:
+  """Check HF's tied MLM decoder (weight = word embeddings, bias = predictions.bias) and drop it."""
+  weight = found.pop("cls.predictions.decoder.weight", None)
+  if weight is not None and not np.array_equal(weight, found.get("embeddings.word_embeddings.weight")):
+    raise UnsupportedArchitectureError(
+        f"tensor {origin['cls.predictions.decoder.weight']} differs from the word embeddings: an untied MLM decoder "
+        "is not supported (our MLM head reuses the input embeddings)")
+  bias = found.pop("cls.predictions.decoder.bias", None)
+  if bias is None:
+    return
+  if "cls.predictions.bias" not in found:
+    found["cls.predictions.bias"] = bias
+    origin["cls.predictions.bias"] = origin["cls.predictions.decoder.bias"]
+  elif not np.array_equal(bias, found["cls.predictions.bias"]):
+    raise UnsupportedArchitectureError(f"tensor {origin['cls.predictions.decoder.bias']} differs from "
+                                       f"{origin['cls.predictions.bias']}; they must be the same (tied) vector")
+
+
+def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool = False
+                       ) -> tuple[EncoderConfig, dict, dict]:
+  """(cfg, params, heads) from an HF BERT directory: Encoder(cfg).apply({"params": params}, ...) runs it.
+
+  heads: {"mlm": {"transform": {kernel, bias}, "layer_norm": {scale, bias}, "output_bias"},
+  "nsp": {kernel, bias}} with whichever pretraining heads the checkpoint has ({} for a bare BertModel); the MLM
+  decoder is tied to the word embeddings. Leaves are numpy arrays. init_missing_pooler: a checkpoint without the
+  pooler (BertForMaskedLM) gets a zero pooler instead of raising MissingTensorError.
+  """
+  directory = Path(directory)
+  if directory.is_file():
+    kind = PickledCheckpointError if directory.suffix in PICKLE_SUFFIXES else CheckpointError
+    raise kind(f"{directory} is a file; pass the checkpoint directory holding {CONFIG_FILE} and {WEIGHTS_FILE}"
+               + (f" ({_CONVERT_HINT})" if kind is PickledCheckpointError else ""))
+  if not directory.is_dir():
+    raise MissingConfigError(f"{directory} is not a directory: expected a HuggingFace checkpoint directory")
+  cfg = _read_config(directory)
+  files = _weight_files(directory)
+  source = str(files[0]) if len(files) == 1 else str(directory / INDEX_FILE)
+  found, origin = _read_tensors(files)
+  encoder_tensors = _encoder_tensors(cfg)
+  pooler = [t for t in encoder_tensors if t.path[0] == "pooler"]
+  zero_pooler = init_missing_pooler and not any(name in found for t in pooler for name in t.hf_names)
+  if zero_pooler:
+    encoder_tensors = [t for t in encoder_tensors if t.path[0] != "pooler"]
+  _tied_decoder(found, origin)
+  params = _gather(encoder_tensors, found, origin, cfg, source)
+  if zero_pooler:
+    for t in pooler:
+      _put(params, t.path, np.zeros(t.shape, cfg.param_dtype))
+  heads = {}
+  for head, tensors in _head_tensors(cfg).items():
+    if any(name in found for t in tensors for name in t.hf_names):
+      heads.update(_gather(tensors, found, origin, cfg, source))
+  if found:
+    names = sorted(origin[name] for name in found)
+    raise UnexpectedTensorError(f"{source}: unexpected tensor(s) {', '.join(names[:5])}"
+                                f"{f' (and {len(names) - 5} more)' if len(names) > 5 else ''}: not part of a BERT "
+                                "encoder or its MLM/NSP pretraining heads (task heads are not imported)")
+  return cfg, params, heads
+
+
+def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None) -> dict[str, np.ndarray]:
+  """{HF tensor name: array} for our params (+ heads, then with BertForPreTraining's "bert." prefix)."""
+  heads = heads or {}
+  unknown = sorted(set(heads) - {"mlm", "nsp"})
+  if unknown:
+    raise UnexpectedTensorError(f"heads has unknown entries {unknown}; only 'mlm' and 'nsp' export")
+  prefix = "bert." if heads else ""
+  state = {}
+  for t in _encoder_tensors(cfg):
+    leaf = _get(params, t.path, "params")
+    if leaf.shape != t.shape:
+      raise ShapeMismatchError(f"params/{'/'.join(t.path)} has shape {leaf.shape}, expected {t.shape} for the config")
+    state.update({prefix + n: a for n, a in zip(t.hf_names, _to_hf(t, leaf))})
+  for head in heads:
+    for t in _head_tensors(cfg)[head]:
+      leaf = _get(heads, t.path, "heads")
+      if leaf.shape != t.shape:
+        raise ShapeMismatchError(f"heads/{'/'.join(t.path)} has shape {leaf.shape}, expected {t.shape}")
+      state.update(zip(t.hf_names, _to_hf(t, leaf)))
+  return state
+
+
+@contextlib.contextmanager
+def _staged(directory: Path, name: str) -> Iterator[Path]:
+  """A temporary file in `directory` to write `name` into; deleted again if the block fails."""
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
+  os.close(fd)
+  try:
+    yield Path(tmp)
+  except BaseException:
+    Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params: Mapping,
+                       heads: Mapping | None = None, tokenizer_files: Iterable[str | os.PathLike] | None = None
+                       ) -> Path:
+  """Write config.json + model.safetensors (+ copies of tokenizer_files, e.g. vocab.txt, tokenizer.json).
+
+  The result loads with transformers' BertModel.from_pretrained (BertForPreTraining/BertForMaskedLM when heads are
+  given). Every file is written to a temporary name first and renamed into place only once all are complete.
+  """
+  directory = Path(directory)
+  heads = dict(heads or {})
+  state = hf_state(cfg, params, heads)
+  hf_config = config_to_hf(cfg, _ARCHITECTURES[tuple(sorted(heads))])
+  tokenizer_files = [Path(source) for source in tokenizer_files or ()]
+  clashes = [str(source) for source in tokenizer_files if source.name in (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE)]
+  if clashes:
+    raise CheckpointError(f"tokenizer_files {clashes} would overwrite the checkpoint's own files; pass only "
+                          "tokenizer files (vocab.txt, tokenizer.json, ...)")
+  directory.mkdir(parents=True, exist_ok=True)
+  staged = {}
+  with contextlib.ExitStack() as stack:
+    for source in tokenizer_files:
+      tmp = staged[source.name] = stack.enter_context(_staged(directory, source.name))
+      shutil.copyfile(source, tmp)
+    staged[WEIGHTS_FILE] = stack.enter_context(_staged(directory, WEIGHTS_FILE))
+    safetensors.numpy.save_file(state, staged[WEIGHTS_FILE], metadata={"format": "pt"})
+    staged[CONFIG_FILE] = stack.enter_context(_staged(directory, CONFIG_FILE))
+    staged[CONFIG_FILE].write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    for tmp in staged.values():
+      with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+      os.chmod(tmp, 0o644)
+  for name, tmp in staged.items():  # All complete: swap them in (config.json last).
+    os.replace(tmp, directory / name)
+  return directory

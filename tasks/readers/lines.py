@@ -1,0 +1,31 @@
+"""Numbered lines of a text file and the error that points at one (`path:line: what was expected`)."""
+
+from collections.abc import Iterator
+import os
+
+
+class ReaderError(ValueError):
+  """A malformed input line: `path:line: expected ...` (1-based line number, what was expected, what was found)."""
+
+  def __init__(self, path: str | os.PathLike, line: int, expected: str):
+    self.path, self.line, self.expected = str(path), line, expected
+    super().__init__(f"{self.path}:{line}: expected {expected}")
+
+  def __reduce__(self):  # Picklable across worker processes despite the three-argument constructor.
+    return ReaderError, (self.path, self.line, self.expected)
+
+
+def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
+  """Yields (line number, text) with the '\\n' or '\\r\\n' ending (and a UTF-8 BOM) removed.
+
+  Lines end at '\\n' only, so a stray '\\r' inside a field never splits a line and numbers match an editor's.
+  """
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, start=1):
+      raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+      if number == 1:
+        raw = raw.removeprefix(b"\xef\xbb\xbf")
+      try:
+        yield number, raw.decode("utf-8")
+      except UnicodeDecodeError as err:
+        raise ReaderError(path, number, f"UTF-8 text ({err.reason} at byte {err.start}); re-encode the file") from None

@@ -1,0 +1,75 @@
+"""JSON-lines span files -> span records {"words", "spans": [{"start", "end", "label"}]}; tagging <-> span records.
+
+One JSON object per line: `{"words": ["New", "York", "Times"], "spans": [{"start": 0, "end": 3, "label": "ORG"},
+{"start": 0, "end": 2, "label": "LOC"}]}`. Spans are token offsets, `end` exclusive; they may nest or overlap (nested
+NER); an exact duplicate is an error. Other keys are ignored.
+"""
+
+from collections.abc import Iterator, Sequence
+import json
+import os
+
+from tasks import tag_schemes
+from tasks.readers.lines import ReaderError, numbered_lines
+
+_FORMAT = 'a JSON object {"words": [str, ...], "spans": [{"start": int, "end": int, "label": str}, ...]}'
+
+
+def _is_int(value) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_record(obj, label_names: set[str] | None) -> str | None:
+  """What is wrong with a decoded line (None when it is a valid span record)."""
+  if not isinstance(obj, dict) or "words" not in obj or "spans" not in obj:
+    return f"{_FORMAT}; got a {type(obj).__name__}{f' with keys {sorted(obj)}' if isinstance(obj, dict) else ''}"
+  words, spans = obj["words"], obj["spans"]
+  if not isinstance(words, list) or not words or not all(isinstance(w, str) and w.strip() for w in words):
+    return '"words" to be a non-empty list of non-empty strings'
+  if not isinstance(spans, list):
+    return '"spans" to be a list'
+  seen = set()
+  for i, span in enumerate(spans):
+    if not isinstance(span, dict) or not _is_int(span.get("start")) or not _is_int(span.get("end")) \
+        or not isinstance(span.get("label"), str) or not span["label"]:
+      return f'spans[{i}] to be {{"start": int, "end": int, "label": non-empty str}}, got {span!r}'
+    if not 0 <= span["start"] < span["end"] <= len(words):
+      return f"spans[{i}] to have 0 <= start < end <= {len(words)} (the word count; end exclusive), got {span!r}"
+    if label_names is not None and span["label"] not in label_names:
+      return f"spans[{i}] to have a label in {sorted(label_names)}, got {span['label']!r}"
+    key = (span["start"], span["end"], span["label"])
+    if key in seen:
+      return f"spans[{i}] not to repeat an earlier span, got {span!r} twice"
+    seen.add(key)
+  return None
+
+
+def read_spans_jsonl(path: str | os.PathLike, *, label_names: Sequence[str] | None = None) -> Iterator[dict]:
+  """Yields {"words", "spans"} per non-blank line, spans sorted by (start, -end, label); validates every line."""
+  allowed = None if label_names is None else set(label_names)
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      continue
+    try:
+      obj = json.loads(line)
+    except json.JSONDecodeError as err:
+      raise ReaderError(path, number, f"{_FORMAT}; invalid JSON at column {err.colno}: {err.msg}") from None
+    problem = _check_record(obj, allowed)
+    if problem:
+      raise ReaderError(path, number, problem)
+    spans = [{"start": s["start"], "end": s["end"], "label": s["label"]} for s in obj["spans"]]
+    yield {"words": obj["words"], "spans": sorted(spans, key=lambda s: (s["start"], -s["end"], s["label"]))}
+
+
+def tagging_to_spans(record: dict, scheme: str = "IOB2") -> dict:
+  """A tagging record {"words", "tags", ...} as a span record {"words", "spans"}; `tasks.tag_schemes` chunks the
+  tags of `scheme` ("IOB1", "IOB2", "BIOES", ...) leniently, as conlleval."""
+  spans = tag_schemes.spans_from_tags(record["tags"], scheme)
+  return {"words": record["words"], "spans": [{"start": start, "end": end, "label": kind}
+                                              for kind, start, end in spans]}
+
+
+def spans_to_tagging(record: dict, scheme: str = "IOB2") -> dict:
+  """A flat span record {"words", "spans"} as a tagging record {"words", "tags"}; overlapping spans are an error."""
+  spans = [(span["label"], span["start"], span["end"]) for span in record["spans"]]
+  return {"words": record["words"], "tags": tag_schemes.tags_from_spans(spans, len(record["words"]), scheme)}

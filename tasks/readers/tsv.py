@@ -1,0 +1,62 @@
+"""GLUE-style tab-separated files -> classification records {"text_a", "text_b", "label"}.
+
+One reader for single sentences (SST-2) and pairs (SICK, MRPC, RTE, ...): which columns hold the texts and the label
+is configuration, by header name or 0-based index. Fields are split on tabs only (no quoting, as GLUE's own reader)
+and stripped, which removes SST-2's trailing spaces; CRLF line ends (SICK test) are removed by `numbered_lines`.
+"""
+
+from collections.abc import Iterator, Sequence
+import os
+
+from tasks.readers.lines import ReaderError, numbered_lines
+
+
+def _resolve(path, number: int, column: str | int | None, role: str, header: list[str] | None) -> int | None:
+  """Index of a column given by name (needs a header) or index."""
+  if isinstance(column, int) and not isinstance(column, bool) and column < 0:
+    raise ValueError(f"{path}: column {role}={column} is negative; give a 0-based index or a header name")
+  if column is None or (isinstance(column, int) and not isinstance(column, bool)):
+    return column
+  if header is None:
+    raise ValueError(f"{path}: column {role}={column!r} is a name but header=False; give a 0-based index instead")
+  if column not in header:
+    raise ReaderError(path, number, f"a header with a column named {column!r} for {role} (header: {header})")
+  return header.index(column)
+
+
+def read_tsv(path: str | os.PathLike, *, text_a: str | int, text_b: str | int | None = None,
+             label: str | int | None = None, header: bool = True,
+             label_names: Sequence[str] | None = None) -> Iterator[dict]:
+  """Yields {"text_a", "text_b" (None without `text_b`), "label" (None without `label`)} per data row.
+
+  Every row must have as many fields as the header (or the first row without a header); texts and labels must be
+  non-empty, and a label must be one of `label_names` when they are given. Blank lines are skipped.
+  """
+  if label_names is not None and label is None:
+    raise ValueError(f"{path}: label_names {list(label_names)} given without a label column")
+  allowed = None if label_names is None else set(label_names)
+  roles = {"text_a": text_a, "text_b": text_b, "label": label}
+  indices, width, first = None, None, None
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      continue
+    fields = line.split("\t")
+    if indices is None:
+      names = [field.strip() for field in fields] if header else None
+      indices = {role: _resolve(path, number, column, role, names) for role, column in roles.items()}
+      first, width, needed = number, len(fields), 1 + max(i for i in indices.values() if i is not None)
+      if needed > width:
+        raise ReaderError(path, number, f"at least {needed} tab-separated columns for {roles}, got {width}")
+      if header:
+        continue
+    if len(fields) != width:
+      raise ReaderError(path, number, f"{width} tab-separated columns as in line {first}, got {len(fields)} "
+                        f"({'a tab inside a text?' if len(fields) > width else 'a missing field?'})")
+    record = {role: None if i is None else fields[i].strip() for role, i in indices.items()}
+    for role, value in record.items():
+      if value == "":
+        raise ReaderError(path, number, f"a non-empty {role} in column {roles[role]!r}")
+    if allowed is not None and record["label"] not in allowed:
+      raise ReaderError(path, number, f"a label in column {label!r} that is one of {list(label_names)}, "
+                        f"got {record['label']!r}")
+    yield record

@@ -1,0 +1,196 @@
+"""One tfds builder for every reader format, prepared as array_record (no TensorFlow), and `load_split`.
+
+`load_split("conll2003", "validation")` reads the shared data once through `tasks.readers`, writes array_record files
+under a cache directory (never the data directory), and returns random access to the split's records in file order.
+Named datasets are builder configs; `custom(...)` makes one for any files. Split strings follow tfds
+("train", "validation", "test", "train[:10%]", ...). Bump `VERSION` when a reader's output changes.
+"""
+
+from collections.abc import Mapping
+import dataclasses
+import difflib
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import tensorflow_datasets as tfds
+
+from configs import paths
+from tasks import readers
+
+KINDS = {"tsv": "classification", "conll": "tagging", "conllu": "tagging", "spans": "spans"}
+DEFAULT_CACHE_DIR = Path("~/.cache/encoderlab/tfds")
+
+
+@dataclasses.dataclass(eq=False)
+class DatasetConfig(tfds.core.BuilderConfig):
+  """A dataset: reader `format` (a key of `readers.READERS`), a file per split (relative to the data directory, or
+  absolute), the reader's keyword `options`, and per-split overrides of them (`split_options`)."""
+  format: str = "tsv"
+  files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  options: Mapping[str, object] = dataclasses.field(default_factory=dict)
+  split_options: Mapping[str, Mapping[str, object]] = dataclasses.field(default_factory=dict)
+
+
+def _ud(name: str, folder: str, prefix: str, tag_column: str = "upos") -> DatasetConfig:
+  files = {split: f"{folder}/{prefix}-ud-{part}.conllu"
+           for split, part in (("train", "train"), ("validation", "dev"), ("test", "test"))}
+  return DatasetConfig(name=name, format="conllu", files=files, options={"tag_column": tag_column},
+                       description=f"{folder} {tag_column.upper()} tagging")
+
+
+_SICK_OPTIONS = {"text_a": "sentence_A", "text_b": "sentence_B", "label": "entailment_judgment",
+                 "label_names": ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")}
+# Split names are train / validation / test: SST-2 dev, SICK trial and CoNLL testa are "validation".
+PRESETS: dict[str, DatasetConfig] = {c.name: c for c in (
+    DatasetConfig(name="conll2003", format="conll", options={"tag_column": "ner"}, description="CoNLL-2003 NER, IOB2",
+                  files={"train": "conll2003/bio/train.txt", "validation": "conll2003/bio/valid.txt",
+                         "test": "conll2003/bio/test.txt"}),
+    DatasetConfig(name="conll2003_iob1", format="conll", options={"tag_column": "ner"},
+                  description="CoNLL-2003 NER, original IOB1 tags (convert with tasks.tag_schemes)",
+                  files={"train": "conll2003/iob1/eng.train", "validation": "conll2003/iob1/eng.testa",
+                         "test": "conll2003/iob1/eng.testb"}),
+    DatasetConfig(name="sst2", format="tsv", description="GLUE SST-2 sentiment; test has no labels (label None)",
+                  files={"train": "sst2/train.tsv", "validation": "sst2/dev.tsv", "test": "sst2/test.tsv"},
+                  options={"text_a": "sentence", "label": "label", "label_names": ("0", "1")},
+                  split_options={"test": {"label": None, "label_names": None}}),
+    DatasetConfig(name="sick", format="tsv", options=_SICK_OPTIONS, description="SICK 3-way entailment",
+                  files={"train": "sick/SICK_train.txt", "validation": "sick/SICK_trial.txt",
+                         "test": "sick/SICK_test_annotated.txt"}),
+    _ud("ud_ewt_upos", "ud_english_ewt", "en_ewt"),
+    _ud("ud_ewt_xpos", "ud_english_ewt", "en_ewt", "xpos"),
+    _ud("ud_vi_vtb_upos", "ud_multilingual/UD_Vietnamese-VTB", "vi_vtb"),
+    _ud("ud_fr_sequoia_upos", "ud_multilingual/UD_French-Sequoia", "fr_sequoia"),
+    _ud("ud_tr_imst_upos", "ud_multilingual/UD_Turkish-IMST", "tr_imst"),
+)}
+
+
+def custom(format: str, files: Mapping[str, str | os.PathLike],  # pylint: disable=redefined-builtin
+           **options) -> DatasetConfig:
+  """A config for arbitrary files, e.g. `custom("tsv", {"train": "rte/train.tsv"}, text_a=1, text_b=2, label=3)`.
+
+  Paths are made absolute; the name hashes format, paths, options and each file's size and mtime, so editing a
+  file prepares it again instead of reading a stale cache.
+  """
+  if format not in readers.READERS:
+    raise ValueError(f"format {format!r} is not one of {sorted(readers.READERS)}")
+  files = {split: str(Path(path).expanduser().resolve()) for split, path in files.items()}
+  stamp = {split: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for split, path in files.items()}
+  key = json.dumps([format, files, options, stamp], sort_keys=True, default=str)
+  return DatasetConfig(name=f"custom_{hashlib.sha1(key.encode()).hexdigest()[:16]}", format=format, files=files,
+                       options=options, description=f"{format} files {files}")
+
+
+def _features(kind: str) -> tfds.features.FeaturesDict:
+  text, texts = tfds.features.Text(), tfds.features.Sequence(tfds.features.Text())
+  if kind == "classification":  # None (no text_b / no label column) is stored as "" (readers reject empty fields).
+    return tfds.features.FeaturesDict({"text_a": text, "text_b": text, "label": text})
+  if kind == "tagging":
+    return tfds.features.FeaturesDict({"words": texts, "tags": texts, "doc_index": np.int32})
+  return tfds.features.FeaturesDict(
+      {"words": texts, "spans": tfds.features.Sequence({"start": np.int32, "end": np.int32, "label": text})})
+
+
+def _encode(kind: str, record: dict) -> dict:
+  if kind == "classification":
+    return {key: record[key] or "" for key in ("text_a", "text_b", "label")}
+  return record
+
+
+def _decode(kind: str, example: dict) -> dict:
+  """A data-source example (bytes, arrays) back to the reader's record (str, int, None)."""
+  if kind == "classification":
+    return {key: example[key].decode() or None for key in ("text_a", "text_b", "label")}
+  words = [word.decode() for word in example["words"]]
+  if kind == "tagging":
+    return {"words": words, "tags": [tag.decode() for tag in example["tags"]], "doc_index": int(example["doc_index"])}
+  spans = example["spans"]
+  return {"words": words, "spans": [{"start": int(s), "end": int(e), "label": label.decode()}
+                                    for s, e, label in zip(spans["start"], spans["end"], spans["label"])]}
+
+
+class EncoderlabTasks(tfds.core.GeneratorBasedBuilder):
+  """Reader records of a `DatasetConfig`'s files, one tfds split per file, in file order (no shuffling)."""
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "First version."}
+  BUILDER_CONFIGS = list(PRESETS.values())
+  # Nothing is downloaded, so no checksums file: without this, tfds 4.9.10 looks for one via `importlib_resources`,
+  # which it imports but does not install on Python >= 3.9 (tensorflow/datasets#11212).
+  code_path = None
+  MANUAL_DOWNLOAD_INSTRUCTIONS = (f"Files are read from the data directory: ${paths.DATA_ENV}, ../shared/data, "
+                                  "or `download_config.manual_dir`.")
+
+  def _info(self) -> tfds.core.DatasetInfo:
+    return tfds.core.DatasetInfo(builder=self, description=self.builder_config.description,
+                                 features=_features(KINDS[self.builder_config.format]), disable_shuffling=True)
+
+  def _split_generators(self, dl_manager):
+    root = dl_manager.manual_dir
+    return {split: self._generate_examples(root / path, split) for split, path in self.builder_config.files.items()}
+
+  def _generate_examples(self, path, split):
+    config = self.builder_config
+    options = {**config.options, **config.split_options.get(split, {})}
+    kind = KINDS[config.format]
+    for index, record in enumerate(readers.READERS[config.format](path, **options)):
+      yield index, _encode(kind, record)
+
+
+class RecordSource:
+  """Random access (len, [i]) to one prepared split as reader records; a grain `RandomAccessDataSource`.
+
+  `config` is the dataset's `DatasetConfig` (e.g. `config.options["label_names"]` for the TSV presets).
+  """
+
+  def __init__(self, source, config: DatasetConfig):
+    self._source, self.config, self._kind = source, config, KINDS[config.format]
+
+  def __len__(self) -> int:
+    return len(self._source)
+
+  def __getitem__(self, index: int) -> dict:
+    return _decode(self._kind, self._source[index])
+
+  def __getitems__(self, indices) -> list[dict]:
+    return [_decode(self._kind, example) for example in self._source.__getitems__(indices)]
+
+  def __repr__(self) -> str:
+    return f"RecordSource({self.config.name}, {self._source!r})"
+
+
+def _config(dataset: str | DatasetConfig) -> DatasetConfig:
+  if isinstance(dataset, DatasetConfig):
+    return dataset
+  if dataset not in PRESETS:
+    close = difflib.get_close_matches(dataset, list(PRESETS), n=3)
+    raise ValueError(f"unknown dataset {dataset!r}{f' (did you mean {close}?)' if close else ''}; known: "
+                     f"{sorted(PRESETS)}, or a tasks.tfds_builders.custom(...) config")
+  return PRESETS[dataset]
+
+
+def prepare(dataset: str | DatasetConfig, *, data_dir: str | os.PathLike | None = None,
+            cache_dir: str | os.PathLike | None = None) -> EncoderlabTasks:
+  """The builder for `dataset` with its array_record files prepared under `cache_dir` (a no-op when they exist)."""
+  config = _config(dataset)
+  root = Path(data_dir) if data_dir is not None else paths.data_dir()
+  if root is None and not all(Path(path).is_absolute() for path in config.files.values()):
+    raise FileNotFoundError(f"dataset {config.name!r} reads {dict(config.files)} under the data directory: set "
+                            f"${paths.DATA_ENV} or pass data_dir=")
+  cache = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser().resolve()
+  if root is not None and cache.is_relative_to(root.resolve()):
+    raise ValueError(f"cache_dir {cache} is inside the data directory {root}: choose another cache_dir")
+  manual_dir = root if root is not None else Path(next(iter(config.files.values()))).parent
+  # A preset goes by name, so that a pickled data source (grain workers) rebuilds the builder with the class's config.
+  builder = EncoderlabTasks(config=config.name if PRESETS.get(config.name) is config else config, data_dir=cache,
+                            file_format="array_record")
+  builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+  return builder
+
+
+def load_split(dataset: str | DatasetConfig, split: str, *, data_dir: str | os.PathLike | None = None,
+               cache_dir: str | os.PathLike | None = None) -> RecordSource:
+  """Random access to one split's records, e.g. `load_split("sick", "validation")`; prepares on first use."""
+  builder = prepare(dataset, data_dir=data_dir, cache_dir=cache_dir)
+  return RecordSource(builder.as_data_source(split=split), builder.builder_config)
