@@ -1,0 +1,93 @@
+"""Records -> examples -> (gold) predictions -> scores and files, on real CoNLL-2003 and SICK with the MiniLM vocab."""
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tasks import evaluation, examples, readers
+from tests.conftest import require_data
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+  from encoder.pretrained import minilm_path
+  from encoder.tokenizer import load_tokenizer
+  return load_tokenizer(minilm_path())
+
+
+@pytest.fixture(scope="module")
+def conll():
+  path = require_data("conll2003/iob1/eng.testa")
+  return list(itertools.islice(readers.read_conll(path), 300))
+
+
+NER = {"name": "tagging", "scheme": "BIOES", "source_scheme": "IOB1", "max_length": 24, "labels": []}
+
+
+def test_tag_vocabulary_and_encoding_from_iob1(conll, tokenizer):
+  tags = examples.label_vocabulary(NER, conll)
+  assert tags[0] == "O" and "S-PER" in tags and "E-MISC" in tags and len(tags) == 17
+  encoded = examples.encode(NER, tokenizer, conll, tags)
+  assert len(encoded) == len(conll)
+  truncated = sum(len(e["word_positions"]) < len(r["words"]) for e, r in zip(encoded, conll))
+  assert truncated > 0  # max_length 24 cuts some sentences: scoring must still see every word.
+  for e in encoded:
+    assert len(e["input_ids"]) <= 24
+    labelled = e["label_ids"] >= 0
+    np.testing.assert_array_equal(e["label_ids"][labelled], e["word_labels"])
+
+
+def test_gold_predictions_score_perfectly_except_truncation(conll, tokenizer, tmp_path):
+  tags = examples.label_vocabulary(NER, conll)
+  encoded = examples.encode(NER, tokenizer, conll, tags)
+  predictions = [[tags[i] for i in e["word_labels"]] for e in encoded]
+  scores = evaluation.score(NER, conll, predictions)
+  full = {**NER, "max_length": 512}
+  full_predictions = [[tags[i] for i in e["word_labels"]] for e in examples.encode(full, tokenizer, conll, tags)]
+  assert evaluation.score(full, conll, full_predictions)["f1"] == 1.0
+  assert scores["f1"] < 1.0  # Truncated words are predicted "O" (an entity cut in two also costs precision).
+  written = evaluation.write_predictions(tmp_path, "validation", NER, conll, predictions)
+  assert [p.name for p in written] == ["validation.jsonl", "validation.conll"]
+  assert json.loads(written[0].read_text().splitlines()[0])["prediction"] == predictions[0]
+  # Re-scoring the written file independently gives the same F1.
+  gold, pred = tmp_path / "gold.conll", tmp_path / "pred.conll"
+  rows = [block.splitlines() for block in written[1].read_text().split("\n\n")]
+  gold.write_text("\n\n".join("\n".join(" ".join(line.split()[:2]) for line in b) for b in rows) + "\n")
+  pred.write_text("\n\n".join("\n".join(" ".join(line.split()[::2]) for line in b) for b in rows) + "\n")
+  result = subprocess.run([sys.executable, "-m", "tasks.score", "conll", "--gold", str(gold), "--pred", str(pred),
+                           "--scheme", "BIOES"], capture_output=True, text=True, check=True)
+  last = json.loads(result.stdout.strip().splitlines()[-1])
+  assert last["f1"] == pytest.approx(scores["f1"] * (100 if last["f1"] > 1 else 1), abs=1e-6)
+
+
+def test_span_task_from_tagging_records(conll, tokenizer):
+  task = {"name": "span_ner", "scheme": "IOB2", "source_scheme": "IOB1", "max_length": 512, "max_span_width": 10,
+          "labels": []}
+  labels = examples.label_vocabulary(task, conll)
+  assert labels == ["LOC", "MISC", "ORG", "PER"]
+  encoded = examples.encode(task, tokenizer, conll, labels)
+  predictions = []
+  for e in encoded:
+    gold = e["span_labels"] > 0
+    predictions.append(sorted((int(w[0]), int(w[1]) + 1, labels[l - 1])
+                              for w, l in zip(e["span_words"][gold], e["span_labels"][gold])))
+  assert evaluation.score(task, conll, predictions)["f1"] == 1.0
+
+
+def test_classification_examples_on_sick(tokenizer):
+  path = require_data("sick/SICK_trial.txt")
+  records = list(readers.read_tsv(path, text_a="sentence_A", text_b="sentence_B", label="entailment_judgment"))
+  task = {"name": "classification", "max_length": 128, "labels": ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]}
+  encoded = examples.encode(task, tokenizer, records, task["labels"])
+  first = encoded[0]
+  assert first["input_ids"][0] == tokenizer.cls_id and list(first["input_ids"]).count(tokenizer.sep_id) == 2
+  assert set(first["type_ids"]) == {0, 1}
+  gold = [r["label"] for r in records]
+  assert evaluation.score(task, records, gold) == {"accuracy": 1.0, "macro_f1": 1.0}
+  assert evaluation.score(task, records, ["NEUTRAL"] * len(gold))["accuracy"] == pytest.approx(282 / 500)
+  with pytest.raises(ValueError, match="record 0: label '[A-Z]+' is not in"):
+    examples.encode({**task, "labels": ["ENTAILMENT"]}, tokenizer, records[:5], ["ENTAILMENT"])
