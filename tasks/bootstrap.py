@@ -1,0 +1,76 @@
+"""The paired bootstrap test (spec, "Evaluating Named Entity Recognition"; Berg-Kirkpatrick et al., 2012).
+
+delta(x) = M(A, x) - M(B, x) on the test set x. Draw b test sets x(i) of the same size with replacement
+(the same draw for both systems: paired) and count how often delta(x(i)) >= 2 delta(x): because the
+resamples are centred near delta(x), not 0, this estimates how often a gain of delta(x) arises by chance,
+so p-value(x) = that count / b. The test asks whether A beats B: it is meaningful only for delta(x) > 0;
+identical systems give delta = 0 and p = 1. Metrics are functions of per-example counts summed over the
+sample, so a resample is a weighted sum: counts of draws [chunk, N] @ statistics [N, D].
+"""
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tasks import metrics
+
+Metric = Callable[[np.ndarray], np.ndarray]  # summed statistics [S, ...] -> metric values [S]
+TIE_TOLERANCE = 1e-12  # delta(x(i)) = 2 delta(x) exactly is common (discrete counts): count it despite rounding.
+
+
+@dataclasses.dataclass(frozen=True)
+class BootstrapResult:
+  metric_a: float  # M(A, x) on the whole test set.
+  metric_b: float  # M(B, x).
+  delta: float  # metric_a - metric_b.
+  p_value: float  # Fraction of resamples with delta(x(i)) >= 2 delta(x).
+  samples: int  # b.
+  seed: int
+
+
+def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: Metric, samples: int = 10_000,
+                     seed: int = 0, chunk: int = 256) -> BootstrapResult:
+  """Paired bootstrap p-value that A beats B, from per-example additive statistics [N, ...] of each system."""
+  stats_a, stats_b = np.asarray(stats_a, np.float64), np.asarray(stats_b, np.float64)
+  if len(stats_a) != len(stats_b) or len(stats_a) == 0:
+    raise ValueError(f"systems A and B need statistics for the same non-empty test set, got {len(stats_a)} "
+                     f"and {len(stats_b)} examples")
+  if samples < 1:
+    raise ValueError(f"samples must be at least 1, got {samples}")
+  n = len(stats_a)
+  flat = np.concatenate([stats_a.reshape(n, -1), stats_b.reshape(n, -1)], axis=1)  # [N, Da + Db]
+  split = stats_a[0].size
+
+  def delta(summed: np.ndarray) -> np.ndarray:  # summed: [S, Da + Db]
+    s = len(summed)
+    return (metric(summed[:, :split].reshape((s,) + stats_a.shape[1:]))
+            - metric(summed[:, split:].reshape((s,) + stats_b.shape[1:])))
+
+  full = flat.sum(axis=0, keepdims=True)
+  observed = float(delta(full)[0])
+  rng = np.random.default_rng(seed)
+  hits = 0
+  for start in range(0, samples, chunk):
+    rows = min(chunk, samples - start)
+    draws = rng.integers(0, n, size=(rows, n))  # x(i): n examples drawn with replacement.
+    weights = np.bincount((draws + n * np.arange(rows)[:, None]).ravel(), minlength=rows * n).reshape(rows, n)
+    hits += int(np.sum(delta(weights.astype(np.float64) @ flat) >= 2 * observed - TIE_TOLERANCE))
+  a = float(metric(full[:, :split].reshape((1,) + stats_a.shape[1:]))[0])
+  return BootstrapResult(metric_a=a, metric_b=a - observed, delta=observed, p_value=hits / samples,
+                         samples=samples, seed=seed)
+
+
+def entity_f1_bootstrap(gold: Sequence[Sequence[str]], pred_a: Sequence[Sequence[str]],
+                        pred_b: Sequence[Sequence[str]], samples: int = 10_000, seed: int = 0,
+                        mode: str = "conlleval", scheme: str = "IOB2") -> BootstrapResult:
+  """Paired bootstrap on micro entity F1 over sentences (the spec's NER comparison)."""
+  stats = [metrics.entity_counts(gold, p, mode, scheme)[1].sum(axis=1) for p in (pred_a, pred_b)]
+  return paired_bootstrap(*stats, metrics.micro_f1, samples, seed)
+
+
+def accuracy_bootstrap(gold: Sequence[Sequence[str]], pred_a: Sequence[Sequence[str]],
+                       pred_b: Sequence[Sequence[str]], samples: int = 10_000, seed: int = 0) -> BootstrapResult:
+  """Paired bootstrap on accuracy over examples (one label per example: pass [[label], ...])."""
+  stats = [metrics.accuracy_counts(gold, p) for p in (pred_a, pred_b)]
+  return paired_bootstrap(*stats, metrics.accuracy_from_counts, samples, seed)

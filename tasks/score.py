@@ -1,0 +1,163 @@
+"""Score prediction files against gold, and compare two systems with the paired bootstrap.
+
+  python -m tasks.score conll  --gold FILE --pred FILE [--mode conlleval|strict] [--scheme IOB1|IOB2|IOE|BIOES]
+  python -m tasks.score labels --gold FILE --pred FILE
+  python -m tasks.score bootstrap --gold FILE --pred-a A --pred-b B [--samples 10000] [--seed 0] [--task conll|labels]
+
+CoNLL files: one token per line, the tag in the LAST whitespace-separated column, blank lines between
+sentences, `-DOCSTART-` lines skipped. Label files: one example per non-blank line, the label in the last
+column. Every score (table and JSON) is a fraction in [0, 1]; the last printed line is one JSON object.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from tasks import bootstrap, metrics, tag_schemes
+
+Column = tuple[list[list[str]], list[list[int]]]  # (sentences of tags, their 1-based line numbers)
+
+
+def read_tag_column(path: str) -> Column:
+  """Sentences of last-column tags from a CoNLL file, with the line number of every tag."""
+  sentences, lines, tags, numbers = [], [], [], []
+  for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    fields = line.split()
+    if fields and not fields[0].startswith("-DOCSTART-"):
+      tags.append(fields[-1])
+      numbers.append(number)
+    elif tags:  # A blank (or -DOCSTART-) line closes the sentence.
+      sentences.append(tags)
+      lines.append(numbers)
+      tags, numbers = [], []
+  if tags:
+    sentences.append(tags)
+    lines.append(numbers)
+  return sentences, lines
+
+
+def read_label_column(path: str) -> Column:
+  """Labels (last column of each non-blank line) as one-token 'sentences', with their line numbers."""
+  rows = [(line.split()[-1], n) for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1)
+          if line.strip()]
+  return [[label] for label, _ in rows], [[n] for _, n in rows]
+
+
+def check_aligned(gold_path: str, gold: Column, pred_path: str, pred: Column, unit: str = "token") -> None:
+  """Raises ValueError at the first sentence (or label) boundary where pred does not line up with gold."""
+  (gold_tags, gold_lines), (pred_tags, pred_lines) = gold, pred
+  for i, (g, p) in enumerate(zip(gold_lines, pred_lines)):
+    if len(g) != len(p):
+      j = min(len(g), len(p))
+      at = lambda lines: lines[j] if j < len(lines) else lines[-1] + 1
+      raise ValueError(f"{pred_path}:{at(p)}: sentence {i + 1} has {len(p)} {unit}s but in {gold_path} "
+                       f"(line {at(g)}) it has {len(g)}: pred needs the same {unit}s and blank lines as gold")
+  if len(gold_tags) != len(pred_tags):
+    longer, lines = (gold_path, gold_lines) if len(gold_tags) > len(pred_tags) else (pred_path, pred_lines)
+    short, groups = min(len(gold_tags), len(pred_tags)), "sentences" if unit == "token" else "labels"
+    raise ValueError(f"{longer}:{lines[short][0]}: {gold_path} has {len(gold_tags)} {groups} and "
+                     f"{pred_path} has {len(pred_tags)}: the files must have the same {groups}")
+
+
+def check_scheme(path: str, column: Column, scheme: str) -> None:
+  """Strict scoring needs scheme tags: raises ValueError naming the file and line of the first other tag."""
+  for tags, lines in zip(*column):
+    for tag, line in zip(tags, lines):
+      if not tag_schemes.is_scheme_tag(tag, scheme):
+        raise ValueError(f"{path}:{line}: tag {tag!r} is not a {tag_schemes.canonical_scheme(scheme)} tag; "
+                         "use --mode conlleval or the --scheme the file is written in")
+
+
+def load(args: argparse.Namespace, pred_paths: Sequence[str], task: str) -> tuple[list[list[str]], list]:
+  """Gold and each prediction file (tags per sentence, or [label] per example), checked against gold."""
+  read, unit = (read_tag_column, "token") if task == "conll" else (read_label_column, "label")
+  strict = task == "conll" and args.mode == "strict"
+  gold = read(args.gold)
+  if strict:
+    check_scheme(args.gold, gold, args.scheme)
+  preds = []
+  for path in pred_paths:
+    pred = read(path)
+    check_aligned(args.gold, gold, path, pred, unit)
+    if strict:
+      check_scheme(path, pred, args.scheme)
+    preds.append(pred[0])
+  return gold[0], preds
+
+
+def format_table(scores: dict[str, Any], first: str) -> str:
+  """Per-class rows then micro/macro/weighted averages, as fractions."""
+  head = f"{first:<14}{'precision':>10}{'recall':>10}{'f1':>10}{'gold':>8}{'pred':>8}{'tp':>8}"
+  row = lambda name, r: (f"{name:<14}{r['precision']:>10.4f}{r['recall']:>10.4f}{r['f1']:>10.4f}"
+                         f"{r.get('gold', r['support']):>8}{r.get('pred', ''):>8}{r.get('tp', ''):>8}")
+  rows = [row(name, r) for name, r in scores["per_type"].items()]
+  rows += [row(f"{avg} avg", scores[avg]) for avg in ("micro", "macro", "weighted")]
+  return "\n".join([head] + rows + [f"{'accuracy':<14}{scores['accuracy']:>10.4f}"])
+
+
+def score_command(args: argparse.Namespace) -> dict[str, Any]:
+  """`conll` / `labels`: print the table, return the summary."""
+  gold, (pred,) = load(args, [args.pred], args.command)
+  if args.command == "conll":
+    scores = metrics.entity_scores(gold, pred, args.mode, args.scheme)
+    average = scores["micro"]
+    extra = dict(mode=args.mode, scheme=tag_schemes.canonical_scheme(args.scheme), sentences=len(gold), tokens=sum(map(len, gold)))
+  else:
+    scores = metrics.label_scores([g[0] for g in gold], [p[0] for p in pred])
+    average = scores["macro"]
+    extra = dict(examples=len(gold))
+  print(format_table(scores, "type" if args.command == "conll" else "label"))
+  return dict(task=args.command, precision=average["precision"], recall=average["recall"], f1=average["f1"],
+              accuracy=scores["accuracy"], **extra)
+
+
+def bootstrap_command(args: argparse.Namespace) -> dict[str, Any]:
+  """`bootstrap`: paired bootstrap p-value that A beats B (entity micro F1 for conll, accuracy for labels)."""
+  gold, (a, b) = load(args, [args.pred_a, args.pred_b], args.task)
+  if args.task == "conll":
+    result, name = bootstrap.entity_f1_bootstrap(gold, a, b, args.samples, args.seed, args.mode, args.scheme), "f1"
+  else:
+    result, name = bootstrap.accuracy_bootstrap(gold, a, b, args.samples, args.seed), "accuracy"
+  print(f"{name}: A {result.metric_a:.4f}  B {result.metric_b:.4f}  delta {result.delta:+.4f}")
+  print(f"p-value that A beats B: {result.p_value:.4f} ({result.samples} samples, seed {result.seed})"
+        + ("" if result.delta > 0 else "  [delta <= 0: A does not beat B on this test set]"))
+  return dict(task=args.task, metric=name, a=result.metric_a, b=result.metric_b, delta=result.delta,
+              p_value=result.p_value, samples=result.samples, seed=result.seed)
+
+
+def parser() -> argparse.ArgumentParser:
+  """The command-line interface (see the module docstring)."""
+  root = argparse.ArgumentParser(prog="python -m tasks.score", description=__doc__.split("\n")[0])
+  commands = root.add_subparsers(dest="command", required=True)
+  for name in ("conll", "labels", "bootstrap"):
+    sub = commands.add_parser(name)
+    sub.add_argument("--gold", required=True, help="gold file")
+    if name == "bootstrap":
+      sub.add_argument("--pred-a", required=True, help="system A's predictions (is A better than B?)")
+      sub.add_argument("--pred-b", required=True, help="system B's predictions")
+      sub.add_argument("--samples", type=int, default=10_000, help="bootstrap samples b")
+      sub.add_argument("--seed", type=int, default=0, help="seed of the resampling")
+      sub.add_argument("--task", choices=("conll", "labels"), default="conll")
+    else:
+      sub.add_argument("--pred", required=True, help="predictions, aligned line by line with gold")
+    if name != "labels":
+      sub.add_argument("--mode", choices=("conlleval", "strict"), default="conlleval",
+                       help="conlleval: lenient chunking (seqeval default); strict: only well-formed entities")
+      sub.add_argument("--scheme", type=str.upper, default="IOB2", choices=sorted(tag_schemes.SCHEME_NAMES),
+                       help="tag scheme for --mode strict: IOB1, IOB2 (= BIO), IOE, BIOES (= IOBES), IO")
+  return root
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  args = parser().parse_args(argv)
+  try:
+    summary = bootstrap_command(args) if args.command == "bootstrap" else score_command(args)
+  except (OSError, ValueError) as err:
+    sys.exit(f"python -m tasks.score: error: {err}")
+  print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+  main()

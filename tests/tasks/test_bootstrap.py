@@ -1,0 +1,93 @@
+"""Paired bootstrap: the spec's p-value against a loop over seqeval, an exact binomial case, sanity, speed."""
+
+import random
+import time
+import warnings
+
+import numpy as np
+import pytest
+from seqeval.metrics import f1_score
+
+from tasks import bootstrap, metrics
+from tests.conftest import require_data
+
+
+def corrupt(sentences, rate, seed):
+  rng = random.Random(seed)
+  tags = sorted({t for s in sentences for t in s})
+  return [[rng.choice(tags) if rng.random() < rate else t for t in s] for s in sentences]
+
+
+@pytest.fixture(scope="module")
+def small_corpus():
+  rng = random.Random(0)
+  gold = [[rng.choice(["O", "O", "O", "B-PER", "I-PER", "B-LOC", "I-LOC"]) for _ in range(rng.randint(1, 9))]
+          for _ in range(40)]
+  return gold, corrupt(gold, 0.15, 1), corrupt(gold, 0.2, 2)
+
+
+def test_p_value_equals_a_plain_loop_over_seqeval_with_the_same_draws(small_corpus):
+  gold, a, b = small_corpus
+  samples, n = 300, len(gold)
+  draws = np.random.default_rng(7).integers(0, n, size=(samples, n))  # The draws paired_bootstrap makes.
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    f1 = lambda pred, idx: f1_score([gold[i] for i in idx], [pred[i] for i in idx])
+    observed = f1(a, range(n)) - f1(b, range(n))
+    deltas = np.array([f1(a, idx) - f1(b, idx) for idx in draws])
+  stats = [metrics.entity_counts(gold, p)[1].sum(axis=1) for p in (a, b)]
+  result = bootstrap.paired_bootstrap(*stats, metrics.micro_f1, samples=samples, seed=7, chunk=samples)
+  assert abs(result.delta - observed) < 1e-12
+  assert result.p_value == np.mean(deltas >= 2 * observed - 1e-12)  # Spec: count delta(x(i)) >= 2 delta(x).
+  assert 0 < result.p_value < 1
+
+
+def test_one_extra_correct_example_gives_the_binomial_p_value():
+  # A is right on exactly one more of n examples: delta(x(i)) = k/n with k ~ Binomial(n, 1/n) draws of that
+  # example, so p = P(k >= 2) = 1 - (1 - 1/n)^n - (1 - 1/n)^(n - 1).
+  n = 100
+  gold = [["yes"]] * n
+  a = [["yes"]] * 60 + [["no"]] * 40
+  b = [["yes"]] * 59 + [["no"]] * 41
+  result = bootstrap.accuracy_bootstrap(gold, a, b, samples=20_000, seed=1)
+  expected = 1 - (1 - 1 / n) ** n - (1 - 1 / n) ** (n - 1)
+  assert abs(result.delta - 0.01) < 1e-12
+  assert abs(result.p_value - expected) < 0.015, (result.p_value, expected)  # 5 standard errors.
+
+
+def test_identical_systems_give_p_one_and_results_are_seeded(small_corpus):
+  gold, a, b = small_corpus
+  same = bootstrap.entity_f1_bootstrap(gold, a, a, samples=500, seed=0)
+  assert same.delta == 0.0 and same.p_value == 1.0
+  first = bootstrap.entity_f1_bootstrap(gold, a, b, samples=500, seed=3)
+  assert first == bootstrap.entity_f1_bootstrap(gold, a, b, samples=500, seed=3)
+  assert first.p_value != bootstrap.entity_f1_bootstrap(gold, a, b, samples=500, seed=4).p_value
+
+
+def test_input_errors():
+  with pytest.raises(ValueError, match="same non-empty test set"):
+    bootstrap.paired_bootstrap(np.ones((3, 2)), np.ones((4, 2)), metrics.accuracy_from_counts)
+  with pytest.raises(ValueError, match="samples must be at least 1"):
+    bootstrap.paired_bootstrap(np.ones((3, 2)), np.ones((3, 2)), metrics.accuracy_from_counts, samples=0)
+
+
+def test_real_conll_clearly_better_system_is_significant_and_fast():
+  sentences, current = [], []
+  for line in require_data("conll2003/bio/test.txt").read_text().splitlines():
+    if line.strip() and not line.startswith("-DOCSTART-"):
+      current.append(line.split()[-1])
+    elif current:
+      sentences.append(current)
+      current = []
+  gold = sentences + ([current] if current else [])
+  assert len(gold) == 3453
+  better, worse = corrupt(gold, 0.02, 5), corrupt(gold, 0.04, 6)
+  stats = [metrics.entity_counts(gold, p)[1].sum(axis=1) for p in (better, worse)]
+  start = time.perf_counter()
+  result = bootstrap.paired_bootstrap(*stats, metrics.micro_f1, samples=10_000, seed=0)
+  seconds = time.perf_counter() - start
+  print(f"paired bootstrap, 10,000 samples x 3,453 sentences: {seconds:.2f} s; {result}")
+  assert result.delta > 0.02 and result.p_value < 0.01
+  assert seconds < 10  # ~0.2 s on 2 shared cores; generous for a loaded machine.
+  reverse = bootstrap.paired_bootstrap(*stats[::-1], metrics.micro_f1, samples=2_000, seed=0)
+  assert reverse.delta == -result.delta and reverse.p_value > 0.99  # B does not beat A.

@@ -1,0 +1,134 @@
+"""`python -m tasks.score` end to end: tables + last-line JSON, alignment errors with file:line, bootstrap."""
+
+import json
+import random
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from seqeval.metrics import f1_score, precision_score, recall_score
+from seqeval.scheme import IOB2
+
+from tasks import score
+from tests.conftest import require_data
+
+REPO = Path(__file__).resolve().parents[2]
+GOLD = """-DOCSTART- -X- -X- O
+
+EU NNP B-NP B-ORG
+rejects VBZ B-VP O
+German JJ B-NP B-MISC
+call NN I-NP O
+
+Peter NNP B-NP B-PER
+Blackburn NNP I-NP I-PER
+"""
+PRED = GOLD.replace("German JJ B-NP B-MISC", "German JJ B-NP I-MISC").replace("Blackburn NNP I-NP I-PER",
+                                                                              "Blackburn NNP I-NP B-PER")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "tasks.score", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+  path = tmp_path / name
+  path.write_text(text)
+  return str(path)
+
+
+def test_conll_command_prints_table_and_json_last(tmp_path):
+  gold, pred = write(tmp_path, "gold.txt", GOLD), write(tmp_path, "pred.txt", PRED)
+  done = run("conll", "--gold", gold, "--pred", pred)
+  assert done.returncode == 0, done.stderr
+  lines = done.stdout.strip().splitlines()
+  summary = json.loads(lines[-1])
+  # conlleval: EU, German (I-MISC after O opens a chunk) right; Peter Blackburn split in two -> 2/4 and 2/3.
+  assert summary["precision"] == 2 / 4 and summary["recall"] == 2 / 3 and summary["accuracy"] == 4 / 6
+  assert summary["sentences"] == 2 and summary["tokens"] == 6 and summary["mode"] == "conlleval"
+  assert any(line.startswith("MISC") for line in lines) and any(line.startswith("micro avg") for line in lines)
+  strict = json.loads(run("conll", "--gold", gold, "--pred", pred, "--mode", "strict", "--scheme", "BIO")
+                      .stdout.strip().splitlines()[-1])
+  # strict: the I-MISC after O is no entity; EU is the only hit of 3 predicted and 3 gold entities.
+  assert strict["precision"] == 1 / 3 and strict["recall"] == 1 / 3 and strict["scheme"] == "IOB2"
+
+
+def test_misaligned_files_name_the_file_and_line(tmp_path, capsys):
+  gold = write(tmp_path, "gold.txt", GOLD)
+  missing_token = write(tmp_path, "short.txt", PRED.replace("call NN I-NP O\n", ""))
+  with pytest.raises(SystemExit, match=r"short.txt:6: sentence 1 has 3 tokens .* \(line 6\) it has 4"):
+    score.main(["conll", "--gold", gold, "--pred", missing_token])
+  merged = write(tmp_path, "merged.txt", PRED.replace("call NN I-NP O\n\n", "call NN I-NP O\n"))
+  with pytest.raises(SystemExit, match=r"merged.txt:7: sentence 1 has 6 tokens"):
+    score.main(["conll", "--gold", gold, "--pred", merged])
+  extra = write(tmp_path, "extra.txt", PRED + "\nMore NNP B-NP O\n")
+  with pytest.raises(SystemExit, match=r"extra.txt:11: .* has 2 sentences and .* has 3"):
+    score.main(["conll", "--gold", gold, "--pred", extra])
+  bad_tag = write(tmp_path, "bad.txt", PRED.replace("rejects VBZ B-VP O", "rejects VBZ B-VP E-PER"))
+  with pytest.raises(SystemExit, match=r"bad.txt:4: tag 'E-PER' is not a IOB2 tag"):
+    score.main(["conll", "--gold", gold, "--pred", bad_tag, "--mode", "strict"])
+  with pytest.raises(SystemExit, match="No such file"):
+    score.main(["conll", "--gold", gold, "--pred", str(tmp_path / "absent.txt")])
+
+
+def test_labels_command(tmp_path):
+  gold = write(tmp_path, "gold.tsv", "a good film\tpos\nbad\tneg\n\nfine\tpos\nmeh\tneg\n")
+  pred = write(tmp_path, "pred.txt", "pos\npos\npos\nneg\n")
+  done = run("labels", "--gold", gold, "--pred", pred)
+  assert done.returncode == 0, done.stderr
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  # neg: P 1, R 1/2, F 2/3; pos: P 2/3, R 1, F 4/5 -> macro averages.
+  assert summary["accuracy"] == 3 / 4 and abs(summary["f1"] - (2 / 3 + 4 / 5) / 2) < 1e-12
+  short = write(tmp_path, "short.txt", "pos\npos\npos\n")
+  with pytest.raises(SystemExit, match=r"gold.tsv:5: .* has 4 labels and .* has 3"):
+    score.main(["labels", "--gold", gold, "--pred", short])
+
+
+def test_bootstrap_command_is_seeded(tmp_path):
+  gold = write(tmp_path, "gold.txt", "\n".join(["yes"] * 50))
+  a = write(tmp_path, "a.txt", "\n".join(["yes"] * 45 + ["no"] * 5))
+  b = write(tmp_path, "b.txt", "\n".join(["yes"] * 35 + ["no"] * 15))
+  args = ["bootstrap", "--task", "labels", "--gold", gold, "--pred-a", a, "--pred-b", b, "--samples", "2000"]
+  done = run(*args)
+  assert done.returncode == 0, done.stderr
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  assert summary["metric"] == "accuracy" and abs(summary["delta"] - 0.2) < 1e-12 and summary["samples"] == 2000
+  assert summary["p_value"] < 0.05
+  assert json.loads(run(*args).stdout.strip().splitlines()[-1]) == summary
+
+
+def tags_by_sentence(text: str) -> list[list[str]]:
+  sentences, current = [], []
+  for line in text.splitlines():
+    if line.strip() and not line.startswith("-DOCSTART-"):
+      current.append(line.split()[-1])
+    elif current:
+      sentences.append(current)
+      current = []
+  return sentences + ([current] if current else [])
+
+
+def test_real_conll_valid_end_to_end(tmp_path):
+  gold_path = require_data("conll2003/bio/valid.txt")
+  rng = random.Random(0)
+  lines = [line.rsplit(" ", 1)[0] + " " + rng.choice(["O", "B-PER", "I-PER", "B-LOC", "I-ORG", "I-MISC"])
+           if line.strip() and rng.random() < 0.05 else line for line in gold_path.read_text().splitlines()]
+  pred_path = write(tmp_path, "pred.txt", "\n".join(lines) + "\n")
+  gold, pred = tags_by_sentence(gold_path.read_text()), tags_by_sentence("\n".join(lines))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    expected = {"conlleval": [f(gold, pred) for f in (precision_score, recall_score, f1_score)],
+                "strict": [f(gold, pred, mode="strict", scheme=IOB2) for f in (precision_score, recall_score,
+                                                                               f1_score)]}
+  for mode, (p, r, f) in expected.items():
+    done = run("conll", "--gold", str(gold_path), "--pred", pred_path, "--mode", mode)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["sentences"] == 3250 and summary["tokens"] == 51362
+    assert abs(summary["precision"] - p) < 1e-9 and abs(summary["recall"] - r) < 1e-9 and abs(summary["f1"] - f) < 1e-9
+  done = run("bootstrap", "--gold", str(gold_path), "--pred-a", str(gold_path), "--pred-b", pred_path,
+             "--samples", "1000")
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  assert summary["a"] == 1.0 and summary["p_value"] < 0.01
