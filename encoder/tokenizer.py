@@ -1,0 +1,187 @@
+"""One tokenizer interface over WordPiece (HF `tokenizers`) and SentencePiece (unigram/BPE).
+
+Encodes texts, pre-tokenized word lists and pairs into `[CLS] A [SEP] (B [SEP])` with type ids and word ids
+(subword -> word index within its segment, None for the added specials), truncating pairs longest-first.
+"""
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from encoder import sentencepiece_tokenizer, wordpiece
+
+# The special tokens in the order a newly trained vocabulary gives them ids 0..4.
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_PICKLE_MAGIC = (b"\x80", b"PK\x03\x04")  # Pickle protocols 2+; zip (torch.save) archives.
+
+Text = str | Sequence[str]  # Raw text, or a pre-tokenized list of words.
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+  """One encoded sequence: vocabulary ids, segment (type) ids and each id's word index (None for added specials)."""
+  input_ids: list[int]
+  type_ids: list[int]
+  word_ids: list[int | None]
+
+  def __len__(self) -> int:
+    return len(self.input_ids)
+
+
+def truncate_pair(a_len: int, b_len: int, max_tokens: int) -> tuple[int, int]:
+  """Kept lengths of a pair under HF's "longest_first": the shorter keeps min(len, max//2), the longer the rest.
+
+  Equal lengths count the first as the shorter, so `[CLS] A [SEP] B [SEP]` keeps B one longer for odd budgets
+  (as the `tokenizers` library; the old pure-Python HF tokenizer favoured A on ties).
+  """
+  if max_tokens < 0:
+    raise ValueError(f"max_tokens {max_tokens} is negative")
+  if a_len + b_len <= max_tokens:
+    return a_len, b_len
+  if a_len <= b_len:
+    a_keep = min(a_len, max_tokens // 2)
+    return a_keep, min(b_len, max_tokens - a_keep)
+  b_keep = min(b_len, max_tokens // 2)
+  return min(a_len, max_tokens - b_keep), b_keep
+
+
+class Tokenizer:
+  """A WordPiece or SentencePiece tokenizer with uniform specials, pair encoding, truncation and word ids."""
+
+  def __init__(self, backend: "wordpiece.WordPieceBackend | sentencepiece_tokenizer.SentencePieceBackend"):
+    self.backend = backend
+    self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+        backend.token_to_id(token) for token in SPECIAL_TOKENS)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.backend.vocab_size
+
+  @property
+  def special_ids(self) -> frozenset[int]:
+    return frozenset((self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id))
+
+  def __repr__(self) -> str:
+    return f"Tokenizer({self.backend.source}, vocab_size={self.vocab_size})"
+
+  def encode(self, text: Text, pair: Text | None = None, *, max_length: int | None = None,
+             add_special_tokens: bool = True) -> Encoding:
+    """Encode a text or word list (and an optional second segment); `max_length` counts the specials."""
+    return self.encode_batch([text], None if pair is None else [pair], max_length=max_length,
+                             add_special_tokens=add_special_tokens)[0]
+
+  def encode_batch(self, texts: Sequence[Text], pairs: Sequence[Text] | None = None, *,
+                   max_length: int | None = None, add_special_tokens: bool = True) -> list[Encoding]:
+    """Encode many texts (or word lists) at once; the backends segment a whole batch in one native call."""
+    firsts = self._segments(texts)
+    if pairs is None:
+      return [self._assemble(a, None, max_length, add_special_tokens) for a in firsts]
+    if len(pairs) != len(texts):
+      raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs: give one second segment per text")
+    return [self._assemble(a, b, max_length, add_special_tokens) for a, b in zip(firsts, self._segments(pairs))]
+
+  def _segments(self, items: Sequence[Text]):
+    items = list(items)
+    kinds = {isinstance(item, str) for item in items}
+    if len(kinds) > 1:
+      raise ValueError("a batch mixes raw texts (str) and word lists; encode them separately")
+    pretokenized = kinds == {False}
+    if pretokenized:
+      items = [list(words) for words in items]
+      for words in items:
+        if not all(isinstance(w, str) for w in words):
+          raise TypeError(f"pre-tokenized input must be a list of str words, got {words[:5]!r}")
+    return self.backend.segments(items, pretokenized)
+
+  def _assemble(self, a, b, max_length, add_special_tokens) -> Encoding:
+    """[CLS] A [SEP] (B [SEP]) with type ids 0 for the first part and 1 for B [SEP]; truncation keeps specials."""
+    (a_ids, a_words), (b_ids, b_words) = a, (b or ([], []))
+    num_specials = (2 if b is None else 3) if add_special_tokens else 0
+    if max_length is not None:
+      if max_length < num_specials:
+        raise ValueError(f"max_length {max_length} leaves no room for the {num_specials} special tokens")
+      a_keep, b_keep = truncate_pair(len(a_ids), len(b_ids), max_length - num_specials)
+      a_ids, a_words, b_ids, b_words = a_ids[:a_keep], a_words[:a_keep], b_ids[:b_keep], b_words[:b_keep]
+    if not add_special_tokens:
+      return Encoding(a_ids + b_ids, [0] * len(a_ids) + [1] * len(b_ids), a_words + b_words)
+    ids = [self.cls_id, *a_ids, self.sep_id]
+    words = [None, *a_words, None]
+    type_ids = [0] * len(ids)
+    if b is not None:
+      ids += [*b_ids, self.sep_id]
+      words += [*b_words, None]
+      type_ids += [1] * (len(b_ids) + 1)
+    return Encoding(ids, type_ids, words)
+
+  def tokenize(self, text: str) -> list[str]:
+    """The subword strings of a text (no specials)."""
+    return self.backend.tokenize(text)
+
+  def ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+    return [self.backend.id_to_token(int(i)) for i in ids]
+
+  def token_to_id(self, token: str) -> int | None:
+    """The id of a vocabulary entry, None if absent."""
+    return self.backend.token_to_id(token)
+
+  def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = True) -> str:
+    """Text of ids (specials, incl. padding, dropped unless asked; [UNK] is always kept)."""
+    dropped = self.special_ids - {self.unk_id} if skip_special_tokens else frozenset()
+    return self.backend.decode([int(i) for i in ids if int(i) not in dropped])
+
+  def save(self, directory: str | Path) -> Path:
+    """Write the tokenizer files (tokenizer.json + vocab.txt, or sentencepiece.model) that `load_tokenizer` reads."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    self.backend.save(directory)
+    return directory
+
+
+def load_tokenizer(path: str | Path, *, lowercase: bool | None = None) -> Tokenizer:
+  """A tokenizer from a directory (tokenizer.json, else vocab.txt, else one *.model) or one of those files.
+
+  `lowercase` applies to a bare vocab.txt only; by default a tokenizer_config.json beside it decides, else the
+  vocabulary (an uncased vocabulary has no uppercase entries). tokenizer.json and .model files carry their own.
+  """
+  path = Path(path)
+  if not path.exists():
+    raise FileNotFoundError(f"{path}: no such tokenizer file or directory")
+  if path.is_dir():
+    candidates = [path / "tokenizer.json", path / "vocab.txt"]
+    found = [c for c in candidates if c.is_file()] or sorted(path.glob("*.model"))
+    if not found or (found[0].suffix == ".model" and len(found) > 1):
+      raise FileNotFoundError(f"{path}: expected tokenizer.json, vocab.txt or exactly one *.model file, found "
+                              f"{sorted(p.name for p in path.iterdir())[:10]}")
+    path = found[0]
+  with open(path, "rb") as handle:
+    head = handle.read(4)
+  if head.startswith(_PICKLE_MAGIC):
+    raise ValueError(f"{path}: looks like a pickle/zip archive, which is not loaded (it can run code); "
+                     "give a tokenizer.json, vocab.txt or SentencePiece .model")
+  if path.suffix == ".json":
+    return Tokenizer(wordpiece.load_tokenizer_json(path, SPECIAL_TOKENS))
+  if path.suffix == ".txt":
+    return Tokenizer(wordpiece.load_vocab_txt(path, SPECIAL_TOKENS, lowercase))
+  if path.suffix == ".model":
+    return Tokenizer(sentencepiece_tokenizer.load_model(path, SPECIAL_TOKENS))
+  raise ValueError(f"{path}: unknown tokenizer format {path.suffix!r}; give a tokenizer.json, a vocab.txt "
+                   "or a SentencePiece .model (or a directory holding one)")
+
+
+def train_wordpiece(files: Iterable[str | Path], vocab_size: int, *, lowercase: bool = True,
+                    min_frequency: int = 2) -> Tokenizer:
+  """Train a BERT WordPiece vocabulary (deterministic) on text files; specials get ids 0..4 (SPECIAL_TOKENS)."""
+  return Tokenizer(wordpiece.train_wordpiece_backend(
+      files, vocab_size, SPECIAL_TOKENS, lowercase=lowercase, min_frequency=min_frequency))
+
+
+def train_sentencepiece(files: Iterable[str | Path], vocab_size: int, *, model_type: str = "unigram",
+                        lowercase: bool = False, character_coverage: float = 0.9995,
+                        num_threads: int = 1) -> Tokenizer:
+  """Train a SentencePiece unigram or BPE model on text files; specials get ids 0..4 (SPECIAL_TOKENS).
+
+  Deterministic with `num_threads=1`; `save(directory)` writes the .model.
+  """
+  return Tokenizer(sentencepiece_tokenizer.train_sentencepiece_backend(
+      files, vocab_size, SPECIAL_TOKENS, model_type=model_type, lowercase=lowercase,
+      character_coverage=character_coverage, num_threads=num_threads))
