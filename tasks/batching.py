@@ -46,3 +46,30 @@ def collate(examples: Sequence[Mapping[str, np.ndarray]], buckets: Sequence[int]
   batch["positions"] = np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy()
   batch["example_mask"] = (np.arange(rows) < len(examples)).astype(np.float32)
   return batch
+
+
+def lengths_of(examples: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
+  """Token lengths of encoded examples (what the length buckets sort by)."""
+  return np.asarray([len(e["input_ids"]) for e in examples])
+
+
+def length_bucketed_batches(lengths: Sequence[int], batch_size: int, *, seed: int, epoch: int,
+                            shuffle: bool = True, pool: int = 50) -> list[list[int]]:
+  """Example indices grouped into batches of similar length: a pure function of (lengths, seed, epoch).
+
+  Shuffle, sort by length inside pools of `pool` batches (so batches stay random but padding small), cut into
+  batches, then shuffle the batch order. Without `shuffle` (evaluation): sorted by length, order kept stable.
+  """
+  lengths = np.asarray(lengths)
+  if not shuffle:
+    order = np.argsort(lengths, kind="stable")
+    return [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+  rng = np.random.default_rng([seed, epoch])
+  order = rng.permutation(len(lengths))
+  chunk = batch_size * pool
+  batches = []
+  for start in range(0, len(order), chunk):
+    part = order[start:start + chunk]
+    part = part[np.argsort(lengths[part], kind="stable")]
+    batches += [part[i:i + batch_size].tolist() for i in range(0, len(part), batch_size)]
+  return [batches[i] for i in rng.permutation(len(batches))]

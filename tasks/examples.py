@@ -6,8 +6,6 @@ tagging records are converted from the file's tag scheme (e.g. IOB1) to the one 
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
-
 from tasks import alignment, classification, span_ner, tag_schemes
 from tasks.readers import tagging_to_spans
 
@@ -70,8 +68,3 @@ def encode(task: Mapping[str, Any], tokenizer, records: Sequence[dict], labels: 
     else:
       raise ValueError(f"unknown task {task['name']!r}")
   return examples
-
-
-def lengths(examples: Sequence[dict]) -> np.ndarray:
-  """Token lengths, for length-bucketed batching."""
-  return np.asarray([len(e["input_ids"]) for e in examples])

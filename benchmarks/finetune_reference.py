@@ -1,0 +1,77 @@
+"""HF PyTorch fine-tuning of the same checkpoint on the same encoded examples and batches (benchmark reference).
+
+Sequence tasks use `BertForSequenceClassification`, word tasks `BertForTokenClassification` (first-subword labels,
+-100 elsewhere, argmax at first subwords): plain HF practice, AdamW with no decay on biases/LayerNorm, linear warmup
+and decay. Batches come from `tasks.batching.length_bucketed_batches`, exactly as our engine draws them.
+"""
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import transformers
+
+from tasks import batching
+
+
+def _tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+  return {"input_ids": torch.from_numpy(batch["input_ids"]).long(),
+          "token_type_ids": torch.from_numpy(batch["type_ids"]).long(),
+          "attention_mask": torch.from_numpy(batch["attention_segments"]).long()}
+
+
+def build_model(kind: str, model_dir, num_labels: int, seed: int):
+  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence" or "token")."""
+  torch.manual_seed(seed)
+  cls = (transformers.BertForSequenceClassification if kind == "sequence"
+         else transformers.BertForTokenClassification)
+  return cls.from_pretrained(model_dir, num_labels=num_labels)
+
+
+def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size: int, learning_rate: float,
+          warmup_fraction: float, weight_decay: float, seed: int, buckets: Sequence[int]) -> dict[str, float]:
+  """Fine-tunes in place; returns train_seconds and examples_per_s."""
+  lengths = batching.lengths_of(examples)
+  schedule_steps = sum(len(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=e))
+                       for e in range(epochs))
+  no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+  decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
+  optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                                 {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate)
+  scheduler = transformers.get_linear_schedule_with_warmup(optimizer, int(warmup_fraction * schedule_steps),
+                                                           schedule_steps)
+  model.train()
+  start, seen = time.perf_counter(), 0
+  for epoch in range(epochs):
+    for indices in batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch):
+      batch = batching.collate([examples[i] for i in indices], buckets)
+      inputs = _tensors(batch)
+      labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"], -100)
+      loss = model(**inputs, labels=torch.from_numpy(labels).long()).loss
+      loss.backward()
+      torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+      optimizer.step()
+      scheduler.step()
+      optimizer.zero_grad(set_to_none=True)
+      seen += len(indices)
+  seconds = time.perf_counter() - start
+  return {"train_seconds": seconds, "examples_per_s": seen / seconds}
+
+
+def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int, buckets: Sequence[int]) -> list[Any]:
+  """Class index per example ("sequence") or word-level tag indices at first subwords ("token"), in input order."""
+  model.eval()
+  out: list[Any] = [None] * len(examples)
+  with torch.no_grad():
+    for indices in batching.length_bucketed_batches(batching.lengths_of(examples), batch_size, seed=0, epoch=0,
+                                                    shuffle=False):
+      batch = batching.collate([examples[i] for i in indices], buckets)
+      logits = model(**_tensors(batch)).logits.numpy()
+      for row, i in enumerate(indices):
+        if kind == "sequence":
+          out[i] = int(logits[row].argmax())
+        else:
+          positions = examples[i]["word_positions"]
+          out[i] = logits[row, positions].argmax(-1).tolist()
+  return out
