@@ -1,0 +1,247 @@
+"""Pretraining text: files -> documents of sentences -> token ids, tokenized once and cached as .npy files.
+
+Reading rules. WikiText raw files: a line ` = Title = ` (one '=' each side) starts a new document; section headings
+(` = = Sub = = ` and deeper) are dropped, as BERT's Wikipedia extraction drops them; WikiText's ` @-@ `, ` @,@ `,
+` @.@ ` are joined back to `-`, `,`, `.`. Plain text files: blank lines separate documents. In both, each line is a
+paragraph, split into sentences by `split_sentences`.
+"""
+
+import hashlib
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+Document = list[str]  # Sentences in order.
+
+_TITLE = re.compile(r"^ ?= ([^=].*) = ?$")
+_HEADING = re.compile(r"^ ?(= ){2,}.*(= )*=? ?$")
+_WIKITEXT_JOINS = ((" @-@ ", "-"), (" @,@ ", ","), (" @.@ ", "."))
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr vs etc e.g i.e no vol fig gen col lt sgt capt rev inc ltd co corp jan feb mar apr "
+    "jun jul aug sep sept oct nov dec u.s u.k a.m p.m approx".split())
+_CLOSERS = "\"')]}»”’"
+_OPENERS = "\"'([{«“‘"
+
+
+def split_sentences(paragraph: str) -> list[str]:
+  """Rule-based splitter: a token ending in . ! or ? (then optional closing quotes/brackets, attached or, as in
+  WikiText, separate tokens) ends a sentence when the next token starts with an uppercase letter, a digit or an
+  opening quote, unless it is a known abbreviation (Mr., e.g., U.S., ...) or a single-letter initial (H.)."""
+  tokens = paragraph.split()
+  sentences, current, i = [], [], 0
+  while i < len(tokens):
+    token = tokens[i]
+    current.append(token)
+    i += 1
+    core = token.rstrip(_CLOSERS)
+    if not core or core[-1] not in ".!?":
+      continue
+    word = core.rstrip(".!?").lower()
+    if core[-1] == "." and (word in _ABBREVIATIONS or (len(word) == 1 and word.isalpha())):
+      continue
+    # Separate closers: a bracket always closes; a straight quote closes only when the sentence has an open one.
+    while i < len(tokens) and not tokens[i].strip(_CLOSERS) and (
+        '"' not in tokens[i] or sum(t.count('"') for t in current) % 2 == 1):
+      current.append(tokens[i])
+      i += 1
+    if i == len(tokens):
+      break
+    following = tokens[i].lstrip(_OPENERS)
+    if tokens[i][0] in _OPENERS or (following and (following[0].isupper() or following[0].isdigit())):
+      sentences.append(" ".join(current))
+      current = []
+  if current:
+    sentences.append(" ".join(current))
+  return sentences
+
+
+def _read_lines(path: Path) -> list[str]:
+  """Lines of a UTF-8 file; a non-UTF-8 byte is an error naming the file and line."""
+  if not path.is_file():
+    raise FileNotFoundError(f"corpus file {path} does not exist")
+  data = path.read_bytes()
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as err:
+    line = data.count(b"\n", 0, err.start) + 1
+    raise ValueError(f"{path}:{line}: not valid UTF-8 ({err.reason} at byte {err.start}); convert the file to UTF-8 "
+                     "(e.g. iconv -f latin1 -t utf-8)") from None
+  return text.splitlines()
+
+
+def _is_wikitext(lines: list[str]) -> bool:
+  first = next((line for line in lines if line.strip()), "")
+  return bool(_TITLE.match(first))
+
+
+def _documents_of(path: Path) -> list[tuple[int, Document]]:
+  """(first line number, sentences) for each document of one file."""
+  lines = _read_lines(path)
+  wikitext = _is_wikitext(lines)
+  # WikiText headings stand between blank lines; a table row such as " = Goals ; A = " is text.
+  alone = lambda n: (n == 0 or not lines[n - 1].strip()) and (n + 1 == len(lines) or not lines[n + 1].strip())
+  documents: list[tuple[int, Document]] = []
+  current: Document = []
+  start = 1
+  for number, line in enumerate(lines, 1):
+    if wikitext and _TITLE.match(line) and alone(number - 1):
+      if current:
+        documents.append((start, current))
+      current, start = [], number
+      continue
+    if wikitext and _HEADING.match(line) and alone(number - 1):
+      continue
+    if not line.strip():
+      if not wikitext and current:  # Plain text: a blank line ends the document.
+        documents.append((start, current))
+        current = []
+      continue
+    if not current and not wikitext:
+      start = number
+    if wikitext:
+      for old, new in _WIKITEXT_JOINS:
+        line = line.replace(old, new)
+    current.extend(split_sentences(line))
+  if current:
+    documents.append((start, current))
+  return documents
+
+
+def read_documents(paths: Sequence[str | Path], *, min_document_sentences: int = 1,
+                   short_documents: str = "skip") -> list[Document]:
+  """Documents (lists of sentences) of the files, in order (rules in the module docstring).
+
+  Documents with fewer than `min_document_sentences` sentences are skipped and counted (short_documents="skip")
+  or are an error naming the file and line (short_documents="error", what NSP pairs need).
+  """
+  if short_documents not in ("skip", "error"):
+    raise ValueError(f"short_documents={short_documents!r} is not 'skip' or 'error'")
+  if not paths:
+    raise ValueError("no corpus files given")
+  documents, skipped = [], 0
+  for path in map(Path, paths):
+    for line, document in _documents_of(path):
+      if len(document) >= min_document_sentences:
+        documents.append(document)
+      elif short_documents == "error":
+        raise ValueError(f"{path}:{line}: document {document[0][:60]!r} has {len(document)} sentence(s), fewer than "
+                         f"min_document_sentences={min_document_sentences}; remove it or pass short_documents='skip'")
+      else:
+        skipped += 1
+  if skipped:
+    logging.info("read_documents: skipped %d documents shorter than %d sentences", skipped, min_document_sentences)
+  if not documents:
+    raise ValueError(f"empty corpus: no document with at least {min_document_sentences} sentence(s) in "
+                     f"{[str(p) for p in paths]}")
+  return documents
+
+
+class EncodedCorpus(NamedTuple):
+  """Flat token ids of every sentence; sentence i is tokens[sentence_offsets[i]:sentence_offsets[i+1]]; document d
+  has sentences document_offsets[d]:document_offsets[d+1]; word_starts marks each word's first subword."""
+  tokens: np.ndarray  # [T] int32
+  word_starts: np.ndarray  # [T] int8
+  sentence_offsets: np.ndarray  # [S+1] int64, token offsets
+  document_offsets: np.ndarray  # [D+1] int64, sentence offsets
+
+  def sentence(self, i: int) -> np.ndarray:
+    return self.tokens[self.sentence_offsets[i]:self.sentence_offsets[i + 1]]
+
+
+_FIELDS = EncodedCorpus._fields
+
+
+_PROBE = "Héllo WORLD, naïve café 123 ##x [MASK] 東京 straße"  # Exposes casing/accent/CJK normalization.
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+  """A hash of the tokenizer's vocabulary (ids -> pieces) and of how it segments a probe text, for cache keys."""
+  digest = hashlib.sha256(type(tokenizer).__name__.encode())
+  for piece in tokenizer.ids_to_tokens(range(tokenizer.vocab_size)):
+    digest.update(piece.encode("utf-8", "surrogatepass") + b"\0")
+  digest.update(" ".join(tokenizer.tokenize(_PROBE)).encode("utf-8", "surrogatepass"))
+  return digest.hexdigest()
+
+
+def documents_fingerprint(documents: Sequence[Document]) -> str:
+  """A hash of the documents' sentences (the text actually tokenized)."""
+  digest = hashlib.sha256()
+  for document in documents:
+    for sentence in document:
+      digest.update(sentence.encode("utf-8") + b"\n")
+    digest.update(b"\f")
+  return digest.hexdigest()
+
+
+def _tokenize(documents: Sequence[Document], tokenizer: Any) -> EncodedCorpus:
+  sentences = [s for document in documents for s in document]
+  encoded = tokenizer.encode_batch(sentences, add_special_tokens=False)
+  ids = [np.asarray(e.input_ids, np.int32) for e in encoded]
+  starts = []
+  for e in encoded:
+    words = np.asarray(e.word_ids, np.int64)
+    start = np.ones(len(words), np.int8)
+    start[1:] = words[1:] != words[:-1]
+    starts.append(start)
+  lengths = np.array([len(x) for x in ids], np.int64)
+  doc_lengths = np.array([len(d) for d in documents], np.int64)
+  return EncodedCorpus(
+      tokens=np.concatenate(ids) if ids else np.zeros(0, np.int32),
+      word_starts=np.concatenate(starts) if starts else np.zeros(0, np.int8),
+      sentence_offsets=np.concatenate([[0], np.cumsum(lengths)]),
+      document_offsets=np.concatenate([[0], np.cumsum(doc_lengths)]))
+
+
+def encode_documents(documents: Sequence[Document], tokenizer: Any, cache_dir: str | Path | None = None,
+                     key: str | None = None) -> EncodedCorpus:
+  """Tokenizes every sentence once (no special tokens); cached in cache_dir/<key>/*.npy (np.save, no pickle).
+
+  key defaults to a hash of (the documents' text, the tokenizer's vocabulary); a second call reloads the arrays.
+  """
+  if cache_dir is None:
+    return _tokenize(documents, tokenizer)
+  key = key or hashlib.sha256(
+      (documents_fingerprint(documents) + tokenizer_fingerprint(tokenizer)).encode()).hexdigest()[:32]
+  folder = Path(cache_dir) / key
+  if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
+    return EncodedCorpus(*(np.load(folder / f"{name}.npy", allow_pickle=False) for name in _FIELDS))
+  corpus = _tokenize(documents, tokenizer)
+  folder.mkdir(parents=True, exist_ok=True)
+  for name, array in zip(_FIELDS, corpus):
+    tmp = folder / f"{name}.{os.getpid()}.tmp.npy"  # Per process: hosts sharing a cache never mix their writes.
+    np.save(tmp, array, allow_pickle=False)
+    tmp.replace(folder / f"{name}.npy")  # Atomic: a killed run never leaves a half-written cache.
+  return corpus
+
+
+_CACHE_VERSION = "corpus-v2"  # Bump when the reading or tokenizing rules change: old caches are then ignored.
+
+
+def files_fingerprint(paths: Sequence[str | Path]) -> str:
+  """A hash of the files' bytes (not their names or times)."""
+  digest = hashlib.sha256(_CACHE_VERSION.encode())
+  for path in map(Path, paths):
+    if not path.is_file():
+      raise FileNotFoundError(f"corpus file {path} does not exist")
+    digest.update(hashlib.sha256(path.read_bytes()).digest())
+  return digest.hexdigest()
+
+
+def load_corpus(paths: Sequence[str | Path], tokenizer: Any, cache_dir: str | Path | None = None, *,
+                min_document_sentences: int = 1, short_documents: str = "skip") -> EncodedCorpus:
+  """read_documents + encode_documents, keyed by (files' content, reading options, tokenizer vocabulary): a second
+  call with the same inputs loads the cached arrays without reading or tokenizing."""
+  if cache_dir is None:
+    documents = read_documents(paths, min_document_sentences=min_document_sentences, short_documents=short_documents)
+    return encode_documents(documents, tokenizer)
+  key = hashlib.sha256(f"{files_fingerprint(paths)}|{min_document_sentences}|{short_documents}|"
+                       f"{tokenizer_fingerprint(tokenizer)}".encode()).hexdigest()[:32]
+  folder = Path(cache_dir) / key
+  if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
+    return EncodedCorpus(*(np.load(folder / f"{name}.npy", allow_pickle=False) for name in _FIELDS))
+  documents = read_documents(paths, min_document_sentences=min_document_sentences, short_documents=short_documents)
+  return encode_documents(documents, tokenizer, cache_dir, key)

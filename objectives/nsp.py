@@ -1,0 +1,44 @@
+"""Next sentence prediction head and loss (spec, "Next Sentence Prediction": y = softmax(h_CLS W_NSP)).
+
+The spec applies W_NSP to the raw final [CLS] vector; BERT (and HuggingFace checkpoints) apply it to the pooled
+[CLS] (tanh(W h_CLS + b)). Default `use_pooler=True` so imported heads work; `use_pooler=False` is the spec's form.
+Labels follow HuggingFace: 0 = IsNext (true continuation), 1 = NotNext (random segment).
+"""
+
+from typing import Any, Callable, Mapping
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from objectives import layers
+from objectives.objective import Objective
+
+
+class NextSentenceHead(nn.Module):
+  """2-way linear classifier on [CLS]; params `kernel` [H, 2] and `bias` [2] (the HF import's nsp tree)."""
+  use_pooler: bool = True
+  initializer_range: float = 0.02
+
+  @nn.compact
+  def __call__(self, outputs, batch: dict[str, jax.Array], attend: Callable | None = None,
+               train: bool = False) -> jax.Array:
+    """-> logits [batch, 2]."""
+    cls = outputs.pooled if self.use_pooler else outputs.cls
+    kernel = self.param("kernel", nn.initializers.normal(self.initializer_range), (cls.shape[-1], 2), jnp.float32)
+    bias = self.param("bias", nn.initializers.zeros_init(), (2,), jnp.float32)
+    return cls.astype(jnp.float32) @ kernel + bias
+
+
+def nsp_loss(logits: jax.Array, batch: dict[str, jax.Array]):
+  """Mean cross-entropy over the batch's pairs (nsp_weights when present), with nsp_loss/nsp_accuracy."""
+  labels = batch["nsp_label"]
+  weights = batch.get("nsp_weights", jnp.ones(labels.shape, jnp.float32))
+  return layers.cross_entropy(logits, labels, weights, "nsp")
+
+
+def build(config: Mapping[str, Any] | None = None) -> Objective:
+  """Objective "nsp" from a config block (optional keys: use_pooler, initializer_range)."""
+  head = NextSentenceHead(use_pooler=layers.option(config, "use_pooler", True),
+                          initializer_range=layers.option(config, "initializer_range", 0.02))
+  return Objective(name="nsp", head=head, loss=nsp_loss)

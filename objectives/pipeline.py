@@ -1,0 +1,204 @@
+"""Corpus -> fixed-length unmasked pretraining rows, random access (the engine shuffles, masks and batches them).
+
+Packings (spec, "Training Regimes"):
+- "full_sentences" (RoBERTa FULL-SENTENCES): [CLS] then contiguous full sentences, crossing documents with an
+  extra [SEP], filling each row up to max_length; a sentence longer than a row is cut (at word starts).
+- "nsp_pairs" (BERT): [CLS] A [SEP] B [SEP] with type ids 0/1 and nsp_label (0 = IsNext, 1 = random), built by
+  BERT's create_instances_from_document (see objectives.pairs).
+- "segments": each sentence is its own sequence [CLS] s [SEP]; several are packed per row (best-fit decreasing)
+  with attention_segments 1..k and positions restarting at 0, so attention never crosses a sequence.
+Every row has input_ids, type_ids, positions, attention_segments (0 = pad), word_starts [max_length].
+"""
+
+import bisect
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from objectives import corpus as corpus_lib
+from objectives import masking, pairs
+
+PACKINGS = ("full_sentences", "nsp_pairs", "segments")
+# Chunks: [C, 4] rows (token start, token end, type id, sequence number in the row 1..k); each chunk is followed
+# by [SEP] and a new sequence number starts with [CLS].
+START, END, TYPE, SEQUENCE = range(4)
+
+
+class PackedExamples:
+  """Random-access rows (len, getitem -> dict of numpy [max_length]) over an EncodedCorpus and a chunk layout."""
+
+  def __init__(self, corpus: corpus_lib.EncodedCorpus, chunks: np.ndarray, row_offsets: np.ndarray,
+               max_length: int, cls_id: int, sep_id: int, pad_id: int, nsp_labels: np.ndarray | None = None):
+    self.corpus, self.chunks, self.row_offsets = corpus, chunks, row_offsets
+    self.max_length, self.cls_id, self.sep_id, self.pad_id = max_length, cls_id, sep_id, pad_id
+    self.nsp_labels = nsp_labels
+
+  def __len__(self) -> int:
+    return len(self.row_offsets) - 1
+
+  def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+    if not -len(self) <= index < len(self):
+      raise IndexError(f"row {index} out of range for {len(self)} rows")
+    index %= len(self)
+    length = self.max_length
+    ids = np.full(length, self.pad_id, np.int32)
+    types, segments, positions = (np.zeros(length, np.int32) for _ in range(3))
+    word_starts = np.zeros(length, np.int8)
+    at, sequence, sequence_start = 0, 0, 0
+    for start, end, type_id, number in self.chunks[self.row_offsets[index]:self.row_offsets[index + 1]]:
+      if number != sequence:
+        sequence, sequence_start = number, at
+        ids[at], segments[at] = self.cls_id, number
+        at += 1
+      n = end - start
+      ids[at:at + n] = self.corpus.tokens[start:end]
+      word_starts[at:at + n] = self.corpus.word_starts[start:end]
+      ids[at + n] = self.sep_id
+      types[at:at + n + 1] = type_id
+      segments[at:at + n + 1] = number
+      at += n + 1
+      positions[sequence_start:at] = np.arange(at - sequence_start)
+    row = {"input_ids": ids, "type_ids": types, "positions": positions, "attention_segments": segments,
+           "word_starts": word_starts}
+    if self.nsp_labels is not None:
+      row["nsp_label"] = np.int32(self.nsp_labels[index])
+    return row
+
+  def padding_waste(self) -> float:
+    """Fraction of the rows' tokens that are padding."""
+    real = (self.chunks[:, END] - self.chunks[:, START]).sum() + len(self.chunks)  # Tokens + one [SEP] each.
+    starts = np.concatenate([[True], np.diff(self.chunks[:, SEQUENCE]) != 0])
+    starts[self.row_offsets[:-1][self.row_offsets[:-1] < len(self.chunks)]] = True
+    real += starts.sum()  # One [CLS] per sequence.
+    return float(1 - real / (len(self) * self.max_length))
+
+
+def sentence_pieces(corpus: corpus_lib.EncodedCorpus, max_tokens: int) -> np.ndarray:
+  """[N, 3] (token start, token end, document) of every non-empty sentence; a sentence longer than max_tokens is
+  cut into pieces of <= max_tokens, at word starts where possible (so no row begins inside a word)."""
+  offsets = corpus.sentence_offsets
+  documents = np.repeat(np.arange(len(corpus.document_offsets) - 1), np.diff(corpus.document_offsets))
+  pieces = []
+  for sentence in np.flatnonzero(np.diff(offsets) > 0):
+    start, end = int(offsets[sentence]), int(offsets[sentence + 1])
+    while end - start > max_tokens:
+      heads = np.flatnonzero(corpus.word_starts[start + 1:start + max_tokens + 1])
+      cut = start + 1 + int(heads[-1]) if len(heads) else start + max_tokens
+      pieces.append((start, cut, documents[sentence]))
+      start = cut
+    pieces.append((start, end, documents[sentence]))
+  return np.asarray(pieces, np.int64).reshape(-1, 3)
+
+
+def full_sentence_layout(corpus: corpus_lib.EncodedCorpus, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+  """RoBERTa FULL-SENTENCES (spec, "Training Regimes"): greedy fill; a new document in a row adds a [SEP]."""
+  pieces = sentence_pieces(corpus, max_length - 2)
+  chunks, row_offsets = [], [0]
+  used = max_length  # Forces a new row at the first piece.
+  for start, end, document in pieces:
+    continues = len(chunks) > row_offsets[-1] and chunks[-1][4] == document and chunks[-1][1] == start
+    cost = end - start + (0 if continues else 1)  # A new chunk brings its closing [SEP].
+    if used + cost > max_length:
+      row_offsets.append(len(chunks))
+      used, continues, cost = 1, False, end - start + 1  # [CLS].
+    if continues:
+      chunks[-1][1] = end
+    else:
+      chunks.append([start, end, 0, 1, document])
+    used += cost
+  row_offsets.append(len(chunks))
+  return np.asarray(chunks, np.int64).reshape(-1, 5)[:, :4], np.asarray(row_offsets[1:], np.int64)
+
+
+def segment_layout(corpus: corpus_lib.EncodedCorpus, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+  """Each sentence piece is a sequence [CLS] s [SEP]; rows are filled by best-fit decreasing (few pad tokens)."""
+  pieces = sentence_pieces(corpus, max_length - 2)
+  sizes = pieces[:, 1] - pieces[:, 0] + 2
+  order = np.argsort(-sizes, kind="stable")
+  open_rows: list[tuple[int, int]] = []  # (free space, row id), sorted.
+  rows: list[list[int]] = []
+  for piece in order:
+    size = int(sizes[piece])
+    slot = bisect.bisect_left(open_rows, (size, -1))
+    if slot == len(open_rows):
+      rows.append([piece])
+      free, row = max_length - size, len(rows) - 1
+    else:
+      free, row = open_rows.pop(slot)
+      rows[row].append(piece)
+      free -= size
+    if free >= 3:  # The shortest possible sequence is [CLS] x [SEP].
+      bisect.insort(open_rows, (free, row))
+  chunks = [[pieces[p, 0], pieces[p, 1], 0, k + 1] for row in rows for k, p in enumerate(sorted(row))]
+  row_offsets = np.concatenate([[0], np.cumsum([len(row) for row in rows])])
+  return np.asarray(chunks, np.int64).reshape(-1, 4), row_offsets.astype(np.int64)
+
+
+def pretraining_examples(*, files: Sequence[str | Path], tokenizer: Any, max_length: int,
+                         packing: str = "full_sentences", cache_dir: str | Path | None = None, seed: int = 0,
+                         short_seq_prob: float = 0.1, short_documents: str = "error") -> PackedExamples:
+  """Fixed-length unmasked rows from text files (WikiText or plain text; see objectives.corpus), tokenized once.
+
+  `seed` drives only the NSP pairing (which sentences pair, truncation sides); masking is seeded separately per
+  example (objectives.masking.example_rng). short_documents applies to nsp_pairs, which needs >= 2 sentences.
+  """
+  if packing not in PACKINGS:
+    raise ValueError(f"packing {packing!r} is not one of {PACKINGS}")
+  if max_length < 8:
+    raise ValueError(f"max_length {max_length} is too small for pretraining rows (at least 8)")
+  minimum = 2 if packing == "nsp_pairs" else 1
+  corpus = corpus_lib.load_corpus(files, tokenizer, cache_dir, min_document_sentences=minimum,
+                                  short_documents=short_documents if packing == "nsp_pairs" else "skip")
+  labels = None
+  if packing == "full_sentences":
+    chunks, row_offsets = full_sentence_layout(corpus, max_length)
+  elif packing == "segments":
+    chunks, row_offsets = segment_layout(corpus, max_length)
+  else:
+    chunks, row_offsets, labels = pairs.nsp_layout(corpus, max_length, np.random.default_rng(seed),
+                                                   short_seq_prob=short_seq_prob)
+  if len(row_offsets) < 2:
+    raise ValueError(f"the corpus {[str(f) for f in files]} produced no {packing} rows of max_length {max_length}; "
+                     "give more text")
+  return PackedExamples(corpus, chunks, row_offsets, max_length, tokenizer.cls_id, tokenizer.sep_id,
+                        tokenizer.pad_id, labels)
+
+
+def mask_options(tokenizer: Any, **overrides) -> dict[str, Any]:
+  """The tokenizer-dependent keyword arguments of masking.mask_example; a vocabulary without [MASK] is an error."""
+  if getattr(tokenizer, "mask_id", None) is None:
+    raise ValueError(f"the tokenizer's vocabulary ({getattr(tokenizer, 'source', type(tokenizer).__name__)}) has no "
+                     "[MASK] token, which MLM needs; use a BERT vocabulary or train one with the special tokens")
+  options = dict(mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
+                 special_ids=tuple(tokenizer.special_ids))
+  options.update(overrides)
+  return options
+
+
+def corpus_unigram_probs(examples: PackedExamples, tokenizer: Any) -> np.ndarray:
+  """The unigram distribution of the corpus's tokens (spec's random-replacement distribution), specials zeroed."""
+  return masking.unigram_probs([examples.corpus.tokens], tokenizer.vocab_size, tokenizer.special_ids)
+
+
+# Which packing and masking each objective needs (validate).
+_NEEDS_PACKING = {"nsp": "nsp_pairs"}
+_NEEDS_MASKING = {"sbo": "span"}
+
+
+def validate(objectives: Sequence[str], packing: str, masking_mode: str | None = None) -> None:
+  """Errors early when the objectives cannot be trained from this packing / masking mode (e.g. nsp without pairs)."""
+  from objectives import registry  # pylint: disable=import-outside-toplevel  (registry imports jax/flax heads)
+  for name in objectives:
+    registry.get(name)
+  if packing not in PACKINGS:
+    raise ValueError(f"packing {packing!r} is not one of {PACKINGS}")
+  for name in objectives:
+    needed = _NEEDS_PACKING.get(name)
+    if needed and packing != needed:
+      raise ValueError(f"objective {name!r} needs packing={needed!r} (sentence pairs with nsp_label), but the config "
+                       f"has packing={packing!r}; set packing={needed!r} or drop {name!r} from the objectives")
+    needed = _NEEDS_MASKING.get(name)
+    if needed and masking_mode is not None and masking_mode != needed:
+      raise ValueError(f"objective {name!r} needs masking mode {needed!r} (span boundaries), but the config has "
+                       f"{masking_mode!r}; set the masking mode to {needed!r} or drop {name!r}")

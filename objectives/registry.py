@@ -1,0 +1,25 @@
+"""Objective names -> builders. Adding an objective is one module with `build(config) -> Objective` plus one line."""
+
+from typing import Any, Callable, Mapping
+
+from objectives import mlm, nsp, sbo
+from objectives.objective import Objective
+
+OBJECTIVES: dict[str, Callable[[Mapping[str, Any] | None], Objective]] = {
+    "mlm": mlm.build,
+    "nsp": nsp.build,
+    "sbo": sbo.build,
+}
+
+
+def get(name: str) -> Callable[[Mapping[str, Any] | None], Objective]:
+  """The builder registered as `name`; an unknown name lists the registered ones."""
+  if name not in OBJECTIVES:
+    raise ValueError(f"unknown objective {name!r}; registered objectives: {sorted(OBJECTIVES)} "
+                     "(objectives/registry.py)")
+  return OBJECTIVES[name]
+
+
+def build(name: str, config: Mapping[str, Any] | None = None) -> Objective:
+  """get(name)(config)."""
+  return get(name)(config)
