@@ -1,0 +1,179 @@
+"""Determinism of the training engine, in real subprocesses: device-count invariance (1 device, 8 devices as a data
+mesh and as a 2x4 data x model mesh, pmap, 2 processes x 4 devices through jax.distributed), kill (SIGKILL) and
+resume, and gradient accumulation. tests/launch reuses these helpers.
+
+  python -m benchmarks.determinism    # last line: one JSON object with the measured differences
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = "configs/pretrain.py:runlocal"
+# The tiny runlocal model for 20 steps, dropout off (so pmap and jit draw no different random bits), a loss line every
+# step, checkpoints every 5 steps.
+TINY = ("--config.model.hidden_dropout=0.0", "--config.model.attention_dropout=0.0", "--config.num_train_steps=20",
+        "--config.log_every_steps=1", "--config.checkpoint_every_steps=5", "--config.eval_every_steps=0",
+        "--config.measure_mfu=False")
+TIMEOUT_S = 300
+
+
+def _env(devices: int, cache: Path) -> dict[str, str]:
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             JAX_COMPILATION_CACHE_DIR=str(cache / "jax"), PYTHONPATH=str(REPO))
+  env.pop("JAX_COORDINATOR_ADDRESS", None)
+  return env
+
+
+def command(workdir: Path, overrides: Sequence[str] = (), cache: Path | None = None) -> list[str]:
+  """The launch.main command line of a tiny run (tokenized corpus cached under `cache`)."""
+  cache_args = [f"--config.data.cache_dir={cache / 'corpus'}"] if cache else []
+  return [sys.executable, "-m", "launch.main", f"--config={CONFIG}", f"--workdir={workdir}", *TINY, *cache_args,
+          *overrides]
+
+
+def run(workdir: Path, overrides: Sequence[str] = (), *, devices: int = 1, cache: Path,
+        check: bool = True) -> subprocess.CompletedProcess:
+  """One training run in a subprocess with `devices` CPU devices; raises with its output when it fails and `check`."""
+  result = subprocess.run(command(workdir, overrides, cache), cwd=REPO, env=_env(devices, cache),
+                          capture_output=True, text=True, timeout=TIMEOUT_S)
+  if check and result.returncode != 0:
+    raise RuntimeError(f"run in {workdir} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
+                       f"{result.stderr[-5000:]}")
+  return result
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def run_multiprocess(workdir: Path, overrides: Sequence[str] = (), *, processes: int = 2, devices: int = 4,
+                     cache: Path) -> None:
+  """`processes` local processes with `devices` CPU devices each, wired by jax.distributed on 127.0.0.1; waits for
+  all of them (killing all on a failure or timeout)."""
+  address = f"127.0.0.1:{_free_port()}"
+  logs = [workdir.parent / f"{workdir.name}.process{i}.log" for i in range(processes)]
+  procs = []
+  for i in range(processes):
+    args = [*command(workdir, overrides, cache), f"--coordinator_address={address}", f"--num_processes={processes}",
+            f"--process_id={i}"]
+    with open(logs[i], "w") as log:
+      procs.append(subprocess.Popen(args, cwd=REPO, env=_env(devices, cache), stdout=log, stderr=subprocess.STDOUT))
+  try:
+    codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
+  except subprocess.TimeoutExpired:
+    codes = ["timeout"]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+        p.wait()
+  if codes != [0] * processes:
+    raise RuntimeError(f"multi-process run failed {codes}:\n" + "\n".join(l.read_text()[-3000:] for l in logs))
+
+
+def losses(workdir: Path) -> np.ndarray:
+  """The train/loss of every logged step (metrics.jsonl), in step order."""
+  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  by_step = {r["step"]: r["train/loss"] for r in records if "train/loss" in r}
+  return np.array([by_step[s] for s in sorted(by_step)], np.float64)
+
+
+def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
+  if a.shape != b.shape:
+    raise ValueError(f"different numbers of values: {a.shape} vs {b.shape}")
+  return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-12)))
+
+
+def final_params(workdir: Path) -> dict[str, np.ndarray]:
+  """{path: array} of the parameters in the newest checkpoint of a run."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (keeps the module import light)
+  steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+  restored = ocp.StandardCheckpointer().restore((workdir / "checkpoints" / str(steps[-1]) / "default").absolute())
+  flat = {}
+
+  def visit(tree, prefix):
+    for key, value in tree.items():
+      if isinstance(value, dict):
+        visit(value, f"{prefix}{key}/")
+      else:
+        flat[prefix + key] = np.asarray(value)
+  visit(restored["params"], "")
+  return flat
+
+
+def params_equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+  return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def params_max_rel_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+  return max(float(np.max(np.abs(a[k] - b[k])) / max(float(np.max(np.abs(b[k]))), 1e-12)) for k in b)
+
+
+def baseline(root: Path, cache: Path) -> Path:
+  """The 1-device reference run (every other check compares against it)."""
+  workdir = root / "one_device"
+  if not (workdir / "results.json").exists():
+    run(workdir, cache=cache)
+  return workdir
+
+
+def device_invariance(root: Path, cache: Path) -> dict[str, float]:
+  """Max relative loss difference to the 1-device run: 8-device data mesh, 2x4 data x model mesh, pmap, 2 processes."""
+  reference = losses(baseline(root, cache))
+  run(root / "data8", devices=8, cache=cache)
+  run(root / "data2_model4", ["--config.mesh_model=4"], devices=8, cache=cache)
+  run(root / "pmap8", ["--config.parallelism=pmap"], devices=8, cache=cache)
+  run_multiprocess(root / "two_processes", cache=cache)
+  diff = lambda name: max_rel_diff(losses(root / name), reference)
+  return {"device_invariance_max_rel_diff": max(diff("data8"), diff("data2_model4")),
+          "pmap_max_rel_diff": diff("pmap8"), "multiprocess_max_rel_diff": diff("two_processes")}
+
+
+def kill_and_resume(root: Path, cache: Path) -> dict[str, bool]:
+  """A run SIGKILLed after step 13 (its step-10 checkpoint written) and restarted ends bitwise equal to the
+  uninterrupted 1-device run."""
+  reference = baseline(root, cache)
+  workdir = root / "killed"
+  killed = run(workdir, ["--config.debug_kill_at_step=13"], cache=cache, check=False)
+  if killed.returncode != -9:
+    raise RuntimeError(f"the run was meant to die by SIGKILL, it returned {killed.returncode}:\n"
+                       f"{killed.stderr[-3000:]}")
+  resumed = run(workdir, cache=cache)
+  if "resuming from checkpoint step" not in resumed.stdout:
+    raise RuntimeError(f"the restarted run did not resume:\n{resumed.stdout[-2000:]}")
+  return {"resume_bitwise_equal": params_equal(final_params(workdir), final_params(reference))}
+
+
+def accumulation(root: Path, cache: Path) -> dict[str, float]:
+  """2 micro-batches of 4 accumulated vs the 1-device run's batches of 8: losses and final parameters."""
+  reference = baseline(root, cache)
+  workdir = root / "accumulated"
+  run(workdir, ["--config.grad_accum_steps=2"], cache=cache)
+  return {"accumulation_max_rel_diff": max_rel_diff(losses(workdir), losses(reference)),
+          "accumulation_params_max_rel_diff": params_max_rel_diff(final_params(workdir), final_params(reference))}
+
+
+def main() -> None:
+  root = Path(tempfile.mkdtemp(prefix="determinism-"))
+  try:
+    results = {**device_invariance(root, root / "cache"), **kill_and_resume(root, root / "cache"),
+               **accumulation(root, root / "cache")}
+  finally:
+    shutil.rmtree(root, ignore_errors=True)
+  print(json.dumps(results))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,74 @@
+"""Shared config blocks (model size, optimizer, engine schedule) and big_vision-style string arguments.
+
+Every experiment file (configs/pretrain.py, ...) builds its ConfigDict from these pieces so that a default lives in
+one place; size presets come from encoder.config.PRESETS.
+"""
+
+import dataclasses
+
+import ml_collections
+
+from encoder.config import preset
+
+
+def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+  """'size=mini,objectives=mlm+nsp,runlocal' -> ConfigDict; values take the type of their default, bare words are
+  True. An unknown name is an error listing the known ones (big_vision's parse_arg)."""
+  parsed = ml_collections.ConfigDict(defaults)
+  for item in filter(None, (arg or "").split(",")):
+    key, has_value, value = item.partition("=")
+    if key not in defaults:
+      raise ValueError(f"unknown config argument {key!r} in {arg!r}; known: {sorted(defaults)}")
+    default = defaults[key]
+    if not has_value:
+      parsed[key] = True
+    elif isinstance(default, bool):
+      parsed[key] = value.lower() in ("1", "true", "yes")
+    else:
+      parsed[key] = type(default)(value)
+  return parsed
+
+
+def model_config(size: str, **overrides) -> ml_collections.ConfigDict:
+  """The EncoderConfig fields of a PRESETS size as a ConfigDict (dtypes as strings); vocab_size 0 = the tokenizer's."""
+  fields = dataclasses.asdict(preset(size))
+  fields.update(vocab_size=0, dtype="float32", param_dtype="float32")
+  fields.update(overrides)
+  return ml_collections.ConfigDict(fields)
+
+
+def optimizer_config(**overrides) -> ml_collections.ConfigDict:
+  """BERT's optimizer: AdamW, linear warmup then linear decay to 0, global-norm clipping."""
+  opt = ml_collections.ConfigDict()
+  opt.name = "adamw"  # "adamw" or "lamb" (large-batch pretraining).
+  opt.learning_rate = 1e-4  # Peak learning rate, reached at the end of warmup.
+  opt.warmup_steps = 1000  # Linear warmup from 0 over this many optimizer steps.
+  opt.end_learning_rate = 0.0  # Linear decay reaches this value at num_train_steps.
+  opt.weight_decay = 0.01  # Decoupled weight decay; never applied to biases, LayerNorm or embedding LayerNorm.
+  opt.b1 = 0.9  # Adam beta1.
+  opt.b2 = 0.999  # Adam beta2.
+  opt.eps = 1e-6  # Adam epsilon.
+  opt.clip_norm = 1.0  # Global gradient-norm clipping threshold (0 disables it).
+  opt.update(overrides)
+  return opt
+
+
+def engine_config(config: ml_collections.ConfigDict, *, steps: int) -> ml_collections.ConfigDict:
+  """Adds the training-engine fields shared by every experiment (schedule, parallelism, checkpoints, logging)."""
+  config.seed = 0  # Seeds parameter init, dropout, shuffling and masking.
+  config.num_train_steps = steps  # Optimizer steps to train for.
+  config.batch_size = 256  # Global examples per optimizer step (all devices and hosts together).
+  config.grad_accum_steps = 1  # Split each step's batch into this many micro-batches; gradients are averaged.
+  config.parallelism = "jit"  # "jit": one program over a device mesh; "pmap": replicated step with pmean.
+  config.mesh_model = 1  # Size of the mesh's model axis (shards attention heads and MLP width); data axis = rest.
+  config.log_every_steps = 50  # Fetch on-device metrics and write a metrics line every this many steps.
+  config.eval_every_steps = 1000  # Evaluate every this many steps (and always at the end); 0 = only at the end.
+  config.eval_steps = 20  # Batches per evaluation (fewer when the split is smaller); -1 = the whole split.
+  config.checkpoint_every_steps = 1000  # Save a checkpoint every this many steps (and at the end).
+  config.keep_checkpoints = 3  # Keep this many latest checkpoints (plus the best one).
+  config.best_metric = "eval/loss"  # Metric that picks the best checkpoint ("" keeps only the latest).
+  config.best_mode = "min"  # "min" or "max" for best_metric.
+  config.measure_mfu = True  # Time a 2048^3 f32 matmul once at start as the MFU ceiling.
+  config.debug_nan_step = -1  # Debug: make the loss NaN at this step to exercise the NaN guard (-1: never).
+  config.debug_kill_at_step = -1  # Debug: SIGKILL this process right after this step (tests resume; -1: never).
+  return config

@@ -1,0 +1,63 @@
+"""Pretraining (MLM, NSP, SpanBERT's SBO) on raw text.
+
+  python -m launch.main --config configs/pretrain.py:size=mini,objectives=mlm+nsp --workdir runs/mini
+  python -m launch.main --config configs/pretrain.py:runlocal --workdir /tmp/smoke   # tiny model, a few seconds
+
+String arguments: size (a name from encoder.config.PRESETS), objectives ("+"-joined names from
+objectives.registry.OBJECTIVES), steps, runlocal (tiny model, WikiText-2 valid split, 20 steps).
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The pretraining config for `arg` ('size=base,objectives=mlm+sbo,steps=100000,runlocal')."""
+  arg = common.parse_arg(arg, size="base", objectives="mlm", steps=100_000, runlocal=False)
+  names = arg.objectives.split("+")
+  config = ml_collections.ConfigDict()  # Locked before it is returned.
+  config.objectives = arg.objectives  # "+"-joined objective names (objectives.registry.OBJECTIVES).
+  config.objective_weights = ml_collections.ConfigDict({n: 1.0 for n in names})  # Total loss = sum of w * loss.
+  config.task = ""  # Fine-tuning task name (tasks registry); "" for pretraining.
+  config.model = common.model_config(arg.size)  # EncoderConfig fields (encoder.config.PRESETS[size]).
+
+  config.data = ml_collections.ConfigDict()  # Corpus files, tokenizer and row layout.
+  config.data.train_files = "wikitext-2/raw/wiki.train.raw"  # Comma-separated; relative to the data dir or absolute.
+  config.data.eval_files = "wikitext-2/raw/wiki.valid.raw"  # Comma-separated evaluation files ("" = no eval).
+  config.data.tokenizer = "all-MiniLM-L6-v2"  # A tokenizer path or a packaged checkpoint name (encoder.pretrained).
+  config.data.max_length = 128  # Tokens per example row.
+  # Row layout (objectives.pipeline.PACKINGS): "full_sentences" (RoBERTa), "nsp_pairs" (BERT, for NSP), "segments".
+  config.data.packing = "nsp_pairs" if "nsp" in names else "full_sentences"
+  config.data.cache_dir = ""  # Tokenized-corpus cache ("" = workdir/cache).
+  config.data.prefetch = 2  # Batches prepared ahead on a background thread.
+
+  config.masking = ml_collections.ConfigDict()  # MLM corruption (objectives.masking.mask_example).
+  config.masking.rate = 0.15  # Fraction of tokens selected for prediction (spec, "Masking Words").
+  config.masking.max_predictions = 20  # Fixed width P of masked_positions per row.
+  config.masking.mode = "span" if "sbo" in names else "token"  # "token", "whole_word" or "span" (SpanBERT).
+  config.masking.replacement = "unigram"  # Random replacements from the corpus unigram law or "uniform".
+  config.masking.mask_prob = 0.8  # Of the selected tokens: replaced by [MASK].
+  config.masking.random_prob = 0.1  # Of the selected tokens: replaced by a random token (the rest are kept).
+
+  config.optimizer = common.optimizer_config()  # AdamW/LAMB, warmup + linear decay (configs/common.py).
+  common.engine_config(config, steps=arg.steps)
+  config.best_metric = "eval/mlm_accuracy" if "mlm" in names else "eval/loss"
+  config.best_mode = "max" if "mlm" in names else "min"
+
+  if arg.runlocal:  # A tiny run on the small WikiText-2 validation split: a smoke test in seconds.
+    config.model = common.model_config("tiny", num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256,
+                                       max_positions=64)
+    config.data.train_files = "wikitext-2/raw/wiki.valid.raw"
+    config.data.eval_files = "wikitext-2/raw/wiki.test.raw"
+    config.data.max_length = 32
+    config.masking.max_predictions = 4
+    config.batch_size = 8
+    config.num_train_steps = 20 if arg.steps == 100_000 else arg.steps
+    config.optimizer.warmup_steps = 4
+    config.optimizer.learning_rate = 1e-3
+    config.log_every_steps = 5
+    config.eval_every_steps = 10
+    config.eval_steps = 2
+    config.checkpoint_every_steps = 10
+  return config.lock()

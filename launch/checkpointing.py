@@ -1,0 +1,79 @@
+"""Orbax checkpoints in workdir/checkpoints: async saves, the last K plus the best by a metric, resume from the
+newest readable one (a corrupt or partial newest one is reported, moved aside and the previous one used), and a
+refusal to resume a workdir whose saved model config differs from the one asked for.
+
+The input pipeline is a pure function of the step (launch/input_pipeline.py), so the step is its iterator state.
+"""
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+from jax.experimental import multihost_utils
+import ml_collections
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers
+
+from launch import config_checks
+
+
+def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.CheckpointManager:
+  """Async manager keeping config.keep_checkpoints latest plus the best by config.best_metric."""
+  policies = [checkpoint_managers.LatestN(n=config.keep_checkpoints)]
+  if config.best_metric:
+    policies.append(checkpoint_managers.BestN(
+        get_metric_fn=lambda metrics: metrics[config.best_metric], reverse=config.best_mode == "min", n=1,
+        keep_checkpoints_without_metrics=False))
+  options = ocp.CheckpointManagerOptions(
+      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True)
+  return ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
+
+
+def save(manager: ocp.CheckpointManager, step: int, state: Any, metrics: dict[str, float] | None = None) -> None:
+  """Starts an async save of `state` at `step` (with eval metrics when there are some, for best-N)."""
+  manager.save(step, args=ocp.args.StandardSave(state), metrics=metrics, force=True)
+
+
+def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any, workdir: Path) -> Any | None:
+  """The newest checkpoint that restores onto `abstract_state` (shapes, dtypes, shardings), or None if there is none.
+
+  An unreadable one is reported on stderr and moved to workdir/corrupt_checkpoints/ (kept, never deleted).
+  """
+  for step in sorted(manager.all_steps(), reverse=True):
+    try:
+      return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
+    except Exception as err:  # Orbax raises many types for truncated/missing files; all mean "unreadable".
+      moved = workdir / "corrupt_checkpoints" / f"{step}-{int(time.time())}"
+      print(f"warning: checkpoint {manager.directory / str(step)} is unreadable ({type(err).__name__}: "
+            f"{str(err)[:300]}); moving it to {moved} and trying the previous one", file=sys.stderr, flush=True)
+      multihost_utils.sync_global_devices(f"restore-failed-{step}")
+      if jax.process_index() == 0:
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(manager.directory / str(step)), moved)
+      multihost_utils.sync_global_devices(f"moved-{step}")
+      manager.reload()
+  return None
+
+
+def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:
+  """Refuses a workdir holding checkpoints written under a different model config (listing the differences)."""
+  saved_path = workdir / "config.json"
+  checkpoints = workdir / "checkpoints"
+  has_checkpoints = checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
+  if not (has_checkpoints and saved_path.is_file()):
+    return
+  differences = config_checks.incompatible_fields(json.loads(saved_path.read_text()), config_checks.to_dict(config))
+  if differences:
+    raise config_checks.ConfigError(
+        f"{workdir} holds checkpoints of a different model ({saved_path} differs: {'; '.join(differences)}); "
+        "use a new --workdir, or the saved config to resume")
+
+
+def write_config(workdir: Path, config: ml_collections.ConfigDict) -> None:
+  """workdir/config.json: the full resolved config of this run (process 0 only)."""
+  if jax.process_index() == 0:
+    (workdir / "config.json").write_text(json.dumps(config_checks.to_dict(config), indent=2, sort_keys=True) + "\n")

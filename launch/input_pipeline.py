@@ -1,0 +1,118 @@
+"""grain input pipelines: rows -> shuffle(seed) -> repeat -> mask(seed, global index) -> batch -> this process's part.
+
+The batch of step s is a pure function of (config, s): it holds global examples [s*B, (s+1)*B) of the shuffled,
+repeated corpus, each masked by objectives.masking.example_rng(seed, global index). Process p of P reads rows
+[s*B + p*B/P, s*B + (p+1)*B/P) only. So the step is the whole iterator state (resume = start at the restored step),
+and batches are identical for any number of devices or hosts. Batches are prepared ahead by grain's threads.
+"""
+
+from pathlib import Path
+from typing import Any, Iterator, NamedTuple, Sequence
+
+import grain
+import jax
+import ml_collections
+import numpy as np
+
+from configs import paths
+from encoder import pretrained
+from encoder.tokenizer import load_tokenizer
+from objectives import masking, pipeline
+
+DEVICE_KEYS_DROPPED = ("word_starts",)  # Host-only fields of the pipeline rows (used by masking).
+EVAL_SEED_OFFSET = 1  # Evaluation masks use seed + 1, fixed across evaluations.
+
+
+class Data(NamedTuple):
+  """The tokenizer, the unmasked rows of each split and the masking options shared by them."""
+  tokenizer: Any
+  train: Any  # Random-access rows (objectives.pipeline.PackedExamples).
+  eval: Any | None
+  mask_options: dict[str, Any]
+
+
+def resolve_files(spec: str, what: str) -> list[Path]:
+  """'a.txt,wikitext-2/raw/wiki.valid.raw' -> paths (absolute or existing as given, else under the data dir)."""
+  files = []
+  for name in filter(None, (part.strip() for part in spec.split(","))):
+    path = Path(name)
+    if path.is_absolute() or path.exists():
+      if not path.is_file():
+        raise FileNotFoundError(f"{what}: {path} does not exist (config.data.{what})")
+      files.append(path)
+    else:
+      try:
+        files.append(paths.data_file(name))
+      except FileNotFoundError as err:
+        raise FileNotFoundError(f"{what}: {err} (config.data.{what})") from None
+  return files
+
+
+def tokenizer_for(name: str) -> Any:
+  """A packaged checkpoint's tokenizer by name (encoder.pretrained.PACKAGED), else a tokenizer file/directory."""
+  return load_tokenizer(pretrained.pretrained_path(name) if name in pretrained.PACKAGED else name)
+
+
+def load_data(config: ml_collections.ConfigDict, cache_dir: Path) -> Data:
+  """Tokenizes (or reads from the cache) the train and eval corpora and prepares the masking options."""
+  data = config.data
+  names = config.objectives.split("+")
+  pipeline.validate(names, data.packing, config.masking.mode)
+  tokenizer = tokenizer_for(data.tokenizer)
+  rows = lambda files: pipeline.pretraining_examples(files=files, tokenizer=tokenizer, max_length=data.max_length,
+                                                     packing=data.packing, cache_dir=cache_dir, seed=config.seed)
+  train = rows(resolve_files(data.train_files, "train_files"))
+  eval_files = resolve_files(data.eval_files, "eval_files")
+  m = config.masking
+  options = pipeline.mask_options(tokenizer, max_predictions=m.max_predictions, rate=m.rate, mode=m.mode,
+                                  replacement=m.replacement, mask_prob=m.mask_prob, random_prob=m.random_prob)
+  if m.replacement == "unigram":
+    options["unigram_probs"] = pipeline.corpus_unigram_probs(train, tokenizer)
+  return Data(tokenizer, train, rows(eval_files) if eval_files else None, options)
+
+
+def _masker(options: dict[str, Any], seed: int):
+  def mask(index: int, row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    masked = masking.mask_example(row, masking.example_rng(seed, index), **options)
+    return {k: v for k, v in masked.items() if k not in DEVICE_KEYS_DROPPED}
+  return mask
+
+
+def example_batch(rows: Sequence, options: dict[str, Any]) -> dict[str, np.ndarray]:
+  """A batch of one masked row: the shapes and dtypes the model is initialized and traced with."""
+  return {k: np.asarray(v)[None] for k, v in _masker(options, 0)(0, rows[0]).items()}
+
+
+def _local_batch(global_batch: int) -> int:
+  if global_batch % jax.process_count():
+    raise ValueError(f"batch size {global_batch} is not divisible by the {jax.process_count()} processes")
+  return global_batch // jax.process_count()
+
+
+def _this_process(batched: grain.MapDataset) -> grain.MapDataset:
+  """Batches of B/P rows -> every P-th one, from this process's offset: its part of each global batch."""
+  return batched[jax.process_index()::jax.process_count()]
+
+
+def train_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int, seed: int, start_step: int,
+                  prefetch: int) -> Iterator[dict[str, np.ndarray]]:
+  """This process's rows of the batches of steps start_step, start_step + 1, ... (endless)."""
+  if len(rows) == 0:
+    raise ValueError("the training corpus produced no rows; check config.data.train_files")
+  dataset = (grain.MapDataset.source(rows).shuffle(seed=seed).repeat().map_with_index(_masker(options, seed))
+             .batch(_local_batch(global_batch), drop_remainder=True))
+  dataset = _this_process(dataset)[start_step:]
+  return iter(dataset.to_iter_dataset(grain.ReadOptions(num_threads=max(prefetch, 1),
+                                                        prefetch_buffer_size=max(prefetch, 1))))
+
+
+def eval_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int, seed: int,
+                 max_batches: int) -> tuple[int, Iterator[dict[str, np.ndarray]]]:
+  """(number of batches, iterator) over the first whole batches of the split (in order, fixed masks)."""
+  count = len(rows) // global_batch
+  if max_batches >= 0:
+    count = min(count, max_batches)
+  dataset = (grain.MapDataset.source(rows).map_with_index(_masker(options, seed + EVAL_SEED_OFFSET))
+             .batch(_local_batch(global_batch), drop_remainder=True))
+  dataset = _this_process(dataset)[:count]
+  return count, iter(dataset.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=2)))

@@ -1,0 +1,47 @@
+"""Command line: `python -m launch.main --config configs/pretrain.py:size=mini --workdir runs/mini [--config.x=v]`.
+
+Overrides are checked before they are applied: a mistyped key names its close matches, a wrong type names the
+expected one. Multi-host: pass --coordinator_address/--num_processes/--process_id (or set JAX_COORDINATOR_ADDRESS,
+JAX_NUM_PROCESSES, JAX_PROCESS_ID) on every host.
+"""
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from launch import config_checks, distributed
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=mini.",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: config.json, checkpoints, logs, results.")
+_COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host runs).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host runs).")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's id, 0..num_processes-1 (multi-host runs).")
+_DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Let JAX detect the cluster (TPU pods, SLURM).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl parsing after the override check, so config errors are one clear line, not a traceback."""
+  try:
+    config_checks.check_command_line(argv)
+  except config_checks.ConfigError as err:
+    sys.exit(f"error: {err}")
+  return flags.FLAGS(argv)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  logging.set_verbosity(logging.WARNING)  # Orbax and grain log every save/read at INFO.
+  distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value)
+  from launch import train  # pylint: disable=import-outside-toplevel  (after jax.distributed is set up)
+  try:
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  except (config_checks.ConfigError, FileNotFoundError, train.NonFiniteLossError) as err:
+    sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+  app.run(main, flags_parser=parse_flags)

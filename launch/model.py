@@ -1,0 +1,70 @@
+"""The trained model: the encoder plus every objective's (or task's) head in one linen module, and the weighted loss.
+
+Parameters: params/encoder/... (the Encoder tree) and params/<objective name>/... (each head's tree).
+"""
+
+import dataclasses
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from encoder.config import EncoderConfig
+from encoder.model import Encoder
+from objectives.objective import Metrics, Objective
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+ENCODER_INPUTS = ("input_ids", "type_ids", "positions", "attention_segments")
+
+
+def encoder_config(model: ml_collections.ConfigDict, vocab_size: int) -> EncoderConfig:
+  """EncoderConfig from config.model; vocab_size 0 takes the tokenizer's, dtype names become dtypes."""
+  fields = model.to_dict()
+  for key in ("dtype", "param_dtype"):
+    if fields[key] not in DTYPES:
+      raise ValueError(f"config.model.{key}={fields[key]!r} is not one of {sorted(DTYPES)}")
+    fields[key] = DTYPES[fields[key]]
+  if fields["vocab_size"] == 0:
+    fields["vocab_size"] = vocab_size
+  elif fields["vocab_size"] < vocab_size:
+    raise ValueError(f"config.model.vocab_size={fields['vocab_size']} is smaller than the tokenizer's vocabulary "
+                     f"({vocab_size}); set it to 0 to use the tokenizer's size")
+  known = {f.name for f in dataclasses.fields(EncoderConfig)}
+  unknown = sorted(set(fields) - known)
+  if unknown:
+    raise ValueError(f"config.model has fields {unknown} that EncoderConfig does not know ({sorted(known)})")
+  return EncoderConfig(**fields)
+
+
+class PretrainingModel(nn.Module):
+  """Encoder -> each head; apply returns {objective name: predictions}."""
+  cfg: EncoderConfig
+  objectives: Sequence[Objective]
+
+  @nn.compact
+  def __call__(self, batch: dict[str, jax.Array], train: bool = False) -> dict[str, Any]:
+    encoder = Encoder(self.cfg, name="encoder")
+    outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train)
+    return {o.name: o.head.clone(parent=self, name=o.name)(outputs, batch, encoder.attend, train)
+            for o in self.objectives}
+
+
+def objective_metrics(objectives: Sequence[Objective], predictions: dict[str, Any],
+                      batch: dict[str, jax.Array]) -> Metrics:
+  """Every objective's (sum, count) metrics; each must report its loss as `<name>_loss` = (sum, count) (the engine
+  normalizes by the global count, so the loss is exact however the batch is split over devices and micro-batches)."""
+  metrics = {}
+  for objective in objectives:
+    _, objective_metrics_ = objective.loss(predictions[objective.name], batch)
+    if f"{objective.name}_loss" not in objective_metrics_:
+      raise ValueError(f"objective {objective.name!r} must return a '{objective.name}_loss' (sum, count) metric; "
+                       f"it returned {sorted(objective_metrics_)}")
+    metrics.update(objective_metrics_)
+  return metrics
+
+
+def weighted_loss(weights: dict[str, float], sums: dict[str, Any], counts: dict[str, Any]) -> jax.Array:
+  """Total loss sum_o w_o * sums[o] / counts[o]: each objective's mean over its (global) count, weighted."""
+  return sum(w * sums[name] / jnp.maximum(counts[name], 1.0) for name, w in weights.items())

@@ -1,0 +1,132 @@
+"""The train state and the pure train/eval steps: state, batch, metric sums -> new state, new metric sums.
+
+The loss of a step is sum_o w_o * S_o / C_o with S_o, C_o the sum and count of objective o's per-token losses over
+the whole global batch, all devices and micro-batches together: the counts are computed first (from the batch
+alone), so every device and micro-batch adds its exact share and gradients are summed. Data-parallel jit, pmap and
+gradient accumulation therefore give the large-batch gradient up to float rounding.
+Metrics are (sum, count) pairs accumulated on device ([2] float32, `acc`) and fetched every N steps, so no step waits
+for the host. `nonfinite_step` keeps the first step whose loss or gradient norm was NaN/inf.
+"""
+
+from typing import Any, Callable, Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from launch.model import PretrainingModel, objective_metrics, weighted_loss
+from objectives.objective import Objective
+
+NO_STEP = 2**31 - 1  # `nonfinite_step` while every step was finite.
+
+
+@flax.struct.dataclass
+class TrainState:
+  """The only mutable thing of a run (checkpointed whole)."""
+  step: jax.Array  # int32 scalar: optimizer steps done.
+  params: Any
+  opt_state: Any
+  rng: jax.Array  # uint32 [2]: the dropout key, folded with the step.
+
+
+@flax.struct.dataclass
+class StepFns:
+  """What a step needs besides state and batch (static under jit)."""
+  model: PretrainingModel = flax.struct.field(pytree_node=False)
+  objectives: Sequence[Objective] = flax.struct.field(pytree_node=False)
+  weights: dict = flax.struct.field(pytree_node=False)
+  tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)
+
+
+def init_state(fns: StepFns, example_batch: dict[str, jax.Array], seed: int) -> TrainState:
+  """Fresh parameters and optimizer state (traceable: jit it with out_shardings to create sharded state)."""
+  init_key, dropout_key = jax.random.split(jax.random.PRNGKey(seed))
+  params = fns.model.init(init_key, example_batch, train=False)["params"]
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=fns.tx.init(params), rng=dropout_key)
+
+
+def _pairs(metrics: dict[str, tuple]) -> dict[str, jax.Array]:
+  """{name: (sum, count)} -> {name: [2] float32}."""
+  return {k: jnp.stack([jnp.asarray(s, jnp.float32), jnp.asarray(c, jnp.float32)]) for k, (s, c) in metrics.items()}
+
+
+def _padding(batch: dict[str, jax.Array]) -> dict[str, tuple]:
+  """The batch's padding (tokens in no sequence) as a (sum, count) pair."""
+  segments = batch["attention_segments"]
+  return {"padding": ((segments == 0).sum(), segments.size)}
+
+
+def _add(acc: dict[str, jax.Array], metrics: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  return acc | {k: acc[k] + v if k in acc else v for k, v in metrics.items()}
+
+
+def _loss_counts(fns: StepFns, params: Any, micro_batches: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """{objective: count of its per-token losses} over all micro-batches, from the batch alone (the objectives' losses
+  on dummy predictions: counts depend only on the batch's weights; XLA drops the unused arithmetic)."""
+  first = jax.tree.map(lambda x: x[0], micro_batches)
+  shapes = jax.eval_shape(lambda: fns.model.apply({"params": params}, first, train=False))
+  dummy = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  counts = jax.vmap(lambda micro: {o.name: objective_metrics([o], dummy, micro)[f"{o.name}_loss"][1]
+                                   for o in fns.objectives})(micro_batches)
+  return jax.tree.map(lambda c: c.sum(0), counts)
+
+
+def train_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], acc: dict[str, jax.Array], *,
+               accum: int, nan_step: int, axis_name: str | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One optimizer step over `accum` micro-batches (a leading batch axis when accum > 1) and, under pmap, devices."""
+  micro_batches = batch if accum > 1 else jax.tree.map(lambda x: x[None], batch)
+  counts = _loss_counts(fns, state.params, micro_batches)
+  if axis_name is not None:
+    counts = jax.lax.psum(counts, axis_name)
+  key = jax.random.fold_in(state.rng, state.step)
+  if axis_name is not None:
+    key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
+
+  def loss_fn(params, micro, micro_key):
+    predictions = fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key})
+    metrics = objective_metrics(fns.objectives, predictions, micro)
+    share = weighted_loss(fns.weights, {o.name: metrics[f"{o.name}_loss"][0] for o in fns.objectives}, counts)
+    share = share * jnp.where(state.step == nan_step, jnp.nan, 1.0)  # config.debug_nan_step (never when -1).
+    return share, _pairs(metrics | _padding(micro))
+
+  grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+  def micro_step(carry, xs):
+    micro, index = xs
+    (share, metrics), grads = grad_fn(state.params, micro, jax.random.fold_in(key, index))
+    loss, metric_sums, grad_sums = carry
+    return (loss + share, _add(metric_sums, metrics), jax.tree.map(jnp.add, grad_sums, grads)), None
+
+  shapes = jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda x: x[0], micro_batches), key)
+  (loss, metrics), grads = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  (loss, metrics, grads), _ = jax.lax.scan(micro_step, (loss, metrics, grads), (micro_batches, jnp.arange(accum)))
+  if axis_name is not None:
+    loss, metrics, grads = jax.lax.psum((loss, metrics, grads), axis_name)
+  grad_norm = optax.global_norm(grads)
+  updates, opt_state = fns.tx.update(grads, state.opt_state, state.params)
+  new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                            opt_state=opt_state)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  metrics = metrics | _pairs({"grad_norm": (grad_norm, 1)})
+  acc = _add(acc, metrics) | {
+      "nonfinite_step": jnp.where(finite, acc["nonfinite_step"], jnp.minimum(acc["nonfinite_step"], state.step))}
+  return new_state, acc
+
+
+def eval_step(fns: StepFns, params: Any, batch: dict[str, jax.Array], acc: dict[str, jax.Array], *,
+              axis_name: str | None = None) -> dict[str, jax.Array]:
+  """Adds one evaluation batch's (sum, count) metrics to `acc`."""
+  predictions = fns.model.apply({"params": params}, batch, train=False)
+  metrics = _pairs(objective_metrics(fns.objectives, predictions, batch) | _padding(batch))
+  if axis_name is not None:
+    metrics = jax.lax.psum(metrics, axis_name)
+  return _add(acc, metrics)
+
+
+def zero_metrics(step_fn: Callable, *args) -> dict[str, jax.Array]:
+  """All-zero metric sums with the keys `step_fn(*args, acc)` produces (nonfinite_step = NO_STEP)."""
+  empty = {"nonfinite_step": jnp.asarray(NO_STEP, jnp.int32)}
+  shapes = jax.eval_shape(step_fn, *args, empty)
+  shapes = shapes[1] if isinstance(shapes, tuple) else shapes
+  return {k: (empty[k] if k in empty else jnp.zeros(s.shape, s.dtype)) for k, s in shapes.items()}

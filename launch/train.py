@@ -1,0 +1,209 @@
+"""train_and_evaluate(config, workdir): the training loop (DESIGN, "The flow of one training step").
+
+files -> grain (shard by process, shuffle, mask, batch) -> host batch -> make_array_from_process_local_data ->
+jit(train_step) over the mesh (or pmap) -> metric sums on device, fetched every log_every_steps -> metrics.jsonl +
+TensorBoard + progress line -> async orbax checkpoints. Resumes from the newest readable checkpoint by itself; stops
+on NaN/inf (naming the step) without touching the last good checkpoint; on SIGTERM saves and returns.
+"""
+
+import functools
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from launch import checkpointing, config_checks, flops, input_pipeline, metrics_writer, optimizer, sharding, steps
+from launch.model import PretrainingModel, encoder_config
+from launch.progress import Progress
+from objectives import registry
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The loss or gradient norm became NaN/inf; the message names the step and the checkpoint kept."""
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Value checks that need no data (naming the field and what to do)."""
+  names = config.objectives.split("+")
+  if set(config.objective_weights.keys()) != set(names):
+    raise config_checks.ConfigError(f"config.objective_weights has keys {sorted(config.objective_weights.keys())} "
+                                    f"but config.objectives={config.objectives!r}: give one weight per objective")
+  if config.task:
+    raise config_checks.ConfigError(f"config.task={config.task!r}: fine-tuning tasks are not wired into this engine "
+                                    "yet; leave config.task empty for pretraining")
+  choices = {"parallelism": ("jit", "pmap"), "best_mode": ("min", "max")}
+  for key, allowed in choices.items():
+    if config[key] not in allowed:
+      raise config_checks.ConfigError(f"config.{key}={config[key]!r} is not one of {allowed}")
+  if config.parallelism == "pmap" and config.mesh_model != 1:
+    raise config_checks.ConfigError("parallelism='pmap' replicates the model: set config.mesh_model=1")
+  for key in ("num_train_steps", "batch_size", "grad_accum_steps", "log_every_steps"):
+    if config[key] < 1:
+      raise config_checks.ConfigError(f"config.{key}={config[key]} must be at least 1")
+  micro = config.batch_size // config.grad_accum_steps
+  data_axis = jax.device_count() // config.mesh_model
+  if config.batch_size % config.grad_accum_steps or micro % data_axis:
+    raise config_checks.ConfigError(
+        f"config.batch_size={config.batch_size} must split into grad_accum_steps={config.grad_accum_steps} "
+        f"micro-batches, each divisible by the {data_axis} data-parallel devices")
+
+
+def _every(step: int, period: int, last: int) -> bool:
+  return step == last or (period > 0 and step % period == 0)
+
+
+def _fetch(acc: dict[str, jax.Array], parallelism: str) -> dict[str, np.ndarray]:
+  """Device metric sums -> host numpy (the first copy under pmap)."""
+  host = jax.device_get(acc)
+  return {k: (v[0] if parallelism == "pmap" else v) for k, v in host.items()}
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
+  """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  lead = jax.process_index() == 0
+  check_config(config)
+  checkpointing.check_compatible(workdir, config)
+  checkpointing.write_config(workdir, config)
+  data = input_pipeline.load_data(config, Path(config.data.cache_dir or workdir / "cache"))
+
+  objectives = tuple(registry.build(name, config.model) for name in config.objectives.split("+"))
+  cfg = encoder_config(config.model, data.tokenizer.vocab_size)
+  total_steps, accum, parallelism = config.num_train_steps, config.grad_accum_steps, config.parallelism
+  fns = steps.StepFns(PretrainingModel(cfg, objectives), objectives, dict(config.objective_weights),
+                      optimizer.make_optimizer(config.optimizer, total_steps))
+  mesh = sharding.make_mesh(config.mesh_model)
+  replicated = NamedSharding(mesh, P())
+
+  example = input_pipeline.example_batch(data.train, data.mask_options)
+  init = functools.partial(steps.init_state, fns, seed=config.seed)
+  abstract = jax.eval_shape(init, example)
+  state_shardings = sharding.state_shardings(abstract, mesh)
+  manager = checkpointing.create_manager(workdir, config)
+  target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_shardings)
+  state = checkpointing.restore_latest(manager, target, workdir)
+  if state is None:
+    state = jax.jit(init, out_shardings=state_shardings)(example)
+  start = int(jax.device_get(state.step))
+  progress = Progress(start, total_steps, enabled=lead)
+  progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
+                   f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "
+                   f"{parallelism}; model {cfg.num_layers}x{cfg.hidden_size}, objectives {config.objectives}")
+
+  train_kwargs = dict(accum=accum, nan_step=config.debug_nan_step)
+  if parallelism == "jit":
+    batch_sharding = NamedSharding(mesh, sharding.batch_spec(accum))
+    train_step = jax.jit(functools.partial(steps.train_step, fns, **train_kwargs),
+                         in_shardings=(state_shardings, batch_sharding, replicated),
+                         out_shardings=(state_shardings, replicated), donate_argnums=(0, 2))
+    eval_step = jax.jit(functools.partial(steps.eval_step, fns),
+                        in_shardings=(state_shardings.params, NamedSharding(mesh, P("data")), replicated),
+                        out_shardings=replicated, donate_argnums=(2,))
+    device_state = state
+  else:
+    train_step = jax.pmap(functools.partial(steps.train_step, fns, axis_name="data", **train_kwargs),
+                          axis_name="data", donate_argnums=(0, 2))
+    eval_step = jax.pmap(functools.partial(steps.eval_step, fns, axis_name="data"), axis_name="data",
+                         donate_argnums=(2,))
+    device_state = sharding.to_pmap(state, mesh)
+  to_device = functools.partial(sharding.global_batch, mesh=mesh, parallelism=parallelism)
+  # Fresh device copies of host trees (metric sums are donated to the step, so each interval gets new buffers).
+  place = ((lambda tree: sharding.to_pmap(tree, mesh)) if parallelism == "pmap"
+           else (lambda tree: jax.device_put(tree, replicated)))
+  canonical = ((lambda s: sharding.from_pmap(s, state_shardings)) if parallelism == "pmap" else (lambda s: s))
+
+  micro_batches = lambda batch: {k: np.stack([v] * accum) for k, v in batch.items()} if accum > 1 else batch
+  train_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.train_step, fns, **train_kwargs), state,
+                                                 micro_batches(example)))
+  eval_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.eval_step, fns), state.params, example))
+  writer = metrics_writer.MetricsWriter(workdir)
+  flops_per_step = flops.train_flops_per_step(state.params, cfg, config.batch_size, config.data.max_length)
+  ceiling = flops.matmul_ceiling() if config.measure_mfu else None
+  schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
+  eval_batch = config.batch_size // accum
+
+  def evaluate(params) -> dict[str, float]:
+    if data.eval is None:
+      return {}
+    count, batches = input_pipeline.eval_batches(data.eval, data.mask_options, global_batch=eval_batch,
+                                                 seed=config.seed, max_batches=config.eval_steps)
+    acc = place(eval_zero)
+    for local in batches:
+      acc = eval_step(params, to_device(local, accum=1), acc)
+    return metrics_writer.summarize(_fetch(acc, parallelism), "eval", fns.weights) if count else {}
+
+  stop_requested = threading.Event()
+  previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
+  batches = input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
+                                         seed=config.seed, start_step=start, prefetch=config.data.prefetch)
+  acc, train_metrics, eval_metrics, best = place(train_zero), {}, {}, None
+  interval_start, interval_step = time.perf_counter(), start
+  try:
+    for step in range(start, total_steps):
+      device_state, acc = train_step(device_state, to_device(next(batches), accum=accum), acc)
+      done = step + 1
+      if done == config.debug_kill_at_step:  # Debug: a hard kill right after this step (resume tests).
+        manager.wait_until_finished()
+        os.kill(os.getpid(), signal.SIGKILL)
+      log_due = _every(done, config.log_every_steps, total_steps)
+      stop = stop_requested.is_set()
+      if jax.process_count() > 1:  # Hosts agree on stopping at log steps (saving is collective).
+        stop = log_due and bool(multihost_utils.process_allgather(np.asarray(stop)).any())
+      eval_due = _every(done, config.eval_every_steps, total_steps)
+      save_due = _every(done, config.checkpoint_every_steps, total_steps) or stop
+      if not (log_due or eval_due or save_due):
+        continue
+      sums = _fetch(acc, parallelism)
+      if sums["nonfinite_step"] != steps.NO_STEP:
+        raise NonFiniteLossError(
+            f"loss or gradient norm is NaN/inf at step {int(sums['nonfinite_step']) + 1} (the step that ran with "
+            f"state step {int(sums['nonfinite_step'])}); stopping. The last good checkpoint, step "
+            f"{manager.latest_step()}, in {workdir / 'checkpoints'} is intact: lower the learning rate or check the "
+            "data, then run again")
+      elapsed = time.perf_counter() - interval_start
+      rate = (done - interval_step) / elapsed
+      train_metrics = metrics_writer.summarize(sums, "train", fns.weights) | {
+          "train/learning_rate": float(schedule(done - 1)), "train/steps_per_second": rate,
+          "train/tokens_per_second": rate * config.batch_size * config.data.max_length}
+      if config.measure_mfu:
+        train_metrics["train/mfu"] = rate * flops_per_step / ceiling
+      writer.write(done, train_metrics)
+      progress.update(done, {k.split("/")[1]: v for k, v in train_metrics.items()
+                             if k in ("train/loss", "train/mlm_accuracy", "train/tokens_per_second")})
+      acc = place(train_zero)
+      if eval_due:
+        eval_metrics = evaluate(device_state.params)
+        writer.write(done, eval_metrics)
+        progress.message(f"eval at step {done}: " + ", ".join(f"{k}={v:.4g}" for k, v in eval_metrics.items()))
+        if config.best_metric in eval_metrics:
+          value = eval_metrics[config.best_metric]
+          if best is None or (value < best[1] if config.best_mode == "min" else value > best[1]):
+            best = (done, value)
+      if save_due:
+        checkpointing.save(manager, done, canonical(device_state),
+                           eval_metrics if eval_due and config.best_metric in eval_metrics else None)
+      interval_start, interval_step = time.perf_counter(), done
+      if stop:
+        progress.message(f"SIGTERM: saved step {done} in {workdir / 'checkpoints'}; run again to resume")
+        break
+    manager.wait_until_finished()
+  finally:
+    signal.signal(signal.SIGTERM, previous_handler)
+    manager.close()
+    writer.close()
+  results = {"step": int(jax.device_get(canonical(device_state).step)), "train": train_metrics, "eval": eval_metrics,
+             "best": None if best is None else {"metric": config.best_metric, "step": best[0], "value": best[1]},
+             "stopped_early": bool(stop_requested.is_set())}
+  if lead:
+    (workdir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+  return results

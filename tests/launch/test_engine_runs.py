@@ -1,0 +1,104 @@
+"""End-to-end runs of launch.main in subprocesses on real text (WikiText-2): device-count invariance, pmap,
+2 processes x 4 devices, kill-and-resume, gradient accumulation, bad inputs. The runs are benchmarks/determinism.py's
+helpers; they share one compilation cache and one tokenized-corpus cache."""
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from benchmarks import determinism
+from configs import pretrain
+from launch import input_pipeline
+from tests.conftest import require_data
+
+TOLERANCE = 1e-5
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  require_data("wikitext-2/raw/wiki.valid.raw")
+  require_data("wikitext-2/raw/wiki.test.raw")
+  root = tmp_path_factory.mktemp("runs")
+  return root, root / "cache"
+
+
+@pytest.fixture(scope="module")
+def baseline(runs):
+  return determinism.baseline(*runs)
+
+
+def test_baseline_writes_logs_results_and_checkpoints(baseline):
+  records = [json.loads(line) for line in (baseline / "metrics.jsonl").read_text().splitlines()]
+  train = [r for r in records if "train/loss" in r]
+  assert [r["step"] for r in train] == list(range(1, 21))
+  assert {"train/mlm_accuracy", "train/learning_rate", "train/grad_norm", "train/tokens_per_second",
+          "train/padding"} <= set(train[0])
+  assert train[-1]["train/loss"] < train[0]["train/loss"]
+  results = json.loads((baseline / "results.json").read_text())
+  assert results["step"] == 20 and "eval/mlm_accuracy" in results["eval"]
+  assert json.loads((baseline / "config.json").read_text())["num_train_steps"] == 20
+  assert sorted(int(p.name) for p in (baseline / "checkpoints").iterdir() if p.name.isdigit())[-1] == 20
+  assert any((baseline / "tensorboard").iterdir())
+
+
+def test_same_losses_on_1_and_8_devices_and_2x4_mesh_and_pmap_and_2_processes(runs, baseline):
+  diffs = determinism.device_invariance(*runs)
+  assert diffs["device_invariance_max_rel_diff"] <= TOLERANCE
+  assert diffs["pmap_max_rel_diff"] <= TOLERANCE
+  assert diffs["multiprocess_max_rel_diff"] <= TOLERANCE
+
+
+def test_sigkill_and_resume_is_bitwise_equal(runs, baseline):
+  assert determinism.kill_and_resume(*runs)["resume_bitwise_equal"]
+
+
+def test_accumulation_equals_the_larger_batch(runs, baseline):
+  diffs = determinism.accumulation(*runs)
+  assert diffs["accumulation_max_rel_diff"] <= TOLERANCE
+  assert diffs["accumulation_params_max_rel_diff"] <= TOLERANCE
+
+
+def test_nan_stops_naming_the_step_and_keeps_checkpoints(runs, baseline, tmp_path):
+  workdir = tmp_path / "nan"
+  result = determinism.run(workdir, ["--config.debug_nan_step=12"], cache=runs[1], check=False)
+  assert result.returncode != 0
+  assert "NaN/inf at step 13" in result.stderr and "Traceback" not in result.stderr
+  steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps == [5, 10]
+  params = determinism.final_params(workdir)  # The step-10 checkpoint is intact and finite.
+  assert all(np.isfinite(v).all() for v in params.values())
+  assert len((workdir / "metrics.jsonl").read_text().splitlines()) == 12  # Every line written before is kept.
+
+
+def test_corrupt_latest_checkpoint_resumes_from_previous(runs, baseline, tmp_path):
+  workdir = tmp_path / "corrupt"
+  shutil.copytree(baseline, workdir)
+  for data_file in (workdir / "checkpoints" / "20").rglob("*"):
+    if data_file.is_file() and "ocdbt" in str(data_file):
+      data_file.write_bytes(b"garbage")
+  result = determinism.run(workdir, ["--config.num_train_steps=25"], cache=runs[1])
+  assert "checkpoints/20 is unreadable" in result.stderr
+  assert "resuming from checkpoint step 15" in result.stdout
+  assert json.loads((workdir / "results.json").read_text())["step"] == 25
+  assert [p.name.split("-")[0] for p in (workdir / "corrupt_checkpoints").iterdir()] == ["20"]
+
+
+def test_refuses_workdir_with_another_model(runs, baseline):
+  result = subprocess.run(determinism.command(baseline, ["--config.model.num_layers=3"], runs[1]),
+                          cwd=determinism.REPO, capture_output=True, text=True, timeout=300)
+  assert result.returncode != 0 and "model.num_layers: 2 -> 3" in result.stderr
+  assert json.loads((baseline / "config.json").read_text())["model"]["num_layers"] == 2  # Not overwritten.
+
+
+def test_missing_and_empty_data_files(tmp_path):
+  config = pretrain.get_config("runlocal")
+  config.data.train_files = str(tmp_path / "absent.txt")
+  with pytest.raises(FileNotFoundError, match=r"absent\.txt.*config\.data\.train_files"):
+    input_pipeline.load_data(config, tmp_path / "cache")
+  (tmp_path / "empty.txt").write_text("")
+  config.data.train_files = str(tmp_path / "empty.txt")
+  with pytest.raises(ValueError, match="empty"):
+    input_pipeline.load_data(config, tmp_path / "cache")

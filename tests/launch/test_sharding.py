@@ -1,0 +1,37 @@
+"""Parameter-path sharding rules: heads and MLP width on the model axis, everything else replicated."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from encoder.config import preset
+from encoder.model import Encoder
+from launch import sharding
+
+
+@pytest.fixture(scope="module")
+def shapes():
+  cfg = preset("tiny", vocab_size=50, hidden_size=16, num_heads=4, intermediate_size=32, max_positions=8)
+  params = jax.eval_shape(lambda: Encoder(cfg).init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32)))["params"]
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  return {sharding._path(path): leaf.shape for path, leaf in flat}  # pylint: disable=protected-access
+
+
+def test_rules_shard_heads_and_mlp_width(shapes):
+  spec = lambda path: sharding.partition_spec(path, shapes[path], 4)
+  assert spec("layer_0/attention/qkv/kernel") == P(None, None, "model", None)  # [H, 3, A, D]
+  assert shapes["layer_0/attention/qkv/kernel"][2] == 4
+  assert spec("layer_0/attention/output/kernel") == P("model", None, None)  # [A, D, H]
+  assert spec("layer_1/mlp/intermediate/kernel") == P(None, "model")
+  assert spec("layer_1/mlp/output/kernel") == P("model", None)
+  assert spec("embeddings/word_embeddings/embedding") == P()
+  assert spec("layer_0/attention_layer_norm/scale") == P()
+  # Adam moments carry the parameter path inside the optimizer state.
+  assert sharding.partition_spec("opt_state/1/0/mu/encoder/layer_0/mlp/output/kernel", (32, 16), 4) == P("model", None)
+
+
+def test_model_axis_must_divide(shapes):
+  with pytest.raises(ValueError, match="qkv/kernel.*mesh_model=3"):
+    sharding.partition_spec("layer_0/attention/qkv/kernel", shapes["layer_0/attention/qkv/kernel"], 3)
+  assert sharding.partition_spec("layer_0/attention/qkv/kernel", (16, 3, 4, 4), 1) == P()
