@@ -88,7 +88,7 @@ class SpanClassifierHead(nn.Module):
 def span_loss(logits: jax.Array, batch: dict[str, jax.Array]):
   """Mean cross-entropy over every real candidate span (labels >= 0), NULL included."""
   labels = batch["span_labels"]
-  return layers.cross_entropy(logits, jnp.maximum(labels, 0), (labels >= 0).astype(jnp.float32), "span")
+  return layers.cross_entropy(logits, jnp.maximum(labels, 0), (labels >= 0).astype(jnp.float32), "span_ner")
 
 
 def build(config: Mapping[str, Any]) -> Objective:

@@ -137,7 +137,7 @@ def test_span_head_matches_numpy(pooling):
     np.testing.assert_allclose(logits[s], h @ p["classifier"]["kernel"] + p["classifier"]["bias"], rtol=2e-5,
                                atol=2e-5)
   loss, metrics = span_ner.span_loss(jnp.asarray(logits[None]), batch)
-  assert float(metrics["span_loss"][1]) == 2  # The -1 span is padding.
+  assert float(metrics["span_ner_loss"][1]) == 2  # The -1 span is padding.
 
 
 def test_decode_spans_flat_nested_and_threshold():
