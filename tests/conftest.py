@@ -21,3 +21,9 @@ def require_data(relative: str):
 def data(request):
   """`data("wikitext-2/raw/wiki.valid.raw")` -> Path (skip/fail as in `require_data`)."""
   return require_data
+
+
+def conll_tags(relative: str) -> list[list[str]]:
+  """NER tags per sentence of a shared CoNLL-2003 file, read by the library's reader (skip/fail as above)."""
+  from tasks.readers import read_conll
+  return [record["tags"] for record in read_conll(require_data(relative))]

@@ -9,7 +9,7 @@ import pytest
 from seqeval.metrics import f1_score
 
 from tasks import bootstrap, metrics
-from tests.conftest import require_data
+from tests.conftest import conll_tags
 
 
 def corrupt(sentences, rate, seed):
@@ -72,14 +72,7 @@ def test_input_errors():
 
 
 def test_real_conll_clearly_better_system_is_significant_and_fast():
-  sentences, current = [], []
-  for line in require_data("conll2003/bio/test.txt").read_text().splitlines():
-    if line.strip() and not line.startswith("-DOCSTART-"):
-      current.append(line.split()[-1])
-    elif current:
-      sentences.append(current)
-      current = []
-  gold = sentences + ([current] if current else [])
+  gold = conll_tags("conll2003/bio/test.txt")
   assert len(gold) == 3453
   better, worse = corrupt(gold, 0.02, 5), corrupt(gold, 0.04, 6)
   stats = [metrics.entity_counts(gold, p)[1].sum(axis=1) for p in (better, worse)]

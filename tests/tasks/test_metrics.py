@@ -11,7 +11,7 @@ from sklearn.metrics import accuracy_score as sk_accuracy
 from sklearn.metrics import precision_recall_fscore_support
 
 from tasks import metrics
-from tests.conftest import require_data
+from tests.conftest import conll_tags
 
 SEQEVAL = {"IOB1": IOB1, "IOB2": IOB2, "IOE": IOE2, "BIOES": IOBES}
 PREFIXES = {"IOB1": "IB", "IOB2": "IB", "IOE": "IE", "BIOES": "BIES"}
@@ -145,14 +145,7 @@ def test_label_scores_equal_scikit_learn():
 
 @pytest.fixture(scope="module")
 def conll_valid_tags():
-  sentences, current = [], []
-  for line in require_data("conll2003/bio/valid.txt").read_text().splitlines():
-    if line.strip() and not line.startswith("-DOCSTART-"):
-      current.append(line.split()[-1])
-    elif current:
-      sentences.append(current)
-      current = []
-  return sentences + ([current] if current else [])
+  return conll_tags("conll2003/bio/valid.txt")
 
 
 @pytest.mark.parametrize("mode,scheme", [(None, None), ("strict", "IOB2")])

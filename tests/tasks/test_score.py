@@ -12,7 +12,8 @@ from seqeval.metrics import f1_score, precision_score, recall_score
 from seqeval.scheme import IOB2
 
 from tasks import score
-from tests.conftest import require_data
+from tasks.readers import read_conll
+from tests.conftest import conll_tags, require_data
 
 REPO = Path(__file__).resolve().parents[2]
 GOLD = """-DOCSTART- -X- -X- O
@@ -99,24 +100,13 @@ def test_bootstrap_command_is_seeded(tmp_path):
   assert json.loads(run(*args).stdout.strip().splitlines()[-1]) == summary
 
 
-def tags_by_sentence(text: str) -> list[list[str]]:
-  sentences, current = [], []
-  for line in text.splitlines():
-    if line.strip() and not line.startswith("-DOCSTART-"):
-      current.append(line.split()[-1])
-    elif current:
-      sentences.append(current)
-      current = []
-  return sentences + ([current] if current else [])
-
-
 def test_real_conll_valid_end_to_end(tmp_path):
   gold_path = require_data("conll2003/bio/valid.txt")
   rng = random.Random(0)
   lines = [line.rsplit(" ", 1)[0] + " " + rng.choice(["O", "B-PER", "I-PER", "B-LOC", "I-ORG", "I-MISC"])
            if line.strip() and rng.random() < 0.05 else line for line in gold_path.read_text().splitlines()]
   pred_path = write(tmp_path, "pred.txt", "\n".join(lines) + "\n")
-  gold, pred = tags_by_sentence(gold_path.read_text()), tags_by_sentence("\n".join(lines))
+  gold, pred = conll_tags("conll2003/bio/valid.txt"), [r["tags"] for r in read_conll(pred_path)]
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     expected = {"conlleval": [f(gold, pred) for f in (precision_score, recall_score, f1_score)],

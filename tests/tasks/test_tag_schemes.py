@@ -8,7 +8,7 @@ from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import IOB1, IOB2, IOBES, IOE2, Tokens
 
 from tasks import metrics, tag_schemes
-from tests.conftest import require_data
+from tests.conftest import conll_tags
 
 SEQEVAL = {"IOB1": IOB1, "IOB2": IOB2, "IOE": IOE2, "BIOES": IOBES}
 PREFIXES = {"IO": "I", "IOB1": "IB", "IOB2": "IB", "IOE": "IE", "BIOES": "BIES"}
@@ -126,21 +126,9 @@ def test_bio_forbidden_transitions_from_the_issue():
   assert trans[at["B-PER"], at["I-PER"]] and trans[at["I-PER"], at["B-PER"]] and end.all()
 
 
-def read_ner_sentences(path) -> list[list[str]]:
-  """Last-column tags per sentence; -DOCSTART- lines (wherever they are) and blank lines separate."""
-  sentences, current = [], []
-  for line in path.read_text().splitlines():
-    if line.strip() and not line.startswith("-DOCSTART-"):
-      current.append(line.split()[-1])
-    elif current:
-      sentences.append(current)
-      current = []
-  return sentences + ([current] if current else [])
-
-
 def test_real_conll2003_iob1_converts_to_the_bio_copy_exactly():
-  iob1 = read_ner_sentences(require_data("conll2003/iob1/eng.testa"))  # First -DOCSTART- moved to the end.
-  bio = read_ner_sentences(require_data("conll2003/bio/valid.txt"))
+  iob1 = conll_tags("conll2003/iob1/eng.testa")  # First -DOCSTART- moved to the end.
+  bio = conll_tags("conll2003/bio/valid.txt")
   assert len(iob1) == len(bio) == 3250
   assert [tag_schemes.convert(s, "IOB1", "IOB2") for s in iob1] == bio
   assert metrics.entity_scores(iob1, bio)["micro"]["f1"] == 1.0  # conlleval chunking reads either scheme.
