@@ -130,3 +130,20 @@ def test_bad_sizes_are_clear_errors():
     preset("tiny", num_heads=3)
   with pytest.raises(ValueError, match="unknown encoder size 'huge'"):
     preset("huge")
+
+
+def test_hash_dropout_statistics():
+  """Drop rate, unbiased scale, independence between keys and between neighbouring elements."""
+  from encoder.model import dropout
+  x = jnp.ones((64, 12, 128, 128))
+  a = np.asarray(dropout(x, 0.1, jax.random.key(0)))
+  b = np.asarray(dropout(x, 0.1, jax.random.key(1)))
+  n = a.size
+  sigma = np.sqrt(0.1 * 0.9 / n)
+  assert abs((a == 0).mean() - 0.1) < 5 * sigma
+  assert abs(a.mean() - 1.0) < 5 * sigma / 0.9
+  assert abs(((a == 0) & (b == 0)).mean() - 0.01) < 5 * np.sqrt(0.01 * 0.99 / n)
+  dropped = (a == 0).reshape(-1).astype(np.float64)
+  neighbours = np.corrcoef(dropped[:-1], dropped[1:])[0, 1]
+  assert abs(neighbours) < 5 / np.sqrt(n)
+  np.testing.assert_array_equal(dropout(x[:2], 0.1, None), x[:2])

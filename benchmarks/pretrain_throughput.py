@@ -1,0 +1,270 @@
+"""Pretraining throughput (MLM + NSP, AdamW, fp32) of our engine step vs HF BertForPreTraining (PyTorch), same batch.
+
+MiniLM-size encoder (6 layers, hidden 384, 12 heads, vocab 30,522), rows of 128 tokens, batch 32, dropout 0.1 in
+both. One batch of WikiText-2 validation text is tokenized with the MiniLM vocabulary, paired for NSP (IsNext /
+NotNext halves of paragraphs) and masked with objectives.masking.mask_example (15%, max_predictions 20); HF gets the
+same corrupted ids with dense labels (-100 at unmasked positions). Timed rounds alternate the frameworks (order
+reversed every round) and the result is the median step time of each, so a noisy shared machine biases no side.
+
+Our step is launch.steps.train_step (the real engine: PretrainingModel, clipping + AdamW with warmup, on-device
+metric sums, donated state). HF computes the vocabulary projection at all 4,096 positions, ours only at the ~600
+masked ones (DESIGN, "Performance notes"); `tokens_per_s_dense_head` is our step with the projection at every
+position too, so one can see how much of the ratio comes from that algorithmic choice.
+
+Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 FLOPs per multiply-add:
+  6 * [layers * (4 H^2 + 2 H I)] * rows * length      encoder matmuls (QKV, attention output, FFN) at every token
+  + 12 * layers * H * length^2 * rows                   attention QK^T and AV (2 * 2 * length^2 * H per layer per row)
+  + 6 * (H^2 + H V) * masked                            MLM transform + tied vocabulary projection, masked tokens only
+  + 6 * (H^2 + 2 H) * rows                              pooler + NSP classifier on [CLS]
+mfu = useful_flops / median step time / ceiling, ceiling = FLOP/s of a jitted f32 2048^3 matmul measured in the same
+run (launch.flops.matmul_ceiling, best of 3, once per round; the median over rounds).
+
+  python -m benchmarks.pretrain_throughput [--rounds 5] [--steps 2] [--gelu exact|tanh] [--no-hf]
+Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).
+"""
+
+import argparse
+import functools
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from configs import common, paths
+from encoder.config import preset
+from encoder.pretrained import minilm_path
+from encoder.tokenizer import load_tokenizer
+from launch import flops, optimizer, steps
+from launch.model import PretrainingModel
+from objectives import masking, registry
+
+
+
+def useful_flops(cfg, rows: int, length: int, masked: int) -> float:
+  """Training FLOPs of one step that do useful work (module docstring): matmuls and attention, forward + backward."""
+  h, i, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+  encoder = cfg.num_layers * (4 * h * h + 2 * h * i)
+  return (6.0 * encoder * rows * length + 12.0 * cfg.num_layers * h * length**2 * rows
+          + 6.0 * (h * h + h * v) * masked + 6.0 * (h * h + 2 * h) * rows)
+
+
+def encoder_matmul_params(params) -> int:
+  """Kernel entries of the encoder's transformer layers (checks the closed form of `useful_flops`)."""
+  flat = jax.tree_util.tree_flatten_with_path(params["encoder"])[0]
+  return sum(int(np.prod(leaf.shape)) for path, leaf in flat
+             if str(path[0].key).startswith("layer_") and path[-1].key == "kernel")
+
+
+def nsp_batch(text: Path, tokenizer, rows: int, length: int, seed: int) -> dict[str, np.ndarray]:
+  """`rows` full-length [CLS] A [SEP] B [SEP] pairs from WikiText paragraphs: B is the paragraph's second half
+  (label 0, IsNext) or another paragraph's second half (label 1, NotNext); no padding."""
+  rng = np.random.default_rng(seed)
+  paragraphs = [line.strip() for line in text.read_text(encoding="utf-8").splitlines()]
+  paragraphs = [p.split(" . ") for p in paragraphs if p and not p.startswith("=") and p.count(" . ") >= 3]
+  halves = [(" . ".join(s[:len(s) // 2]) + " .", " . ".join(s[len(s) // 2:])) for s in paragraphs]
+  ids, types, labels = [], [], []
+  for index, (first, second) in enumerate(halves):
+    label = int(rng.random() < 0.5)
+    other = halves[(index + 1 + int(rng.integers(len(halves) - 1))) % len(halves)][1] if label else second
+    encoding = tokenizer.encode(first, other, max_length=length)
+    if len(encoding) == length and encoding.type_ids.count(0) > 2 and encoding.type_ids.count(1) > 1:
+      ids.append(encoding.input_ids), types.append(encoding.type_ids), labels.append(label)
+    if len(ids) == rows:
+      break
+  if len(ids) < rows:
+    raise SystemExit(f"{text}: only {len(ids)} paragraph pairs fill {length} tokens; {rows} needed")
+  return dict(input_ids=np.asarray(ids, np.int32), type_ids=np.asarray(types, np.int32),
+              positions=np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy(),
+              attention_segments=np.ones((rows, length), np.int32), nsp_label=np.asarray(labels, np.int32))
+
+
+def mask_batch(batch: dict[str, np.ndarray], tokenizer, max_predictions: int, seed: int) -> dict[str, np.ndarray]:
+  """BERT masking of every row (objectives.masking: 15%, 80/10/10, unigram replacements from this batch)."""
+  probs = masking.unigram_probs([batch["input_ids"]], tokenizer.vocab_size, tokenizer.special_ids)
+  rows = [masking.mask_example({"input_ids": ids, "attention_segments": segments}, masking.example_rng(seed, row),
+                               mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
+                               special_ids=sorted(tokenizer.special_ids), max_predictions=max_predictions,
+                               unigram_probs=probs)
+          for row, (ids, segments) in enumerate(zip(batch["input_ids"], batch["attention_segments"]))]
+  return batch | {key: np.stack([r[key] for r in rows]) for key in rows[0] if key != "attention_segments"}
+
+
+def dense_head_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The same targets with the MLM head at every position (weights 0 at unmasked ones): HF's dense computation."""
+  rows, length = batch["input_ids"].shape
+  positions = np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy()
+  ids, weights = np.zeros((rows, length), np.int32), np.zeros((rows, length), np.float32)
+  real = batch["masked_weights"] > 0
+  for row in range(rows):
+    ids[row, batch["masked_positions"][row, real[row]]] = batch["masked_ids"][row, real[row]]
+    weights[row, batch["masked_positions"][row, real[row]]] = 1.0
+  return batch | dict(masked_positions=positions, masked_ids=ids, masked_weights=weights)
+
+
+def hf_labels(batch: dict[str, np.ndarray]) -> np.ndarray:
+  """Dense MLM labels: the original id at masked positions, -100 (ignored) elsewhere."""
+  labels = np.full(batch["input_ids"].shape, -100, np.int64)
+  for row, (positions, ids, weights) in enumerate(zip(batch["masked_positions"], batch["masked_ids"],
+                                                      batch["masked_weights"])):
+    labels[row, positions[weights > 0]] = ids[weights > 0]
+  return labels
+
+
+class OurStep:
+  """The engine's jitted train step on one batch; `__call__` runs one step and waits for it."""
+
+  def __init__(self, cfg, batch: dict[str, np.ndarray], num_steps: int, seed: int = 0):
+    objectives = [registry.build("mlm", {"hidden_act": cfg.hidden_act}), registry.build("nsp")]
+    tx = optimizer.make_optimizer(common.optimizer_config(warmup_steps=max(num_steps // 10, 1)), num_steps)
+    fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
+                        weights={"mlm": 1.0, "nsp": 1.0}, tx=tx)
+    self.batch = jax.device_put(batch)
+    self.state = jax.jit(functools.partial(steps.init_state, fns, seed=seed))(self.batch)
+    train_step = functools.partial(steps.train_step, fns, accum=1, nan_step=-1)
+    self.acc = steps.zero_metrics(train_step, self.state, self.batch)
+    self.step = jax.jit(train_step, donate_argnums=(0, 2))
+
+  def __call__(self) -> None:
+    self.state, self.acc = self.step(self.state, self.batch, self.acc)
+    jax.block_until_ready((self.state, self.acc))
+
+  def mean_losses(self) -> dict[str, float]:
+    acc = jax.device_get(self.acc)
+    return {k: float(v[0] / max(v[1], 1.0)) for k, v in acc.items() if k.endswith("_loss")}
+
+
+class HFStep:
+  """transformers.BertForPreTraining + torch AdamW (decay off biases/LayerNorm, clipping 1.0, linear warmup)."""
+
+  def __init__(self, cfg, batch: dict[str, np.ndarray], num_steps: int, seed: int = 0):
+    import torch  # Benchmarks may use the references; the library never does.
+    import transformers
+    torch.manual_seed(seed)
+    self.torch = torch
+    config = transformers.BertConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size,
+        hidden_act="gelu" if cfg.hidden_act == "gelu" else "gelu_new", hidden_dropout_prob=cfg.hidden_dropout,
+        attention_probs_dropout_prob=cfg.attention_dropout, layer_norm_eps=cfg.layer_norm_eps)
+    self.model = transformers.BertForPreTraining(config).train()
+    named = list(self.model.named_parameters())
+    no_decay = lambda name: name.endswith("bias") or "LayerNorm" in name
+    opt = common.optimizer_config()
+    self.optimizer = torch.optim.AdamW(
+        [{"params": [p for n, p in named if not no_decay(n)], "weight_decay": opt.weight_decay},
+         {"params": [p for n, p in named if no_decay(n)], "weight_decay": 0.0}],
+        lr=opt.learning_rate, betas=(opt.b1, opt.b2), eps=opt.eps)
+    warmup = max(num_steps // 10, 1)
+    self.schedule = torch.optim.lr_scheduler.LambdaLR(
+        self.optimizer, lambda s: min((s + 1) / warmup, max(0.0, (num_steps - s) / max(num_steps - warmup, 1))))
+    self.inputs = dict(input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
+                       token_type_ids=torch.from_numpy(batch["type_ids"].astype(np.int64)),
+                       attention_mask=torch.from_numpy((batch["attention_segments"] > 0).astype(np.int64)),
+                       labels=torch.from_numpy(hf_labels(batch)),
+                       next_sentence_label=torch.from_numpy(batch["nsp_label"].astype(np.int64)))
+    self.loss = float("nan")
+
+  def __call__(self) -> None:
+    self.optimizer.zero_grad(set_to_none=True)
+    loss = self.model(**self.inputs).loss
+    loss.backward()
+    self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+    self.optimizer.step()
+    self.schedule.step()
+    self.loss = float(loss.detach())
+
+
+def timed(fn, count: int) -> list[float]:
+  times = []
+  for _ in range(count):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return times
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--text", type=Path, default=None, help="default: <data>/wikitext-2/raw/wiki.valid.raw")
+  parser.add_argument("--batch", type=int, default=32)
+  parser.add_argument("--length", type=int, default=128)
+  parser.add_argument("--max-predictions", type=int, default=20)
+  parser.add_argument("--rounds", type=int, default=5, help="timed rounds; each times every framework")
+  parser.add_argument("--steps", type=int, default=2, help="timed steps per framework per round")
+  parser.add_argument("--gelu", choices=("exact", "tanh"), default="exact",
+                      help="exact erf GELU (BERT, HF parity; default) or the tanh approximation, in both frameworks")
+  parser.add_argument("--no-hf", action="store_true", help="skip HF PyTorch (ratio is then null)")
+  parser.add_argument("--no-dense", action="store_true", help="skip our dense-head variant")
+  args = parser.parse_args()
+
+  cfg = preset("minilm", vocab_size=30522, max_positions=512,
+               hidden_act="gelu" if args.gelu == "exact" else "gelu_tanh")
+  tokenizer = load_tokenizer(minilm_path())
+  text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
+  batch = mask_batch(nsp_batch(text, tokenizer, args.batch, args.length, seed=0), tokenizer, args.max_predictions,
+                     seed=0)
+  masked = int(batch["masked_weights"].sum())
+  tokens = args.batch * args.length
+  total_steps = 2 + args.rounds * args.steps
+
+  runners = {"ours": OurStep(cfg, batch, total_steps)}
+  if encoder_matmul_params(runners["ours"].state.params) != cfg.num_layers * (
+      4 * cfg.hidden_size**2 + 2 * cfg.hidden_size * cfg.intermediate_size):
+    raise SystemExit("useful_flops' closed form no longer matches the encoder's parameter tree; update it")
+  if not args.no_dense:
+    runners["ours_dense_head"] = OurStep(cfg, dense_head_batch(batch), total_steps)
+  if not args.no_hf:
+    runners["hf_torch"] = HFStep(cfg, batch, total_steps)
+  compile_s = {}
+  for name, runner in runners.items():  # Compilation and warm-up (first steps) outside the timed rounds.
+    compile_s[name] = sum(timed(runner, 2))
+  times = {name: [] for name in runners}
+  ceilings = []
+  for round_index in range(args.rounds):
+    order = list(runners) if round_index % 2 == 0 else list(reversed(runners))
+    for name in order:
+      times[name] += timed(runners[name], args.steps)
+    ceilings.append(flops.matmul_ceiling(2048, repeats=3))
+    print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
+        f"{name} {statistics.median(t[-args.steps:]):.2f} s/step" for name, t in times.items())
+        + f", matmul {ceilings[-1] / 1e9:.0f} GFLOP/s", flush=True)
+
+  step_s = {name: statistics.median(t) for name, t in times.items()}
+  ceiling = statistics.median(ceilings)
+  work = useful_flops(cfg, args.batch, args.length, masked)
+  per_s = {name: tokens / s for name, s in step_s.items()}
+  result = {
+      "tokens_per_s": round(per_s["ours"], 1),
+      "hf_torch_tokens_per_s": round(per_s["hf_torch"], 1) if "hf_torch" in per_s else None,
+      "ratio": round(per_s["ours"] / per_s["hf_torch"], 3) if "hf_torch" in per_s else None,
+      "mfu": round(work / step_s["ours"] / ceiling, 3),
+      "tokens_per_s_dense_head": round(per_s["ours_dense_head"], 1) if "ours_dense_head" in per_s else None,
+      "ratio_dense_head": (round(per_s["ours_dense_head"] / per_s["hf_torch"], 3)
+                           if "ours_dense_head" in per_s and "hf_torch" in per_s else None),
+      "step_s": round(step_s["ours"], 3),
+      "hf_step_s": round(step_s["hf_torch"], 3) if "hf_torch" in step_s else None,
+      "useful_gflop_per_step": round(work / 1e9, 1),
+      "ceiling_gflops": round(ceiling / 1e9, 1),
+      "masked_tokens": masked, "tokens_per_step": tokens, "gelu": args.gelu,
+      "rounds": args.rounds, "steps_per_round": args.steps,
+      "note": "HF projects onto the vocabulary at every position, ours at the masked ones only (DESIGN); "
+              "tokens_per_s_dense_head is ours with the dense projection",
+  }
+  print(f"{'':16s} {'s/step':>8s} {'tokens/s':>9s} {'min s':>7s} {'max s':>7s} {'warm-up s':>9s}")
+  for name in runners:
+    print(f"{name:16s} {step_s[name]:8.3f} {per_s[name]:9.1f} {min(times[name]):7.3f} {max(times[name]):7.3f} "
+          f"{compile_s[name]:9.1f}")
+  losses = runners["ours"].mean_losses()
+  if "hf_torch" in runners:
+    losses["hf_torch_loss"] = runners["hf_torch"].loss
+  print(f"useful GFLOP/step {work / 1e9:.1f}, ceiling {ceiling / 1e9:.0f} GFLOP/s, losses "
+        + ", ".join(f"{k} {v:.3f}" for k, v in losses.items()))
+  print(json.dumps(result))
+
+
+if __name__ == "__main__":
+  main()
