@@ -1,50 +1,154 @@
-"""The README's main job (`make demo`): load the packaged MiniLM BERT, encode sentences, show similarities."""
+"""The README's main job (`make demo`): pretrain a small MLM for about 3 CPU minutes on the packaged sample corpus
+with the engine, then show what it learned: held-out MLM accuracy against the unigram baseline and the top-5
+fillers of two masked sentences, and where the logs and checkpoints are.
+
+  python -m launch.demo [--workdir runs/demo] [--fresh] [--steps N]
+
+Rerunning resumes the run in --workdir (a finished run is only shown again); Ctrl-C saves a checkpoint and stops.
+"""
+
+import argparse
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Sequence
 
 import jax
-import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
-from encoder import Encoder
-from encoder.hf_checkpoint import load_hf_checkpoint
-from encoder.pretrained import minilm_path
-from encoder.tokenizer import load_tokenizer
+from configs import demo as demo_config
+from launch import input_pipeline, metrics_writer, train
+from launch.model import PretrainingModel, encoder_config
+from objectives import registry
 
-SENTENCES = [
-    "The water of Walden Pond is so beautifully clear.",
-    "Walden Pond has wonderfully transparent water.",
-    "Lunch was delicious.",
-    "The stock market fell sharply on Monday.",
-]
+FILL_SENTENCES = ("please turn your homework [MASK] .", "so long and thanks for all the [MASK] .")
+MASK_TEXT = "[MASK]"
 
 
-def mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
-  """Average of the token vectors (padding excluded), L2-normalised: all-MiniLM-L6-v2's sentence embedding."""
-  summed = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
-  return summed / np.linalg.norm(summed, axis=1, keepdims=True)
+def final_params(workdir: str | Path) -> tuple[int, Any]:
+  """(step, params tree of numpy arrays) of the newest checkpoint in workdir/checkpoints."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (only needed after training)
+  directory = Path(workdir).absolute() / "checkpoints"
+  saved = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
+  if not saved:
+    raise FileNotFoundError(f"{directory} holds no checkpoint: train first (python -m launch.demo)")
+  restored = ocp.StandardCheckpointer().restore(directory / str(saved[-1]) / "default")
+  return saved[-1], restored["params"]
 
 
-def main() -> None:
-  path = minilm_path()
-  print(f"checkpoint: {path}")
-  cfg, params, _ = load_hf_checkpoint(path)
-  tokenizer = load_tokenizer(path)
-  print(f"encoder: {cfg.num_layers} layers, hidden {cfg.hidden_size}, {cfg.num_heads} heads, vocab {cfg.vocab_size}, "
-        f"{sum(x.size for x in jax.tree.leaves(params)) / 1e6:.1f}M parameters")
-  encodings = [tokenizer.encode(s) for s in SENTENCES]
-  width = max(len(e.input_ids) for e in encodings)
-  ids = np.full((len(encodings), width), tokenizer.pad_id, np.int32)
-  for row, e in enumerate(encodings):
-    ids[row, :len(e.input_ids)] = e.input_ids
-  mask = (ids != tokenizer.pad_id).astype(np.int32)
-  out = jax.jit(lambda x, m: Encoder(cfg).apply({"params": params}, x, attention_segments=m))(jnp.asarray(ids), mask)
-  print(f"input_ids {ids.shape}; hidden states: {len(out.hidden_states)} x {tuple(out.last.shape)}; "
-        f"[CLS] {tuple(out.cls.shape)}")
-  print("subwords of the first sentence:", " ".join(tokenizer.ids_to_tokens(encodings[0].input_ids)))
-  embeddings = mean_pool(np.asarray(out.last), mask)
-  similarity = embeddings @ embeddings.T
-  print("\ncosine similarity of mean-pooled sentence embeddings:")
-  for i, sentence in enumerate(SENTENCES):
-    print(f"  {' '.join(f'{s:5.2f}' for s in similarity[i])}  {sentence}")
+def masked_batch(sentences: Sequence[str], tokenizer: Any) -> dict[str, np.ndarray]:
+  """[CLS] sentence [SEP] rows, each with exactly one '[MASK]', as an MLM batch predicting at the mask."""
+  rows, where = [], []
+  for sentence in sentences:
+    if sentence.count(MASK_TEXT) != 1:
+      raise ValueError(f"sentence {sentence!r} must contain exactly one {MASK_TEXT}")
+    left, right = (tokenizer.encode(part, add_special_tokens=False).input_ids if part.strip() else []
+                   for part in sentence.split(MASK_TEXT))
+    rows.append([tokenizer.cls_id, *left, tokenizer.mask_id, *right, tokenizer.sep_id])
+    where.append(len(left) + 1)
+  width = max(map(len, rows))
+  ids = np.full((len(rows), width), tokenizer.pad_id, np.int32)
+  for i, row in enumerate(rows):
+    ids[i, :len(row)] = row
+  real = (ids != tokenizer.pad_id).astype(np.int32)
+  return {"input_ids": ids, "type_ids": np.zeros_like(ids), "positions": np.broadcast_to(np.arange(width), ids.shape),
+          "attention_segments": real, "masked_positions": np.asarray(where, np.int32)[:, None]}
+
+
+def fill_mask(config: ml_collections.ConfigDict, params: Any, tokenizer: Any, sentences: Sequence[str],
+              k: int = 5) -> list[list[tuple[str, float]]]:
+  """The k most probable tokens (softmax of the MLM head) at the [MASK] of each sentence, with probabilities."""
+  model = PretrainingModel(encoder_config(config.model, tokenizer.vocab_size), (registry.build("mlm", config.model),))
+  logits = np.asarray(model.apply({"params": params}, masked_batch(sentences, tokenizer))["mlm"][:, 0], np.float64)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  top = np.argsort(-probs, axis=-1)[:, :k]
+  return [list(zip(tokenizer.ids_to_tokens(ids), probs[i, ids].tolist())) for i, ids in enumerate(top)]
+
+
+def unigram_baseline(config: ml_collections.ConfigDict, cache_dir: Path) -> dict[str, float]:
+  """Accuracy and loss on the engine's held-out rows and masks of a model that ignores the context: always the most
+  frequent training token, probabilities = the training corpus's add-one smoothed token frequencies."""
+  data = input_pipeline.load_data(config, cache_dir)
+  unigram = np.bincount(data.train.corpus.tokens, minlength=data.tokenizer.vocab_size) + 1.0
+  unigram[list(data.tokenizer.special_ids)] = 0.0  # Never a masked target.
+  unigram /= unigram.sum()
+  _, batches = input_pipeline.eval_batches(data.eval, data.mask_options, global_batch=config.batch_size,
+                                           seed=config.seed, max_batches=config.eval_steps)
+  correct = nll = count = 0.0
+  for batch in batches:
+    weights, targets = batch["masked_weights"], batch["masked_ids"]
+    correct += float((weights * (targets == unigram.argmax())).sum())
+    nll -= float((weights * np.log(np.maximum(unigram[targets], 1e-30))).sum())  # Padded slots: weight 0.
+    count += float(weights.sum())
+  token = data.tokenizer.ids_to_tokens([unigram.argmax()])[0]
+  return {"accuracy": correct / count, "loss": nll / count, "token": token}
+
+
+def last_eval(workdir: Path) -> dict[str, float]:
+  """The newest evaluation record of the run's metrics.jsonl (also when this invocation trained nothing)."""
+  records = [r for r in metrics_writer.read_jsonl(workdir / "metrics.jsonl") if "eval/mlm_accuracy" in r]
+  return records[-1] if records else {}
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(prog="python -m launch.demo", description=__doc__.split("\n\n")[0])
+  parser.add_argument("--workdir", default="runs/demo", help="run directory (resumed when it exists)")
+  parser.add_argument("--fresh", action="store_true", help="delete the workdir's previous run and start over")
+  parser.add_argument("--steps", type=int, default=demo_config.DEMO_STEPS, help="optimizer steps to train for")
+  return parser.parse_args(argv)
+
+
+def clear_run(workdir: Path) -> None:
+  """Removes a previous demo run; refuses a directory that does not look like one (never deletes user files)."""
+  if not workdir.exists():
+    return
+  if not (workdir / "config.json").is_file():
+    raise SystemExit(f"error: --fresh: {workdir} exists but holds no config.json, so it is not a run directory; "
+                     "pick another --workdir")
+  shutil.rmtree(workdir)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  workdir = Path(args.workdir)
+  config = demo_config.get_config(f"steps={args.steps}")
+  if args.fresh:
+    clear_run(workdir)
+  m = config.model
+  print(f"demo: pretraining a {m.num_layers}-layer, hidden-{m.hidden_size} BERT with masked language modeling for "
+        f"{config.num_train_steps} steps\n  (about 3 minutes on 2 CPU cores) on {demo_config.sample_file('train')}\n"
+        f"  (whole WikiText-2 articles, CC BY-SA 3.0; see its README.md), MiniLM's uncased WordPiece vocabulary.\n"
+        f"  workdir {workdir}: rerunning resumes it, --fresh starts over, Ctrl-C saves a checkpoint and stops.",
+        flush=True)
+  # Ctrl-C becomes the engine's SIGTERM: it saves the current step and returns, so a rerun resumes from there.
+  previous = signal.signal(signal.SIGINT, lambda *_: signal.raise_signal(signal.SIGTERM))
+  try:
+    results = train.train_and_evaluate(config, workdir)
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  if results["stopped_early"]:
+    print(f"stopped at step {results['step']}; run the demo again to resume")
+    return
+
+  step, params = final_params(workdir)
+  evaluation = last_eval(workdir)
+  baseline = unigram_baseline(config, Path(config.data.cache_dir or workdir / "cache"))
+  print(f"\nheld-out MLM ({demo_config.sample_file('heldout').name}, 15% of tokens masked, fixed seed) after step "
+        f"{step}:\n  this model:        accuracy {evaluation['eval/mlm_accuracy']:6.1%}  loss "
+        f"{evaluation['eval/mlm_loss']:.2f}\n  unigram baseline:  accuracy {baseline['accuracy']:6.1%}  loss "
+        f"{baseline['loss']:.2f}  (always {baseline['token']!r}; training-corpus token frequencies)")
+  tokenizer = input_pipeline.tokenizer_for(config.data.tokenizer)
+  print("\ntop-5 fillers for [MASK]:")
+  for sentence, fillers in zip(FILL_SENTENCES, fill_mask(config, jax.device_get(params), tokenizer, FILL_SENTENCES)):
+    print(f"  {sentence}\n    " + "  ".join(f"{token} {p:.3f}" for token, p in fillers))
+  print("\nA 3-minute model mostly knows frequent words and a little local context (punctuation, function words);\n"
+        "it is not expected to know 'in' or 'fish' here. Real pretraining runs for days on accelerators.")
+  print(f"\nTensorBoard:  tensorboard --logdir {workdir / 'tensorboard'}\n"
+        f"checkpoints:  {workdir / 'checkpoints'} (step {step})\n"
+        f"metrics:      {workdir / 'metrics.jsonl'}, {workdir / 'results.json'}, config {workdir / 'config.json'}")
 
 
 if __name__ == "__main__":
