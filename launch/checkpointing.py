@@ -28,8 +28,11 @@ def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.Chec
     policies.append(checkpoint_managers.BestN(
         get_metric_fn=lambda metrics: metrics[config.best_metric], reverse=config.best_mode == "min", n=1,
         keep_checkpoints_without_metrics=False))
+  # best_fn also makes orbax write each save's metrics (without it BestN never sees any and keeps nothing).
+  best = (dict(best_fn=lambda metrics: metrics[config.best_metric], best_mode=config.best_mode)
+          if config.best_metric else {})
   options = ocp.CheckpointManagerOptions(
-      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True)
+      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True, **best)
   return ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
 
 
@@ -57,6 +60,21 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any, workdir:
       multihost_utils.sync_global_devices(f"moved-{step}")
       manager.reload()
   return None
+
+
+def best_step(manager: ocp.CheckpointManager, metric: str, mode: str) -> int | None:
+  """The kept checkpoint with the best saved `metric` ("max" or "min" mode; ties: the earliest), None if none has it."""
+  scored = []
+  for step in manager.all_steps():
+    metrics = manager.metrics(step) or {}
+    if metric in metrics:
+      scored.append((metrics[metric] if mode == "max" else -metrics[metric], -step))
+  return -max(scored)[1] if scored else None
+
+
+def restore_step(manager: ocp.CheckpointManager, step: int, abstract_state: Any) -> Any:
+  """The checkpoint of `step` restored onto `abstract_state` (shapes, dtypes, shardings)."""
+  return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
 
 
 def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:

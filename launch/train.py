@@ -4,10 +4,12 @@ files -> grain (shard by process, shuffle, mask, batch) -> host batch -> make_ar
 jit(train_step) over the mesh (or pmap) -> metric sums on device, fetched every log_every_steps -> metrics.jsonl +
 TensorBoard + progress line -> async orbax checkpoints. Resumes from the newest readable checkpoint by itself; stops
 on NaN/inf (naming the step) without touching the last good checkpoint; on SIGTERM saves and returns.
+The same loop fine-tunes when the config has a task block (launch/workload.py): the data, the initial encoder
+(launch/warm_start.py) and the evaluation (launch/task_eval.py: dev scores, best-dev checkpoint, test predictions)
+are what differ.
 """
 
 import functools
-import json
 import os
 import signal
 import threading
@@ -21,10 +23,11 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from launch import checkpointing, config_checks, flops, input_pipeline, metrics_writer, optimizer, sharding, steps
+from launch import (checkpointing, config_checks, flops, input_pipeline, metrics_writer, optimizer, sharding, steps,
+                    task_eval, warm_start, workload)
 from launch.model import PretrainingModel, encoder_config
 from launch.progress import Progress
-from objectives import registry
+from tasks import regimes
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -33,20 +36,24 @@ class NonFiniteLossError(FloatingPointError):
 
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Value checks that need no data (naming the field and what to do)."""
+  finetuning = workload.is_finetuning(config)
   names = config.objectives.split("+")
-  if set(config.objective_weights.keys()) != set(names):
+  if not finetuning and set(config.objective_weights.keys()) != set(names):
     raise config_checks.ConfigError(f"config.objective_weights has keys {sorted(config.objective_weights.keys())} "
                                     f"but config.objectives={config.objectives!r}: give one weight per objective")
-  if config.task:
-    raise config_checks.ConfigError(f"config.task={config.task!r}: fine-tuning tasks are not wired into this engine "
-                                    "yet; leave config.task empty for pretraining")
+  if not finetuning and config.task:
+    raise config_checks.ConfigError(f"config.task={config.task!r} must be '' for pretraining, or a task block "
+                                    "(configs/finetune.py) for fine-tuning")
+  if not finetuning and -1 in (config.eval_every_steps, config.checkpoint_every_steps):
+    raise config_checks.ConfigError("eval_every_steps / checkpoint_every_steps = -1 (per epoch / per evaluation) "
+                                    "is for fine-tuning only; give a number of steps")
   choices = {"parallelism": ("jit", "pmap"), "best_mode": ("min", "max")}
   for key, allowed in choices.items():
     if config[key] not in allowed:
       raise config_checks.ConfigError(f"config.{key}={config[key]!r} is not one of {allowed}")
   if config.parallelism == "pmap" and config.mesh_model != 1:
     raise config_checks.ConfigError("parallelism='pmap' replicates the model: set config.mesh_model=1")
-  for key in ("num_train_steps", "batch_size", "grad_accum_steps", "log_every_steps"):
+  for key in ("batch_size", "grad_accum_steps", "log_every_steps") + (() if finetuning else ("num_train_steps",)):
     if config[key] < 1:
       raise config_checks.ConfigError(f"config.{key}={config[key]} must be at least 1")
   micro = config.batch_size // config.grad_accum_steps
@@ -59,6 +66,12 @@ def check_config(config: ml_collections.ConfigDict) -> None:
 
 def _every(step: int, period: int, last: int) -> bool:
   return step == last or (period > 0 and step % period == 0)
+
+
+def _periods(config: ml_collections.ConfigDict, steps_per_epoch: int) -> tuple[int, int]:
+  """(eval period, checkpoint period) in steps: -1 means every epoch / with every evaluation."""
+  evals = steps_per_epoch if config.eval_every_steps == -1 else config.eval_every_steps
+  return evals, evals if config.checkpoint_every_steps == -1 else config.checkpoint_every_steps
 
 
 def _fetch(acc: dict[str, jax.Array], parallelism: str) -> dict[str, np.ndarray]:
@@ -75,30 +88,40 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   check_config(config)
   checkpointing.check_compatible(workdir, config)
   checkpointing.write_config(workdir, config)
-  data = input_pipeline.load_data(config, Path(config.data.cache_dir or workdir / "cache"))
+  work = workload.build(config, workdir)
+  finetuning, data, example = workload.is_finetuning(config), work.data, work.example
 
-  objectives = tuple(registry.build(name, config.model) for name in config.objectives.split("+"))
-  cfg = encoder_config(config.model, data.tokenizer.vocab_size)
-  total_steps, accum, parallelism = config.num_train_steps, config.grad_accum_steps, config.parallelism
-  fns = steps.StepFns(PretrainingModel(cfg, objectives), objectives, dict(config.objective_weights),
-                      optimizer.make_optimizer(config.optimizer, total_steps))
+  cfg = encoder_config(config.model, work.vocab_size)
+  total_steps, accum, parallelism = work.total_steps, config.grad_accum_steps, config.parallelism
+  model = PretrainingModel(cfg, work.objectives)
+  scales = None
+  if finetuning:  # Fine-tuning regime and layer-wise LR decay as static per-parameter update factors.
+    abstract_params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), example, train=False))["params"]
+    scales = regimes.update_scales(abstract_params, num_layers=cfg.num_layers, regime=config.regime,
+                                   top_k=config.top_k, layer_decay=config.layer_decay)
+  fns = steps.StepFns(model, work.objectives, work.weights, optimizer.make_optimizer(config.optimizer, total_steps,
+                                                                                     scales))
   mesh = sharding.make_mesh(config.mesh_model)
   replicated = NamedSharding(mesh, P())
 
-  example = input_pipeline.example_batch(data.train, data.mask_options)
+  pretrained = warm_start.encoder_params(config.init) if finetuning else None
   init = functools.partial(steps.init_state, fns, seed=config.seed)
-  abstract = jax.eval_shape(init, example)
+  abstract = jax.eval_shape(init, example, pretrained)
+  if pretrained is not None:
+    warm_start.check_matches(config.init, pretrained, abstract.params["encoder"])
   state_shardings = sharding.state_shardings(abstract, mesh)
   manager = checkpointing.create_manager(workdir, config)
   target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_shardings)
   state = checkpointing.restore_latest(manager, target, workdir)
   if state is None:
-    state = jax.jit(init, out_shardings=state_shardings)(example)
+    state = jax.jit(init, out_shardings=state_shardings)(example, pretrained)
   start = int(jax.device_get(state.step))
   progress = Progress(start, total_steps, enabled=lead)
   progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
                    f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "
-                   f"{parallelism}; model {cfg.num_layers}x{cfg.hidden_size}, objectives {config.objectives}")
+                   f"{parallelism}; model {cfg.num_layers}x{cfg.hidden_size}, {work.description}"
+                   + (f", {100 * regimes.trainable_fraction(abstract.params, scales):.1f}% of parameters trained"
+                      if finetuning else ""))
 
   train_kwargs = dict(accum=accum, nan_step=config.debug_nan_step)
   if parallelism == "jit":
@@ -127,25 +150,34 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                                                  micro_batches(example)))
   eval_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.eval_step, fns), state.params, example))
   writer = metrics_writer.MetricsWriter(workdir)
-  flops_per_step = flops.train_flops_per_step(state.params, cfg, config.batch_size, config.data.max_length)
+  flops_per_step = flops.train_flops_per_step(state.params, cfg, config.batch_size, work.tokens_per_example)
   ceiling = flops.matmul_ceiling() if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
   eval_batch = config.batch_size // accum
 
-  def evaluate(params) -> dict[str, float]:
+  if finetuning:  # Task scores on the whole dev split (jit over the mesh with the canonical parameters).
+    predict = jax.jit(task_eval.device_outputs(model, config.task.name),
+                      in_shardings=(state_shardings.params, NamedSharding(mesh, P("data"))), out_shardings=replicated)
+    eval_to_device = functools.partial(sharding.global_batch, mesh=mesh, accum=1, parallelism="jit")
+    evaluate_dev, final_evaluation = task_eval.make_evaluator(data, predict, batch_size=eval_batch,
+                                                              to_device=eval_to_device)
+
+  def evaluate(device_state) -> dict[str, float]:
+    if finetuning:
+      return evaluate_dev(canonical(device_state).params)
     if data.eval is None:
       return {}
     count, batches = input_pipeline.eval_batches(data.eval, data.mask_options, global_batch=eval_batch,
                                                  seed=config.seed, max_batches=config.eval_steps)
     acc = place(eval_zero)
     for local in batches:
-      acc = eval_step(params, to_device(local, accum=1), acc)
+      acc = eval_step(device_state.params, to_device(local, accum=1), acc)
     return metrics_writer.summarize(_fetch(acc, parallelism), "eval", fns.weights) if count else {}
 
   stop_requested = threading.Event()
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
-  batches = input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
-                                         seed=config.seed, start_step=start, prefetch=config.data.prefetch)
+  batches = work.train_batches(start)
+  eval_every, checkpoint_every = _periods(config, work.steps_per_epoch)
   acc, train_metrics, eval_metrics, best = place(train_zero), {}, {}, None
   interval_start, interval_step = time.perf_counter(), start
   try:
@@ -159,8 +191,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       stop = stop_requested.is_set()
       if jax.process_count() > 1:  # Hosts agree on stopping at log steps (saving is collective).
         stop = log_due and bool(multihost_utils.process_allgather(np.asarray(stop)).any())
-      eval_due = _every(done, config.eval_every_steps, total_steps)
-      save_due = _every(done, config.checkpoint_every_steps, total_steps) or stop
+      eval_due = _every(done, eval_every, total_steps)
+      save_due = _every(done, checkpoint_every, total_steps) or stop
       if not (log_due or eval_due or save_due):
         continue
       sums = _fetch(acc, parallelism)
@@ -174,15 +206,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       rate = (done - interval_step) / elapsed
       train_metrics = metrics_writer.summarize(sums, "train", fns.weights) | {
           "train/learning_rate": float(schedule(done - 1)), "train/steps_per_second": rate,
-          "train/tokens_per_second": rate * config.batch_size * config.data.max_length}
+          "train/examples_per_second": rate * config.batch_size,
+          "train/tokens_per_second": rate * config.batch_size * work.tokens_per_example}
       if config.measure_mfu:
         train_metrics["train/mfu"] = rate * flops_per_step / ceiling
       writer.write(done, train_metrics)
       progress.update(done, {k.split("/")[1]: v for k, v in train_metrics.items()
-                             if k in ("train/loss", "train/mlm_accuracy", "train/tokens_per_second")})
+                             if k in ("train/loss", "train/tokens_per_second") or k.endswith("_accuracy")})
       acc = place(train_zero)
       if eval_due:
-        eval_metrics = evaluate(device_state.params)
+        eval_metrics = evaluate(device_state)
         writer.write(done, eval_metrics)
         progress.message(f"eval at step {done}: " + ", ".join(f"{k}={v:.4g}" for k, v in eval_metrics.items()))
         if config.best_metric in eval_metrics:
@@ -201,9 +234,29 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     signal.signal(signal.SIGTERM, previous_handler)
     manager.close()
     writer.close()
-  results = {"step": int(jax.device_get(canonical(device_state).step)), "train": train_metrics, "eval": eval_metrics,
+  final_state = canonical(device_state)
+  results = {"step": int(jax.device_get(final_state.step)), "train": train_metrics, "eval": eval_metrics,
              "best": None if best is None else {"metric": config.best_metric, "step": best[0], "value": best[1]},
              "stopped_early": bool(stop_requested.is_set())}
-  if lead:
-    (workdir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+  if finetuning and not results["stopped_early"]:
+    results |= _task_results(config, workdir, target, final_state, final_evaluation)
+  task_eval.write_results(workdir, results)
   return results
+
+
+def _task_results(config: ml_collections.ConfigDict, workdir: Path, target: Any, final_state: Any,
+                  final_evaluation) -> dict[str, Any]:
+  """Dev and test scores (percent) and prediction files with the best-dev checkpoint (chosen on dev, never test)."""
+  manager = checkpointing.create_manager(workdir, config)
+  best_step = checkpointing.best_step(manager, config.best_metric, config.best_mode)
+  params = final_state.params
+  if best_step is not None and best_step != int(jax.device_get(final_state.step)):
+    params = checkpointing.restore_step(manager, best_step, target).params
+  manager.close()
+  scores = final_evaluation(params, workdir, write_files=jax.process_index() == 0)
+  percent = lambda split: {k: 100 * v for k, v in scores.get(split, {}).items()}
+  out = {"best_step": best_step if best_step is not None else int(jax.device_get(final_state.step)),
+         "metric": config.task.metric, "dev": percent("dev"), "test": percent("test")}
+  if "threshold" in scores:
+    out["threshold"] = scores["threshold"]
+  return out

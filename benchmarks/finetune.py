@@ -1,0 +1,142 @@
+"""Fine-tuning benchmark: our engine from the MiniLM checkpoint on a task preset, optionally against the HF PyTorch
+reference on the same encoded examples and length-bucketed batches (benchmarks/finetune_reference.py).
+
+  python -m benchmarks.finetune --task sick --reference
+  python -m benchmarks.finetune --task conll2003 --set optimizer.learning_rate=5e-5 --set epochs=3
+
+The last printed line is one JSON object: task, split, metric, score (percent; the test split, or dev where test has
+no labels, SST-2), dev_score, train_seconds, examples_per_s, and with --reference reference_score,
+reference_train_seconds, reference_examples_per_s, speedup and p_value (paired bootstrap, tasks.bootstrap: the
+probability that our gain over the reference on that split arises by chance; 1.0 when we do not beat it).
+"""
+
+import argparse
+import ast
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from configs import finetune
+from launch import finetune_data, metrics_writer, train
+from tasks import bootstrap, evaluation
+from tasks import examples as task_examples
+
+WORD_TASKS = ("tagging", "span_ner")
+
+
+def _set(config, assignment: str) -> None:
+  """'optimizer.learning_rate=5e-5' -> the config field (the value parsed as a Python literal when it is one)."""
+  key, _, text = assignment.partition("=")
+  try:
+    value = ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    value = text
+  *parents, leaf = key.split(".")
+  target = config
+  for parent in parents:
+    target = target[parent]
+  target[leaf] = type(target[leaf])(value) if isinstance(target[leaf], (int, float)) and not isinstance(
+      target[leaf], bool) else value
+
+
+def train_seconds(workdir: Path) -> float:
+  """Seconds spent in training steps (compilation included, evaluations excluded), from metrics.jsonl."""
+  seconds, previous = 0.0, 0
+  for record in metrics_writer.read_jsonl(workdir / "metrics.jsonl"):
+    if "train/steps_per_second" in record:
+      seconds += (record["step"] - previous) / record["train/steps_per_second"]
+      previous = record["step"]
+  return seconds
+
+
+def comparable(task: dict[str, Any], records: Sequence[dict], predictions: Sequence[Any]) -> list[list[str]]:
+  """Predictions as the bootstrap reads them: tags of every word per sentence, or [label] per example."""
+  if task["name"] in WORD_TASKS:
+    return [evaluation.tags_of(task, p, len(r["words"])) for r, p in zip(records, predictions)]
+  return [[p] for p in predictions]
+
+
+def p_value(task: dict[str, Any], records: Sequence[dict], ours: list[list[str]], reference: list[list[str]]) -> float:
+  """Paired bootstrap p-value that ours beats the reference (entity F1, or accuracy of labels / tags)."""
+  if task["name"] in WORD_TASKS:
+    gold = [evaluation.gold_tags_of(task, r) for r in records]
+    if task.get("scheme"):
+      return bootstrap.entity_f1_bootstrap(gold, ours, reference, mode=task["score_mode"],
+                                           scheme=task["scheme"]).p_value
+    return bootstrap.accuracy_bootstrap(gold, ours, reference).p_value
+  return bootstrap.accuracy_bootstrap([[r["label"]] for r in records], ours, reference).p_value
+
+
+def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Split) -> dict[str, Any]:
+  """HF PyTorch fine-tuning of config.init's checkpoint with the same recipe: scores and comparable predictions on
+  `split`. Span NER is compared with plain BIO tagging of the same data (the target: within 0.5 F1 of tagging)."""
+  from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel  (torch only when asked)
+  task, train_examples, split_examples = data.task, data.train.examples, split.examples
+  if task["name"] == "span_ner":
+    task = finetune_data.task_mapping(config.task, ())
+    task.update(name="tagging")
+    tags = task_examples.label_vocabulary(task, data.train.records)
+    task.update(labels=tags, tags=tags)
+    train_examples = task_examples.encode(task, data.tokenizer, data.train.records, tags)
+    split_examples = task_examples.encode(task, data.tokenizer, split.records, tags)
+  kind, labels = ("sequence" if task["name"] == "classification" else "token"), task["labels"]
+  model = finetune_reference.build_model(kind, finetune.model_from_init(config.init)[1], len(labels), config.seed)
+  timing = finetune_reference.train(
+      kind, model, train_examples, epochs=config.epochs, batch_size=config.batch_size,
+      learning_rate=config.optimizer.learning_rate, warmup_fraction=config.optimizer.warmup_fraction,
+      weight_decay=config.optimizer.weight_decay, seed=config.seed, buckets=data.buckets)
+  raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size, buckets=data.buckets)
+  predictions = [labels[i] for i in raw] if kind == "sequence" else [[labels[t] for t in row] for row in raw]
+  return {"scores": evaluation.score(task, split.records, predictions),
+          "comparable": comparable(task, split.records, predictions), **timing}
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+  parser = argparse.ArgumentParser(prog="python -m benchmarks.finetune", description=__doc__.split("\n")[0])
+  parser.add_argument("--task", required=True, choices=sorted(finetune.TASK_PRESETS))
+  parser.add_argument("--init", default="hf:all-MiniLM-L6-v2", help="checkpoint to fine-tune (configs/finetune.py)")
+  parser.add_argument("--reference", action="store_true", help="also run the HF PyTorch reference")
+  parser.add_argument("--workdir", default="", help="run directory (default: a fresh temporary one)")
+  parser.add_argument("--set", action="append", default=[], help="config override key=value (repeatable)")
+  args = parser.parse_args(argv)
+  config = finetune.get_config(f"task={args.task},init={args.init}")
+  with config.unlocked():
+    for assignment in args.set:
+      _set(config, assignment)
+  workdir = Path(args.workdir or tempfile.mkdtemp(prefix=f"finetune_{args.task}_"))
+  started = time.perf_counter()
+  results = train.train_and_evaluate(config, workdir)
+  wall = time.perf_counter() - started
+  data = finetune_data.load(config)
+  split = data.test if data.test is not None and results["test"] else data.eval
+  scores = results["test"] if split is data.test else results["dev"]
+  metric = config.task.metric
+  seconds = train_seconds(workdir)
+  out = {"task": args.task, "split": "test" if split is data.test else "dev", "metric": metric,
+         "score": round(scores[metric], 2), "dev_score": round(results["dev"][metric], 2),
+         "best_step": results["best_step"], "steps": results["step"], "train_seconds": round(seconds, 1),
+         "examples_per_s": round(config.epochs * len(data.train.examples) / seconds, 1),
+         "wall_seconds": round(wall, 1), "workdir": str(workdir),
+         "recipe": {"epochs": config.epochs, "batch_size": config.batch_size,
+                    "learning_rate": config.optimizer.learning_rate, "regime": config.regime}}
+  if args.reference:
+    reference = run_reference(config, data, split)
+    ours = [json.loads(line)["prediction"] for line in
+            (workdir / "predictions" / f"{split.name}.jsonl").read_text(encoding="utf-8").splitlines()]
+    ours = comparable(data.task, split.records, [[tuple(s) for s in p] if data.task["name"] == "span_ner" else p
+                                                 for p in ours])
+    out.update(reference_score=round(100 * reference["scores"][metric], 2),
+               reference_train_seconds=round(reference["train_seconds"], 1),
+               reference_examples_per_s=round(reference["examples_per_s"], 1),
+               speedup=round(out["examples_per_s"] / reference["examples_per_s"], 2),
+               p_value=p_value(data.task, split.records, ours, reference["comparable"]))
+  print(json.dumps(out))
+  return out
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,142 @@
+"""Fine-tuning a pretrained encoder on a task (classification, pair classification, tagging, span NER).
+
+  python -m launch.main --config configs/finetune.py:task=conll2003 --workdir runs/conll
+  python -m launch.main --config configs/finetune.py:task=sick,init=run:runs/mini --workdir runs/sick_mini
+  python -m launch.main --config configs/finetune.py:task=sst2,runlocal --workdir /tmp/smoke   # seconds
+
+String arguments: task (a name of TASK_PRESETS), init ("hf:<name or directory>" for an imported HuggingFace BERT,
+"run:<workdir>" for the encoder of our own pretraining run's latest checkpoint, "" for random init), runlocal (a tiny
+random-init model on a slice of each split, a few steps: a smoke test). Other datasets (e.g. paraphrase or RTE TSVs)
+need only config: --config.task.format=tsv --config.task.files=train:a.tsv,validation:b.tsv,test:c.tsv
+--config.task.columns=text_a:sentence1,text_b:sentence2,label:label --config.task.labels=... (see `task_block`).
+"""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import ml_collections
+
+from configs import common
+from encoder import hf_checkpoint, pretrained
+
+UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
+        "SYM", "VERB", "X")  # The 17 Universal POS tags.
+# Per-task recipes (chosen on dev; see the README's fine-tuning section for what was tried). Keys are task_block's.
+TASK_PRESETS: dict[str, dict] = {
+    "sst2": dict(name="classification", dataset="sst2", test_split="", metric="accuracy", max_length=64,
+                 epochs=3, learning_rate=5e-5),
+    "sick": dict(name="classification", dataset="sick", metric="accuracy", max_length=128, epochs=4,
+                 learning_rate=1e-4),
+    "conll2003": dict(name="tagging", dataset="conll2003", scheme="IOB2", source_scheme="IOB2", metric="f1",
+                      epochs=5, learning_rate=1e-4),
+    "conll2003_crf": dict(name="tagging", dataset="conll2003", scheme="IOB2", source_scheme="IOB2", crf=True,
+                          metric="f1", epochs=5, learning_rate=1e-4),
+    "conll2003_spans": dict(name="span_ner", dataset="conll2003", scheme="IOB2", source_scheme="IOB2", metric="f1",
+                            epochs=5, learning_rate=1e-4),
+    "ud_pos": dict(name="tagging", dataset="ud_ewt_upos", scheme="", metric="accuracy", epochs=3,
+                   learning_rate=1e-4, labels=UPOS),
+}
+RECIPE_KEYS = ("epochs", "learning_rate")  # Preset keys that set training fields, not task fields.
+
+
+def task_block(**preset) -> ml_collections.ConfigDict:
+  """The config.task block: what data, which head, how labels are encoded and scored."""
+  task = ml_collections.ConfigDict()
+  task.name = preset.get("name", "classification")  # tasks.registry name: classification, tagging or span_ner.
+  task.dataset = preset.get("dataset", "")  # tasks.tfds_builders.PRESETS name ("" = the files below).
+  task.format = "tsv"  # Reader of `files` when dataset is "": tsv, conll, conllu or spans.
+  task.files = ""  # "train:a.tsv,validation:b.tsv,test:c.tsv" (relative to the data dir or absolute).
+  task.columns = ""  # Reader options for `files`: "text_a:sentence1,text_b:sentence2,label:label,header:true".
+  task.train_split = "train"  # Split names (tfds slicing allowed, e.g. "train[:10%]").
+  task.eval_split = "validation"  # The dev split: periodic evaluation, best checkpoint, threshold tuning.
+  task.test_split = preset.get("test_split", "test")  # Scored with the best-dev parameters ("" = none).
+  task.labels = tuple(preset.get("labels", ()))  # Labels / tags / entity types, index order (() = from train).
+  task.scheme = preset.get("scheme", "IOB2")  # Trained and scored tag scheme (IOB2, BIOES, IO, ...; "" = plain tags).
+  task.source_scheme = preset.get("source_scheme", "")  # The data's tag scheme, converted to `scheme` ("" = same).
+  task.score_mode = "conlleval"  # Entity scoring: "conlleval" (lenient chunks) or "strict".
+  task.alignment = "first"  # Subword training labels: "first" (others ignored) or "all" (every subword).
+  task.crf = preset.get("crf", False)  # Tagging: a linear-chain CRF (Viterbi decoding) instead of greedy argmax.
+  task.max_length = preset.get("max_length", 128)  # Subword tokens per example, specials included (truncation).
+  task.max_span_width = 8  # Span NER: longest candidate span L, in words.
+  task.pooling = "cls" if task.name == "classification" else "mean"  # cls/pooled/mean; span_ner: mean/attention.
+  task.boundary_ffn = True  # Span NER: FFN_start / FFN_end on the boundary tokens.
+  task.span_hidden = 256  # Span NER: width of the span classifier's hidden layer.
+  task.nested = False  # Span NER: keep overlapping spans (nested data) instead of greedy non-overlap.
+  task.dropout = 0.1  # Dropout on the encoder output inside the head.
+  task.metric = preset.get("metric", "accuracy")  # The dev metric that picks the best checkpoint (higher is better).
+  return task
+
+
+def model_from_init(init: str) -> tuple[ml_collections.ConfigDict, str]:
+  """(config.model, tokenizer) of the checkpoint named by `init` ("hf:..." or "run:..."), read from its config."""
+  kind, _, where = init.partition(":")
+  if kind == "hf":
+    directory = pretrained.resolve_checkpoint(where)
+    cfg = hf_checkpoint.config_from_hf(json.loads((directory / "config.json").read_text()), str(directory))
+    fields = dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32"}
+    return ml_collections.ConfigDict(fields), str(directory)
+  if kind == "run":
+    saved = Path(where) / "config.json"
+    if not saved.is_file():
+      raise FileNotFoundError(f"init={init!r}: {saved} does not exist; give the workdir of a training run")
+    run = json.loads(saved.read_text())
+    return ml_collections.ConfigDict(run["model"]), run["data"]["tokenizer"]
+  raise ValueError(f"init={init!r} must start with 'hf:' or 'run:' (or be '' for random init)")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """The fine-tuning config for `arg` ('task=conll2003,init=hf:all-MiniLM-L6-v2,runlocal')."""
+  arg = common.parse_arg(arg, task="sick", init="hf:all-MiniLM-L6-v2", runlocal=False)
+  if arg.task not in TASK_PRESETS:
+    raise ValueError(f"task={arg.task!r} is not one of {sorted(TASK_PRESETS)} (configs/finetune.py TASK_PRESETS)")
+  preset = TASK_PRESETS[arg.task]
+  config = ml_collections.ConfigDict()  # Locked before it is returned.
+  config.objectives = ""  # Unused by fine-tuning (the task is the only objective).
+  config.objective_weights = ml_collections.ConfigDict()  # Unused by fine-tuning.
+  config.task = task_block(**{k: v for k, v in preset.items() if k not in RECIPE_KEYS})  # The task (above).
+  config.init = "" if arg.runlocal else arg.init  # "hf:<name|dir>", "run:<workdir>" or "" (random init).
+  if config.init:
+    config.model, tokenizer = model_from_init(config.init)  # EncoderConfig fields of the checkpoint.
+  else:
+    config.model, tokenizer = common.model_config("tiny"), "all-MiniLM-L6-v2"
+  config.model.hidden_dropout = 0.1  # Encoder dropout while fine-tuning.
+  config.model.attention_dropout = 0.1  # Attention-probability dropout while fine-tuning.
+
+  config.data = ml_collections.ConfigDict()  # Tokenizer and batching.
+  config.data.tokenizer = tokenizer  # Tokenizer path or packaged name (the init checkpoint's: vocabularies match).
+  config.data.buckets = (32, 64, 128)  # Padded lengths of the batches (a few jit shapes); capped at max_length.
+  config.data.cache_dir = ""  # tfds array_record cache ("" = ~/.cache/encoderlab/tfds).
+  config.data.prefetch = 2  # Batches prepared ahead on background threads.
+
+  config.epochs = preset["epochs"]  # Passes over the training split (num_train_steps = epochs * batches/epoch).
+  config.regime = "full"  # "full", "frozen" (head only) or "top_k" (the top `top_k` layers + head).
+  config.top_k = 0  # Layers trained by regime "top_k".
+  config.layer_decay = 1.0  # Layer-wise LR decay: layer l's LR is lr * layer_decay^(num_layers + 1 - depth).
+  config.optimizer = common.optimizer_config(learning_rate=preset["learning_rate"], eps=1e-8)  # AdamW.
+  config.optimizer.warmup_fraction = 0.1  # Warmup over this fraction of the steps (overrides warmup_steps if > 0).
+  common.engine_config(config, steps=0)  # num_train_steps 0 = epochs * steps per epoch.
+  config.batch_size = 32  # Examples per optimizer step (the last batch of an epoch is padded, masked out).
+  config.log_every_steps = 50
+  config.eval_every_steps = -1  # -1: evaluate on the whole dev split after every epoch.
+  config.eval_steps = -1  # Always the whole dev split.
+  config.checkpoint_every_steps = -1  # -1: with every evaluation (the best one is kept for the test score).
+  config.keep_checkpoints = 1  # The latest checkpoint (plus the best one by best_metric).
+  config.best_metric = f"eval/{config.task.metric}"  # Dev metric for the best checkpoint.
+  config.best_mode = "max"
+  config.measure_mfu = False
+
+  if arg.runlocal:  # A tiny random-init model on slices of the splits: a smoke test in seconds.
+    config.model = common.model_config("tiny", num_layers=2, hidden_size=64, num_heads=4, intermediate_size=128,
+                                       max_positions=64)
+    config.task.train_split = "train[:64]"
+    config.task.eval_split = "validation[:32]"
+    config.task.test_split = "test[:32]" if config.task.test_split else ""
+    config.task.max_length = 32
+    config.task.span_hidden = 32
+    config.data.buckets = (16, 32)
+    config.epochs = 2
+    config.batch_size = 16
+    config.optimizer.learning_rate = 1e-3
+    config.log_every_steps = 2
+  return config.lock()

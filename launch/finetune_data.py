@@ -1,0 +1,152 @@
+"""Fine-tuning data: config.task -> records and encoded examples per split, and the batches of the training loop.
+
+The batch of step s is a pure function of (config, s): epoch = s // steps_per_epoch, and the epoch's batch order is
+`tasks.batching.length_bucketed_batches(lengths, B, seed, epoch)`; each batch is padded (dynamic padding to a few
+length buckets) and filled to B rows with example_mask = 0, so shapes are few and fixed in the batch dimension, and a
+resumed run sees exactly the batches it would have seen. Process p of P keeps rows [p*B/P, (p+1)*B/P) of each batch.
+"""
+
+import functools
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
+
+import grain
+import jax
+import ml_collections
+import numpy as np
+
+from configs import paths
+from launch import config_checks
+from launch.input_pipeline import tokenizer_for
+from tasks import batching, examples, tfds_builders
+
+
+class Split(NamedTuple):
+  """One split: reader records (plain dicts, file order) and their encoded examples."""
+  name: str
+  records: list[dict]
+  examples: list[dict]
+
+
+class TaskData(NamedTuple):
+  """Everything the engine needs from a task's data."""
+  task: dict[str, Any]  # The config.task fields as the tasks/ modules read them, plus "labels" / "tags".
+  tokenizer: Any
+  train: Split
+  eval: Split
+  test: Split | None
+  buckets: tuple[int, ...]
+
+
+def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict[str, Any]:
+  """config.task -> the plain mapping tasks/ reads ("" scheme -> None, the label vocabulary under its key)."""
+  mapping = task.to_dict()
+  mapping["labels"] = list(labels)
+  mapping["scheme"] = task.scheme or None
+  mapping["source_scheme"] = task.source_scheme or None
+  if task.name == "tagging":
+    mapping["tags"] = list(labels)
+  return mapping
+
+
+def _options(columns: str) -> dict[str, Any]:
+  """'text_a:sentence1,label:3,header:false' -> reader options (integers are column indices)."""
+  options = {}
+  for item in filter(None, columns.split(",")):
+    key, _, value = item.partition(":")
+    if value.lower() in ("true", "false"):
+      options[key] = value.lower() == "true"
+    else:
+      options[key] = int(value) if value.lstrip("-").isdigit() else value
+  return options
+
+
+def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetConfig:
+  """A tfds_builders preset name, or a custom dataset from task.format/files/columns."""
+  if task.dataset:
+    return task.dataset
+  if not task.files:
+    raise config_checks.ConfigError("config.task.dataset is empty and config.task.files is too: name a dataset of "
+                                    f"tasks.tfds_builders.PRESETS {sorted(tfds_builders.PRESETS)} or give files")
+  files = {}
+  for item in task.files.split(","):
+    split, _, path = item.partition(":")
+    files[split] = path if Path(path).is_absolute() or Path(path).exists() else str(paths.data_file(path))
+  options = _options(task.columns)
+  if task.labels and task.format == "tsv":
+    options.setdefault("label_names", tuple(task.labels))
+  return tfds_builders.custom(task.format, files, **options)
+
+
+def _records(dataset, split: str, cache_dir: str) -> list[dict]:
+  source = tfds_builders.load_split(dataset, split, cache_dir=cache_dir or None)
+  return source.__getitems__(list(range(len(source)))) if len(source) else []
+
+
+def load(config: ml_collections.ConfigDict) -> TaskData:
+  """Reads and encodes the train, dev and (optional) test splits of config.task."""
+  task = config.task
+  dataset = dataset_of(task)
+  tokenizer = tokenizer_for(config.data.tokenizer)
+  read = lambda split: _records(dataset, split, config.data.cache_dir)
+  train_records = read(task.train_split)
+  if not train_records:
+    raise config_checks.ConfigError(f"config.task.train_split={task.train_split!r} of {task.dataset or task.files} "
+                                    "has no records")
+  mapping = task_mapping(task, examples.label_vocabulary(task_mapping(task, task.labels), train_records))
+  split = lambda name, records: Split(name, records, examples.encode(mapping, tokenizer, records, mapping["labels"]))
+  test = split("test", read(task.test_split)) if task.test_split else None
+  buckets = tuple(sorted({min(b, task.max_length) for b in config.data.buckets} | {task.max_length}))
+  return TaskData(mapping, tokenizer, split("train", train_records), split("dev", read(task.eval_split)), test,
+                  buckets)
+
+
+def steps_per_epoch(data: TaskData, batch_size: int) -> int:
+  """Batches in one pass over the training split (the last one may be short: it is padded)."""
+  return -(-len(data.train.examples) // batch_size)
+
+
+def batch_schedule(data: TaskData, *, batch_size: int, seed: int) -> Callable[[int], dict[str, np.ndarray]]:
+  """step -> the global batch of optimizer step `step` (0-based): a pure function of (data, batch_size, seed, step)."""
+  lengths = batching.lengths_of(data.train.examples)
+  per_epoch = steps_per_epoch(data, batch_size)
+
+  @functools.lru_cache(maxsize=2)
+  def epoch_batches(epoch: int) -> list[list[int]]:
+    return batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch)
+
+  def batch(step: int) -> dict[str, np.ndarray]:
+    epoch, index = divmod(step, per_epoch)
+    indices = epoch_batches(epoch)[index]
+    return batching.collate([data.train.examples[i] for i in indices], data.buckets, batch_size=batch_size)
+  return batch
+
+
+def _local_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """This process's rows of a global batch."""
+  rows = len(batch["example_mask"]) // jax.process_count()
+  start = jax.process_index() * rows
+  return {k: v[start:start + rows] for k, v in batch.items()}
+
+
+def example_batch(data: TaskData) -> dict[str, np.ndarray]:
+  """A one-row batch: the shapes and dtypes the model is initialized with."""
+  return batching.collate(data.train.examples[:1], data.buckets)
+
+
+def train_batches(data: TaskData, *, batch_size: int, seed: int, start_step: int, total_steps: int,
+                  prefetch: int) -> Iterator[dict[str, np.ndarray]]:
+  """This process's rows of the batches of steps start_step .. total_steps - 1, prepared ahead by grain threads."""
+  batch = batch_schedule(data, batch_size=batch_size, seed=seed)
+  dataset = grain.MapDataset.range(start_step, max(total_steps, start_step)).map(lambda step: _local_rows(batch(step)))
+  return iter(dataset.to_iter_dataset(grain.ReadOptions(num_threads=max(prefetch, 1),
+                                                        prefetch_buffer_size=max(prefetch, 1))))
+
+
+def eval_batches(split: Split, *, batch_size: int, buckets: Sequence[int]
+                 ) -> Iterator[tuple[list[int], dict[str, np.ndarray]]]:
+  """(example indices, this process's rows of the padded batch) over the whole split, sorted by length."""
+  lengths = batching.lengths_of(split.examples)
+  for indices in batching.length_bucketed_batches(lengths, batch_size, seed=0, epoch=0, shuffle=False):
+    yield indices, _local_rows(batching.collate([split.examples[i] for i in indices], buckets,
+                                                batch_size=batch_size))

@@ -1,0 +1,67 @@
+"""What the training loop trains on: pretraining objectives over a text corpus, or one fine-tuning task over its
+splits. Both give the same things (objectives, an example batch, the step count, batches from a start step), so
+`launch.train` runs one loop for either; a config with a `task` block is fine-tuning."""
+
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple
+
+import ml_collections
+import numpy as np
+
+from launch import config_checks, finetune_data, input_pipeline
+from objectives import registry
+from objectives.objective import Objective
+from tasks import registry as task_registry
+
+
+class Workload(NamedTuple):
+  objectives: tuple[Objective, ...]
+  weights: dict[str, float]  # Loss weight per objective name.
+  vocab_size: int  # The tokenizer's (config.model.vocab_size 0 takes it).
+  example: dict[str, np.ndarray]  # A batch of one row: init and tracing shapes.
+  total_steps: int  # Optimizer steps of the run.
+  steps_per_epoch: int  # Fine-tuning: batches per pass over the training split (0 for pretraining).
+  tokens_per_example: int  # For the tokens/s and FLOPs estimates (padded length).
+  train_batches: Callable[[int], Iterator[dict[str, np.ndarray]]]  # start step -> this process's batches.
+  data: Any  # input_pipeline.Data (pretraining) or finetune_data.TaskData (fine-tuning).
+  description: str  # For the start-up line.
+
+
+def is_finetuning(config: ml_collections.ConfigDict) -> bool:
+  """Whether `config` fine-tunes a task (a config.task block) rather than pretrains (config.task = "")."""
+  return isinstance(config.get("task"), ml_collections.ConfigDict)
+
+
+def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
+  """Masked-LM (and NSP/SBO) pretraining on config.data's corpus."""
+  data = input_pipeline.load_data(config, Path(config.data.cache_dir or workdir / "cache"))
+  objectives = tuple(registry.build(name, config.model) for name in config.objectives.split("+"))
+  batches = lambda start: input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
+                                                       seed=config.seed, start_step=start,
+                                                       prefetch=config.data.prefetch)
+  return Workload(objectives, dict(config.objective_weights), data.tokenizer.vocab_size,
+                  input_pipeline.example_batch(data.train, data.mask_options), config.num_train_steps, 0,
+                  config.data.max_length, batches, data, f"objectives {config.objectives}")
+
+
+def finetuning(config: ml_collections.ConfigDict) -> Workload:
+  """config.task on its dataset: config.epochs passes (or config.num_train_steps when positive)."""
+  data = finetune_data.load(config)
+  objective = task_registry.get(config.task.name)(data.task)
+  per_epoch = finetune_data.steps_per_epoch(data, config.batch_size)
+  total = config.num_train_steps if config.num_train_steps > 0 else config.epochs * per_epoch
+  if total < 1:
+    raise config_checks.ConfigError(f"config.epochs={config.epochs} gives no training steps: set it to at least 1")
+  batches = lambda start: finetune_data.train_batches(data, batch_size=config.batch_size, seed=config.seed,
+                                                      start_step=start, total_steps=total,
+                                                      prefetch=config.data.prefetch)
+  mean_length = float(np.mean([len(e["input_ids"]) for e in data.train.examples]))
+  return Workload((objective,), {objective.name: 1.0}, data.tokenizer.vocab_size, finetune_data.example_batch(data),
+                  total, per_epoch, round(mean_length), batches, data,
+                  f"task {config.task.name} on {config.task.dataset or config.task.files} ({len(data.train.examples)} "
+                  f"train examples, {per_epoch} steps/epoch), init {config.init or 'random'}, regime {config.regime}")
+
+
+def build(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
+  """The workload of `config`."""
+  return finetuning(config) if is_finetuning(config) else pretraining(config, workdir)

@@ -1,0 +1,110 @@
+"""Fine-tuning through the engine (configs/finetune.py runlocal: a tiny encoder on slices of real data): batches as a
+pure function of the step, best-dev checkpoint and test scores re-scored by seqeval from the written .conll file,
+warm start from our own run (frozen encoder stays bitwise equal) and from the imported MiniLM checkpoint."""
+
+import json
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import seqeval.metrics
+
+from configs import finetune
+from encoder import hf_checkpoint, pretrained
+from launch import finetune_data, train
+from tests.conftest import require_data
+
+
+def _config(arg: str, **overrides):
+  config = finetune.get_config(arg)
+  with config.unlocked():
+    for key, value in overrides.items():
+      target = config
+      *parents, leaf = key.split(".")
+      for parent in parents:
+        target = target[parent]
+      target[leaf] = value
+  return config
+
+
+def _encoder(workdir) -> dict:
+  """params["encoder"] of the newest checkpoint of a run, as numpy."""
+  manager = ocp.CheckpointManager((workdir / "checkpoints").absolute(), item_handlers=ocp.StandardCheckpointHandler())
+  state = manager.restore(manager.latest_step())
+  manager.close()
+  return jax.tree.map(np.asarray, state["params"]["encoder"])
+
+
+@pytest.fixture(scope="module")
+def conll_run(tmp_path_factory):
+  require_data("conll2003/bio/train.txt")
+  workdir = tmp_path_factory.mktemp("conll")
+  return workdir, train.train_and_evaluate(_config("task=conll2003,runlocal"), workdir)
+
+
+def test_batch_of_a_step_is_a_pure_function_of_the_step():
+  require_data("conll2003/bio/train.txt")
+  config = _config("task=conll2003,runlocal", **{"task.train_split": "train[:40]"})
+  data = finetune_data.load(config)
+  schedule = finetune_data.batch_schedule(data, batch_size=16, seed=0)
+  assert finetune_data.steps_per_epoch(data, 16) == 3
+  for epoch in range(2):  # Every example exactly once per epoch; the short last batch is padded with masked rows.
+    batches = [schedule(3 * epoch + i) for i in range(3)]
+    assert all(b["input_ids"].shape[0] == 16 and b["input_ids"].shape[1] in data.buckets for b in batches)
+    assert sum(b["example_mask"].sum() for b in batches) == 40
+    words = sorted(tuple(b["word_labels"][r][b["word_labels"][r] >= 0]) for b in batches for r in range(16)
+                   if b["example_mask"][r])
+    assert words == sorted(tuple(e["word_labels"]) for e in data.train.examples)
+  resumed = finetune_data.train_batches(data, batch_size=16, seed=0, start_step=4, total_steps=6, prefetch=1)
+  for step, batch in zip((4, 5), resumed):
+    fresh = finetune_data.batch_schedule(data, batch_size=16, seed=0)(step)
+    assert all(np.array_equal(batch[k], fresh[k]) for k in fresh)
+  other_seed = finetune_data.batch_schedule(data, batch_size=16, seed=1)(0)
+  assert not np.array_equal(other_seed["input_ids"], schedule(0)["input_ids"])
+
+
+def test_best_dev_checkpoint_scores_test_and_predictions_rescore(conll_run):
+  workdir, results = conll_run
+  evals = [r for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines()) if "eval/f1" in r]
+  assert [r["step"] for r in evals] == [4, 8]  # Every epoch (4 steps of 16 of the 64 sentences).
+  best = max(evals, key=lambda r: (r["eval/f1"], -r["step"]))
+  assert results["best_step"] == best["step"]
+  assert results["dev"]["f1"] == pytest.approx(100 * best["eval/f1"])  # Re-evaluated with the restored best params.
+  for split, count in (("dev", 32), ("test", 32)):
+    blocks = (workdir / "predictions" / f"{split}.conll").read_text().strip().split("\n\n")
+    rows = [[line.split() for line in block.splitlines()] for block in blocks]
+    assert len(rows) == count
+    gold, pred = [[r[1] for r in s] for s in rows], [[r[2] for r in s] for s in rows]
+    assert results[split]["f1"] == pytest.approx(100 * seqeval.metrics.f1_score(gold, pred), abs=1e-6)
+    jsonl = [json.loads(line) for line in (workdir / "predictions" / f"{split}.jsonl").read_text().splitlines()]
+    assert [r["prediction"] + ["O"] * (len(r["words"]) - len(r["prediction"])) for r in jsonl] == pred
+
+
+def test_warm_start_from_our_run_with_a_frozen_encoder(conll_run, tmp_path):
+  source, _ = conll_run
+  config = _config("task=sick,runlocal", init=f"run:{source}", regime="frozen", num_train_steps=3)
+  results = train.train_and_evaluate(config, tmp_path)
+  assert results["step"] == 3 and set(results["dev"]) == {"accuracy", "macro_f1"}
+  before, after = _encoder(source), _encoder(tmp_path)
+  del before["pooler"], after["pooler"]  # tasks.regimes trains the pooler with the head (it sits above the body).
+  assert jax.tree.all(jax.tree.map(np.array_equal, before, after))
+  assert len((tmp_path / "predictions" / "test.labels").read_text().splitlines()) == 32
+
+
+def test_init_from_the_imported_minilm_checkpoint(tmp_path):
+  require_data("sick/SICK_train.txt")
+  directory = pretrained.minilm_path()
+  config = _config("task=sick,runlocal", init="hf:all-MiniLM-L6-v2", regime="top_k", top_k=1, num_train_steps=1,
+                   **{"task.test_split": "", "task.eval_split": "validation[:16]", "data.tokenizer": str(directory)})
+  with config.unlocked():
+    config.model = finetune.model_from_init(config.init)[0]
+  results = train.train_and_evaluate(config, tmp_path)
+  assert results["step"] == 1 and results["test"] == {}
+  _, expected, _ = hf_checkpoint.load_hf_checkpoint(directory)
+  trained = _encoder(tmp_path)
+  assert np.array_equal(trained["layer_0"]["mlp"]["output"]["kernel"], expected["layer_0"]["mlp"]["output"]["kernel"])
+  assert np.array_equal(trained["embeddings"]["word_embeddings"]["embedding"],
+                        expected["embeddings"]["word_embeddings"]["embedding"])
+  top = trained["layer_5"]["mlp"]["output"]["kernel"]
+  assert not np.array_equal(top, expected["layer_5"]["mlp"]["output"]["kernel"])  # top_k=1: only layer 5 trains.
