@@ -108,7 +108,7 @@ def train_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], acc
   (loss, metrics, grads), _ = jax.lax.scan(micro_step, (loss, metrics, grads), (micro_batches, jnp.arange(accum)))
   if axis_name is not None:
     loss, metrics, grads = jax.lax.psum((loss, metrics, grads), axis_name)
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree.norm(grads)
   updates, opt_state = fns.tx.update(grads, state.opt_state, state.params)
   new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
                             opt_state=opt_state)
