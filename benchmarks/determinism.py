@@ -142,18 +142,25 @@ def device_invariance(root: Path, cache: Path) -> dict[str, float]:
 
 
 def kill_and_resume(root: Path, cache: Path) -> dict[str, bool]:
-  """A run SIGKILLed after step 13 (its step-10 checkpoint written) and restarted ends bitwise equal to the
-  uninterrupted 1-device run."""
+  """A run SIGKILLed after step 13 (its step-10 checkpoint written) and restarted, and a run sent SIGTERM after step
+  13 (it saves step 13 and stops) and restarted, each end bitwise equal to the uninterrupted 1-device run."""
   reference = baseline(root, cache)
-  workdir = root / "killed"
-  killed = run(workdir, ["--config.debug_kill_at_step=13"], cache=cache, check=False)
-  if killed.returncode != -9:
-    raise RuntimeError(f"the run was meant to die by SIGKILL, it returned {killed.returncode}:\n"
-                       f"{killed.stderr[-3000:]}")
-  resumed = run(workdir, cache=cache)
-  if "resuming from checkpoint step" not in resumed.stdout:
-    raise RuntimeError(f"the restarted run did not resume:\n{resumed.stdout[-2000:]}")
-  return {"resume_bitwise_equal": params_equal(final_params(workdir), final_params(reference))}
+  out = {}
+  for signal_name, returncode, key in (("SIGKILL", -9, "resume_bitwise_equal"),
+                                       ("SIGTERM", 0, "sigterm_resume_bitwise_equal")):
+    workdir = root / f"killed_{signal_name}"
+    killed = run(workdir, ["--config.debug_kill_at_step=13", f"--config.debug_kill_signal={signal_name}"],
+                 cache=cache, check=False)
+    if killed.returncode != returncode:
+      raise RuntimeError(f"the run sent {signal_name} was meant to return {returncode}, it returned "
+                         f"{killed.returncode}:\n{killed.stderr[-3000:]}")
+    if signal_name == "SIGTERM" and "SIGTERM: saved step 13" not in killed.stdout + killed.stderr:
+      raise RuntimeError(f"the run sent SIGTERM did not save step 13:\n{killed.stdout[-2000:]}")
+    resumed = run(workdir, cache=cache)
+    if "resuming from checkpoint step" not in resumed.stdout:
+      raise RuntimeError(f"the restarted run did not resume:\n{resumed.stdout[-2000:]}")
+    out[key] = params_equal(final_params(workdir), final_params(reference))
+  return out
 
 
 def accumulation(root: Path, cache: Path) -> dict[str, float]:

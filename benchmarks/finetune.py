@@ -88,8 +88,8 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
   timing = finetune_reference.train(
       kind, model, train_examples, epochs=config.epochs, batch_size=config.batch_size,
       learning_rate=config.optimizer.learning_rate, warmup_fraction=config.optimizer.warmup_fraction,
-      weight_decay=config.optimizer.weight_decay, seed=config.seed, buckets=data.buckets)
-  raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size, buckets=data.buckets)
+      weight_decay=config.optimizer.weight_decay, seed=config.seed)
+  raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size)
   predictions = [labels[i] for i in raw] if kind == "sequence" else [[labels[t] for t in row] for row in raw]
   return {"scores": evaluation.score(task, split.records, predictions),
           "comparable": comparable(task, split.records, predictions), **timing}

@@ -2,7 +2,8 @@
 
 Sequence tasks use `BertForSequenceClassification`, word tasks `BertForTokenClassification` (first-subword labels,
 -100 elsewhere, argmax at first subwords): plain HF practice, AdamW with no decay on biases/LayerNorm, linear warmup
-and decay. Batches come from `tasks.batching.length_bucketed_batches`, exactly as our engine draws them.
+and decay. Batches hold the examples `tasks.batching.length_bucketed_batches` draws for our engine, padded HF's way:
+to the longest sequence of the batch (eager PyTorch needs no fixed shapes; our jit rounds up to config.data.buckets).
 """
 
 import time
@@ -29,8 +30,13 @@ def build_model(kind: str, model_dir, num_labels: int, seed: int):
   return cls.from_pretrained(model_dir, num_labels=num_labels)
 
 
+def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
+  """Dynamic padding to the batch's longest sequence."""
+  return batching.collate(examples, [max(len(e["input_ids"]) for e in examples)])
+
+
 def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size: int, learning_rate: float,
-          warmup_fraction: float, weight_decay: float, seed: int, buckets: Sequence[int]) -> dict[str, float]:
+          warmup_fraction: float, weight_decay: float, seed: int) -> dict[str, float]:
   """Fine-tunes in place; returns train_seconds and examples_per_s."""
   lengths = batching.lengths_of(examples)
   schedule_steps = sum(len(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=e))
@@ -45,7 +51,7 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
   start, seen = time.perf_counter(), 0
   for epoch in range(epochs):
     for indices in batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch):
-      batch = batching.collate([examples[i] for i in indices], buckets)
+      batch = _collate([examples[i] for i in indices])
       inputs = _tensors(batch)
       labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"], -100)
       loss = model(**inputs, labels=torch.from_numpy(labels).long()).loss
@@ -59,14 +65,14 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
   return {"train_seconds": seconds, "examples_per_s": seen / seconds}
 
 
-def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int, buckets: Sequence[int]) -> list[Any]:
+def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int) -> list[Any]:
   """Class index per example ("sequence") or word-level tag indices at first subwords ("token"), in input order."""
   model.eval()
   out: list[Any] = [None] * len(examples)
   with torch.no_grad():
     for indices in batching.length_bucketed_batches(batching.lengths_of(examples), batch_size, seed=0, epoch=0,
                                                     shuffle=False):
-      batch = batching.collate([examples[i] for i in indices], buckets)
+      batch = _collate([examples[i] for i in indices])
       logits = model(**_tensors(batch)).logits.numpy()
       for row, i in enumerate(indices):
         if kind == "sequence":

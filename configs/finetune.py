@@ -57,6 +57,7 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   task.score_mode = "conlleval"  # Entity scoring: "conlleval" (lenient chunks) or "strict".
   task.alignment = "first"  # Subword training labels: "first" (others ignored) or "all" (every subword).
   task.crf = preset.get("crf", False)  # Tagging: a linear-chain CRF (Viterbi decoding) instead of greedy argmax.
+  task.case_features = preset.get("case_features", 0)  # Tagging/span NER: word-shape embedding width (0 = off).
   task.max_length = preset.get("max_length", 128)  # Subword tokens per example, specials included (truncation).
   task.max_span_width = 8  # Span NER: longest candidate span L, in words.
   task.pooling = "cls" if task.name == "classification" else "mean"  # cls/pooled/mean; span_ner: mean/attention.
@@ -105,7 +106,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()  # Tokenizer and batching.
   config.data.tokenizer = tokenizer  # Tokenizer path or packaged name (the init checkpoint's: vocabularies match).
-  config.data.buckets = (32, 64, 128)  # Padded lengths of the batches (a few jit shapes); capped at max_length.
+  config.data.buckets = (8, 12, 16, 24, 32, 40, 48, 64, 96, 128)  # Padded batch lengths (jit shapes); capped at max_length.
   config.data.cache_dir = ""  # tfds array_record cache ("" = ~/.cache/encoderlab/tfds).
   config.data.prefetch = 2  # Batches prepared ahead on background threads.
 

@@ -6,6 +6,7 @@ on dev (`tasks.span_ner.tune_threshold`) and the dev value is used on test: choi
 """
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -117,6 +118,8 @@ def make_evaluator(data: finetune_data.TaskData, predict: Callable, *, batch_siz
 
 
 def write_results(workdir: Path, results: dict[str, Any]) -> None:
-  """workdir/results.json (process 0 only)."""
+  """workdir/results.json (process 0 only), replaced atomically so a kill never leaves half a file."""
   if jax.process_index() == 0:
-    (workdir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    partial = workdir / "results.json.tmp"
+    partial.write_text(json.dumps(results, indent=2) + "\n")
+    os.replace(partial, workdir / "results.json")

@@ -10,6 +10,7 @@ are what differ.
 """
 
 import functools
+import json
 import os
 import signal
 import threading
@@ -117,6 +118,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     state = jax.jit(init, out_shardings=state_shardings)(example, pretrained)
   start = int(jax.device_get(state.step))
   progress = Progress(start, total_steps, enabled=lead)
+  if start >= total_steps and (workdir / "results.json").is_file():  # A finished run: keep what it wrote.
+    manager.close()
+    progress.message(f"already trained {start} steps; results in {workdir / 'results.json'}")
+    return json.loads((workdir / "results.json").read_text())
   progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
                    f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "
                    f"{parallelism}; model {cfg.num_layers}x{cfg.hidden_size}, {work.description}"
@@ -184,9 +189,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     for step in range(start, total_steps):
       device_state, acc = train_step(device_state, to_device(next(batches), accum=accum), acc)
       done = step + 1
-      if done == config.debug_kill_at_step:  # Debug: a hard kill right after this step (resume tests).
+      if done == config.debug_kill_at_step:  # Debug: a kill right after this step (resume tests).
         manager.wait_until_finished()
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), getattr(signal, config.debug_kill_signal))
       log_due = _every(done, config.log_every_steps, total_steps)
       stop = stop_requested.is_set()
       if jax.process_count() > 1:  # Hosts agree on stopping at log steps (saving is collective).

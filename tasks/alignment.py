@@ -8,6 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
+from tasks import word_shape
+
 IGNORE = -1  # A subword without a training label (the slides' `X`, and specials/padding).
 ALIGNMENTS = ("first", "all")
 
@@ -36,16 +38,17 @@ def subword_labels(word_ids: Sequence[int | None], word_labels: Sequence[int], a
 
 
 def encode_words(tokenizer, words: Sequence[str], word_labels: Sequence[int], *, max_length: int,
-                 alignment: str = "first") -> dict[str, np.ndarray]:
+                 alignment: str = "first", case_features: bool = False) -> dict[str, np.ndarray]:
   """A tagging example: subword ids and labels, plus word-level positions/labels for CRF, decoding and scoring.
 
   Words whose first subword falls past `max_length` are dropped from `word_positions` (and so from the prediction);
   `num_words` keeps the original count so the writer can pad them with "O" and the scorer sees every gold word.
+  With `case_features`, `case_ids` holds each subword's word shape (tasks.word_shape).
   """
   encoding = tokenizer.encode(list(words), max_length=max_length)
   positions = first_subword_positions(encoding.word_ids)
   kept = len(positions)
-  return {
+  example = {
       "input_ids": np.asarray(encoding.input_ids, np.int32),
       "type_ids": np.asarray(encoding.type_ids, np.int32),
       "label_ids": subword_labels(encoding.word_ids, word_labels, alignment),
@@ -53,3 +56,6 @@ def encode_words(tokenizer, words: Sequence[str], word_labels: Sequence[int], *,
       "word_labels": np.asarray(word_labels[:kept], np.int32),
       "num_words": np.asarray(len(words), np.int32),
   }
+  if case_features:
+    example["case_ids"] = word_shape.case_ids(words, encoding.word_ids)
+  return example

@@ -60,11 +60,13 @@ def encode(task: Mapping[str, Any], tokenizer, records: Sequence[dict], labels: 
     elif task["name"] == "tagging":
       tags = [lookup(t, i) for t in _tags(task, record)]
       examples.append(alignment.encode_words(tokenizer, record["words"], tags, max_length=max_length,
-                                             alignment=task.get("alignment", "first")))
+                                             alignment=task.get("alignment", "first"),
+                                             case_features=bool(task.get("case_features"))))
     elif task["name"] == "span_ner":
       spans = [(s["start"], s["end"], 1 + lookup(s["label"], i)) for s in _spans(task, record)]
       examples.append(span_ner.encode_spans(tokenizer, record["words"], spans, max_length=max_length,
-                                            max_width=task.get("max_span_width", 8)))
+                                            max_width=task.get("max_span_width", 8),
+                                            case_features=bool(task.get("case_features"))))
     else:
       raise ValueError(f"unknown task {task['name']!r}")
   return examples

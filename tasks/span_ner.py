@@ -16,6 +16,7 @@ import numpy as np
 
 from objectives import layers
 from objectives.objective import Objective
+from tasks import word_shape
 from tasks.alignment import first_subword_positions
 
 NULL = 0  # Label index of "no entity"; entity types are 1..K.
@@ -28,10 +29,11 @@ def enumerate_spans(num_words: int, max_width: int) -> list[tuple[int, int]]:
 
 
 def encode_spans(tokenizer, words: Sequence[str], spans: Sequence[tuple[int, int, int]], *, max_length: int,
-                 max_width: int) -> dict[str, np.ndarray]:
+                 max_width: int, case_features: bool = False) -> dict[str, np.ndarray]:
   """A span example: subword ids and every candidate span's subword boundaries, word boundaries and gold label.
 
   spans: gold (start, end_exclusive, label_index >= 1) in words. Words cut by truncation are never candidates.
+  With `case_features`, `case_ids` holds each subword's word shape (tasks.word_shape).
   """
   encoding = tokenizer.encode(list(words), max_length=max_length)
   firsts = first_subword_positions(encoding.word_ids)
@@ -41,7 +43,7 @@ def encode_spans(tokenizer, words: Sequence[str], spans: Sequence[tuple[int, int
       lasts[word] = position
   gold = {(start, end - 1): label for start, end, label in spans}
   candidates = enumerate_spans(len(firsts), max_width)
-  return {
+  example = {
       "input_ids": np.asarray(encoding.input_ids, np.int32),
       "type_ids": np.asarray(encoding.type_ids, np.int32),
       "span_starts": np.asarray([firsts[i] for i, _ in candidates], np.int32).reshape(-1),
@@ -49,6 +51,9 @@ def encode_spans(tokenizer, words: Sequence[str], spans: Sequence[tuple[int, int
       "span_words": np.asarray(candidates, np.int32).reshape(-1, 2),
       "span_labels": np.asarray([gold.get(span, NULL) for span in candidates], np.int32).reshape(-1),
   }
+  if case_features:
+    example["case_ids"] = word_shape.case_ids(words, encoding.word_ids)
+  return example
 
 
 class SpanClassifierHead(nn.Module):
@@ -58,6 +63,7 @@ class SpanClassifierHead(nn.Module):
   boundary_ffn: bool = True
   hidden: int = 256
   dropout: float = 0.1
+  case_features: int = 0  # Width of the word-shape embedding concatenated to each token (0 = none).
   initializer_range: float = 0.02
 
   @nn.compact
@@ -65,7 +71,8 @@ class SpanClassifierHead(nn.Module):
                train: bool = False) -> jax.Array:
     """-> logits [batch, spans, num_labels + 1]."""
     init = nn.initializers.normal(self.initializer_range)
-    z = nn.Dropout(self.dropout)(outputs.last, deterministic=not train)  # [B, L, H]
+    z = nn.Dropout(self.dropout)(outputs.last, deterministic=not train)
+    z = word_shape.with_case_features(z, batch, self.case_features)  # [B, L, H (+ case width)]
     starts, ends = batch["span_starts"], batch["span_ends"]  # [B, S]
     start_rep, end_rep = z, z
     if self.boundary_ffn:
@@ -92,14 +99,16 @@ def span_loss(logits: jax.Array, batch: dict[str, jax.Array]):
 
 
 def build(config: Mapping[str, Any]) -> Objective:
-  """Task "span_ner": config keys num_labels (or labels), pooling, boundary_ffn, span_hidden, dropout."""
+  """Task "span_ner": config keys num_labels (or labels), pooling, boundary_ffn, span_hidden, dropout,
+  case_features."""
   num_labels = layers.option(config, "num_labels", 0) or len(config["labels"])
   pooling = layers.option(config, "pooling", "mean")
   if pooling not in POOLINGS:
     raise ValueError(f"task.pooling {pooling!r} is not one of {POOLINGS} for span_ner")
   head = SpanClassifierHead(num_labels, pooling=pooling, boundary_ffn=layers.option(config, "boundary_ffn", True),
                             hidden=layers.option(config, "span_hidden", 256),
-                            dropout=layers.option(config, "dropout", 0.1))
+                            dropout=layers.option(config, "dropout", 0.1),
+                            case_features=layers.option(config, "case_features", 0))
   return Objective(name="span_ner", head=head, loss=span_loss)
 
 

@@ -15,14 +15,16 @@ import jax.numpy as jnp
 from objectives import layers
 from objectives.objective import Objective
 from tasks import crf as crf_lib
+from tasks import word_shape
 
 
 class TaggingHead(nn.Module):
-  """dropout -> W_K [H, K] per subword; word-level emissions at first subwords; optional CRF parameters."""
+  """dropout -> (+ word-shape embedding) -> W_K [H, K] per subword; word-level emissions at first subwords; optional CRF parameters."""
   tags: Sequence[str]
   use_crf: bool = False
   scheme: str | None = "IOB2"  # Constrains CRF transitions; None allows every move (e.g. UPOS tags).
   dropout: float = 0.1
+  case_features: int = 0  # Width of the word-shape embedding concatenated to each token (0 = none).
   initializer_range: float = 0.02
 
   @nn.compact
@@ -30,6 +32,7 @@ class TaggingHead(nn.Module):
                train: bool = False) -> dict[str, Any]:
     """-> {"logits" [B, L, K], "word_logits" [B, W, K], and "crf": (transitions, start, end) with a CRF}."""
     hidden = nn.Dropout(self.dropout)(outputs.last, deterministic=not train)
+    hidden = word_shape.with_case_features(hidden, batch, self.case_features)
     logits = nn.Dense(len(self.tags), kernel_init=nn.initializers.normal(self.initializer_range),
                       name="classifier")(hidden).astype(jnp.float32)
     predictions = {"logits": logits, "word_logits": layers.gather(logits, batch["word_positions"])}
@@ -71,7 +74,9 @@ def decode(predictions: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Arra
 
 
 def build(config: Mapping[str, Any]) -> Objective:
-  """Task "tagging": config keys tags (the tag vocabulary, index order), crf, scheme (or None), dropout."""
+  """Task "tagging": config keys tags (the tag vocabulary, index order), crf, scheme (or None), dropout,
+  case_features."""
   head = TaggingHead(tuple(config["tags"]), use_crf=layers.option(config, "crf", False),
-                     scheme=layers.option(config, "scheme", "IOB2"), dropout=layers.option(config, "dropout", 0.1))
+                     scheme=layers.option(config, "scheme", "IOB2"), dropout=layers.option(config, "dropout", 0.1),
+                     case_features=layers.option(config, "case_features", 0))
   return Objective(name="tagging", head=head, loss=tagging_loss)

@@ -44,6 +44,13 @@ def test_baseline_writes_logs_results_and_checkpoints(baseline):
   assert any((baseline / "tensorboard").iterdir())
 
 
+def test_rerunning_a_finished_run_keeps_its_results(runs, baseline):
+  before = (baseline / "results.json").read_text()
+  result = determinism.run(baseline, [], cache=runs[1])
+  assert "already trained 20 steps" in result.stdout
+  assert (baseline / "results.json").read_text() == before
+
+
 def test_same_losses_on_1_and_8_devices_and_2x4_mesh_and_pmap_and_2_processes(runs, baseline):
   diffs = determinism.device_invariance(*runs)
   assert diffs["device_invariance_max_rel_diff"] <= TOLERANCE
@@ -51,8 +58,8 @@ def test_same_losses_on_1_and_8_devices_and_2x4_mesh_and_pmap_and_2_processes(ru
   assert diffs["multiprocess_max_rel_diff"] <= TOLERANCE
 
 
-def test_sigkill_and_resume_is_bitwise_equal(runs, baseline):
-  assert determinism.kill_and_resume(*runs)["resume_bitwise_equal"]
+def test_sigkill_or_sigterm_and_resume_is_bitwise_equal(runs, baseline):
+  assert determinism.kill_and_resume(*runs) == {"resume_bitwise_equal": True, "sigterm_resume_bitwise_equal": True}
 
 
 def test_accumulation_equals_the_larger_batch(runs, baseline):
