@@ -12,8 +12,7 @@ masked ones (DESIGN, "Performance notes"); `tokens_per_s_dense_head` is our step
 position too, so one can see how much of the ratio comes from that algorithmic choice.
 
 Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 FLOPs per multiply-add:
-  6 * [layers * (4 H^2 + 2 H I)] * rows * length      encoder matmuls (QKV, attention output, FFN) at every token
-  + 12 * layers * H * length^2 * rows                   attention QK^T and AV (2 * 2 * length^2 * H per layer per row)
+  launch.flops.encoder_train_flops                      encoder matmuls at every token + attention QK^T and AV
   + 6 * (H^2 + H V) * masked                            MLM transform + tied vocabulary projection, masked tokens only
   + 6 * (H^2 + 2 H) * rows                              pooler + NSP classifier on [CLS]
 mfu = useful_flops / median step time / ceiling, ceiling = FLOP/s of a jitted f32 2048^3 matmul measured in the same
@@ -42,20 +41,11 @@ from launch.model import PretrainingModel
 from objectives import masking, registry
 
 
-
 def useful_flops(cfg, rows: int, length: int, masked: int) -> float:
-  """Training FLOPs of one step that do useful work (module docstring): matmuls and attention, forward + backward."""
-  h, i, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
-  encoder = cfg.num_layers * (4 * h * h + 2 * h * i)
-  return (6.0 * encoder * rows * length + 12.0 * cfg.num_layers * h * length**2 * rows
-          + 6.0 * (h * h + h * v) * masked + 6.0 * (h * h + 2 * h) * rows)
-
-
-def encoder_matmul_params(params) -> int:
-  """Kernel entries of the encoder's transformer layers (checks the closed form of `useful_flops`)."""
-  flat = jax.tree_util.tree_flatten_with_path(params["encoder"])[0]
-  return sum(int(np.prod(leaf.shape)) for path, leaf in flat
-             if str(path[0].key).startswith("layer_") and path[-1].key == "kernel")
+  """Training FLOPs of one step that do useful work (module docstring): the encoder's (launch.flops) plus the heads'."""
+  h, v = cfg.hidden_size, cfg.vocab_size
+  return (flops.encoder_train_flops(cfg, rows, length) + 6.0 * (h * h + h * v) * masked
+          + 6.0 * (h * h + 2 * h) * rows)
 
 
 def nsp_batch(text: Path, tokenizer, rows: int, length: int, seed: int) -> dict[str, np.ndarray]:
@@ -212,7 +202,7 @@ def main() -> None:
   total_steps = 2 + args.rounds * args.steps
 
   runners = {"ours": OurStep(cfg, batch, total_steps)}
-  if encoder_matmul_params(runners["ours"].state.params) != cfg.num_layers * (
+  if flops.layer_kernel_entries(runners["ours"].state.params["encoder"]) != cfg.num_layers * (
       4 * cfg.hidden_size**2 + 2 * cfg.hidden_size * cfg.intermediate_size):
     raise SystemExit("useful_flops' closed form no longer matches the encoder's parameter tree; update it")
   if not args.no_dense:

@@ -1,13 +1,14 @@
 """Model FLOPs per step and the measured matmul ceiling, for MFU (DESIGN, "Performance notes": count first).
 
-Model FLOPs = 6 * N * tokens + 12 * layers * hidden * length^2 * rows (attention scores and mixing, forward and
-backward), N = the non-embedding parameters (lookup tables cost no FLOPs). The sparse vocabulary projection of the
-MLM/SBO heads on the masked positions is not counted, so MFU is slightly conservative.
+Training FLOPs of the encoder, forward + backward = 3x the forward's 2 FLOPs per multiply-add:
+  6 * [layers * (4 H^2 + 2 H I)] * rows * length     the layers' matmuls (QKV, attention output, FFN) at every token
+  + 12 * layers * H * length^2 * rows                  attention QK^T and AV
+Lookup tables cost no FLOPs; heads are left out (the engine's MFU is slightly conservative; the throughput benchmark
+adds its heads' FLOPs on top).
 """
 
 import time
 
-import flax.traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,16 +16,19 @@ import numpy as np
 from encoder.config import EncoderConfig
 
 
-def non_embedding_params(params) -> int:
-  """Parameters outside embedding tables (any leaf under a name containing 'embedding')."""
-  flat = flax.traverse_util.flatten_dict(params)
-  return sum(int(np.prod(v.shape)) for path, v in flat.items() if not any("embedding" in p for p in path))
+def encoder_train_flops(cfg: EncoderConfig, rows: int, length: int) -> float:
+  """Forward + backward FLOPs of the encoder layers for `rows` sequences of `length` tokens (module docstring)."""
+  h = cfg.hidden_size
+  layer_matmuls = 4 * h * h + 2 * h * cfg.intermediate_size
+  return 6.0 * cfg.num_layers * layer_matmuls * rows * length + 12.0 * cfg.num_layers * h * length**2 * rows
 
 
-def train_flops_per_step(params, cfg: EncoderConfig, rows: int, length: int) -> float:
-  """6 N T + attention for one optimizer step over `rows` sequences of `length` tokens."""
-  tokens = rows * length
-  return 6.0 * non_embedding_params(params) * tokens + 12.0 * cfg.num_layers * cfg.hidden_size * length**2 * rows
+def layer_kernel_entries(params) -> int:
+  """Kernel entries of the encoder's transformer layers: equals layers * (4 H^2 + 2 H I) when the closed form of
+  `encoder_train_flops` still describes the model (tested)."""
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  return sum(int(np.prod(leaf.shape)) for path, leaf in flat
+             if str(path[0].key).startswith("layer_") and path[-1].key == "kernel")
 
 
 def matmul_ceiling(size: int = 2048, repeats: int = 5) -> float:

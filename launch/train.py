@@ -155,7 +155,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                                                  micro_batches(example)))
   eval_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.eval_step, fns), state.params, example))
   writer = metrics_writer.MetricsWriter(workdir)
-  flops_per_step = flops.train_flops_per_step(state.params, cfg, config.batch_size, work.tokens_per_example)
+  flops_per_step = flops.encoder_train_flops(cfg, config.batch_size, work.tokens_per_example)
   ceiling = flops.matmul_ceiling() if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
   eval_batch = config.batch_size // accum

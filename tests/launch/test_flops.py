@@ -1,0 +1,25 @@
+"""MFU's FLOP count: the closed form of launch.flops matches the encoder's parameters and a hand count."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from encoder.config import preset
+from encoder.model import Encoder
+from launch import flops
+
+
+@pytest.mark.parametrize("name", ["tiny", "minilm", "base"])
+def test_closed_form_matches_the_parameter_tree(name):
+  cfg = preset(name, vocab_size=1000)
+  ids = jnp.zeros((1, 8), jnp.int32)
+  params = jax.eval_shape(lambda: Encoder(cfg).init(jax.random.key(0), ids))["params"]
+  h, i = cfg.hidden_size, cfg.intermediate_size
+  assert flops.layer_kernel_entries(params) == cfg.num_layers * (4 * h * h + 2 * h * i)
+
+
+def test_minilm_step_flops_by_hand():
+  cfg = preset("minilm", vocab_size=30522)  # 6 x 384, FFN 1536: 1,769,472 kernel entries per layer.
+  tokens = 32 * 128
+  by_hand = 6 * 6 * 1_769_472 * tokens + 12 * 6 * 384 * 128**2 * 32
+  assert flops.encoder_train_flops(cfg, 32, 128) == by_hand
