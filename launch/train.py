@@ -221,8 +221,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       acc = place(train_zero)
       if eval_due:
         eval_metrics = evaluate(device_state)
-        writer.write(done, eval_metrics)
-        progress.message(f"eval at step {done}: " + ", ".join(f"{k}={v:.4g}" for k, v in eval_metrics.items()))
+        if eval_metrics:  # Nothing to report without an eval split.
+          writer.write(done, eval_metrics)
+          progress.message(f"eval at step {done}: " + ", ".join(f"{k}={v:.4g}" for k, v in eval_metrics.items()))
         if config.best_metric in eval_metrics:
           value = eval_metrics[config.best_metric]
           if best is None or (value < best[1] if config.best_mode == "min" else value > best[1]):
