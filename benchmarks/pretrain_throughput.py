@@ -202,9 +202,6 @@ def main() -> None:
   total_steps = 2 + args.rounds * args.steps
 
   runners = {"ours": OurStep(cfg, batch, total_steps)}
-  if flops.layer_kernel_entries(runners["ours"].state.params["encoder"]) != cfg.num_layers * (
-      4 * cfg.hidden_size**2 + 2 * cfg.hidden_size * cfg.intermediate_size):
-    raise SystemExit("useful_flops' closed form no longer matches the encoder's parameter tree; update it")
   if not args.no_dense:
     runners["ours_dense_head"] = OurStep(cfg, dense_head_batch(batch), total_steps)
   if not args.no_hf:

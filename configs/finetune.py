@@ -107,7 +107,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()  # Tokenizer and batching.
   config.data.tokenizer = tokenizer  # Tokenizer path or packaged name (the init checkpoint's: vocabularies match).
-  config.data.buckets = (8, 12, 16, 24, 32, 40, 48, 64, 96, 128)  # Padded batch lengths (jit shapes); capped at max_length.
+  config.data.buckets = (8, 12, 16, 24, 32, 40, 48, 64, 96, 128)  # Padded batch lengths (jit shapes), <= max_length.
   config.data.cache_dir = ""  # tfds array_record cache ("" = ~/.cache/encoderlab/tfds).
   config.data.prefetch = 2  # Batches prepared ahead on background threads.
 

@@ -11,7 +11,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from encoder.config import EncoderConfig
 
@@ -21,14 +20,6 @@ def encoder_train_flops(cfg: EncoderConfig, rows: int, length: int) -> float:
   h = cfg.hidden_size
   layer_matmuls = 4 * h * h + 2 * h * cfg.intermediate_size
   return 6.0 * cfg.num_layers * layer_matmuls * rows * length + 12.0 * cfg.num_layers * h * length**2 * rows
-
-
-def layer_kernel_entries(params) -> int:
-  """Kernel entries of the encoder's transformer layers: equals layers * (4 H^2 + 2 H I) when the closed form of
-  `encoder_train_flops` still describes the model (tested)."""
-  flat = jax.tree_util.tree_flatten_with_path(params)[0]
-  return sum(int(np.prod(leaf.shape)) for path, leaf in flat
-             if str(path[0].key).startswith("layer_") and path[-1].key == "kernel")
 
 
 def matmul_ceiling(size: int = 2048, repeats: int = 5) -> float:
