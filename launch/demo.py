@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 
 from configs import demo as demo_config
-from launch import input_pipeline, metrics_writer, train
+from launch import host_memory, input_pipeline, metrics_writer, train
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
 
@@ -112,6 +112,7 @@ def clear_run(workdir: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  host_memory.retain_freed_memory()
   args = parse_args(sys.argv[1:] if argv is None else argv)
   workdir = Path(args.workdir)
   config = demo_config.get_config(f"steps={args.steps}")

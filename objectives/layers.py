@@ -33,12 +33,44 @@ def output_bias(module: nn.Module, logits: jax.Array) -> jax.Array:
   return logits.astype(jnp.float32) + bias
 
 
+@jax.custom_vjp
+def softmax_nll(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """-log softmax(logits)[label] per row (f32 logits [..., C], int labels [...]).
+
+  The custom gradient, softmax - one_hot, is one fused elementwise pass over the logits; autodiff's log-softmax
+  transpose plus a scatter into a zero tensor of their size cost ~8% of a MiniLM MLM step on CPU.
+  """
+  return _softmax_nll_fwd(logits, labels)[0]
+
+
+def _softmax_nll_fwd(logits: jax.Array, labels: jax.Array):
+  lse = jax.nn.logsumexp(logits, axis=-1)
+  return lse - _at_labels(logits, labels), (logits, labels, lse)
+
+
+def _softmax_nll_bwd(residuals, g: jax.Array):
+  logits, labels, lse = residuals
+  one_hot = labels[..., None] == jax.lax.broadcasted_iota(labels.dtype, logits.shape, logits.ndim - 1)
+  return (jnp.exp(logits - lse[..., None]) - one_hot) * g[..., None], None
+
+
+softmax_nll.defvjp(_softmax_nll_fwd, _softmax_nll_bwd)
+
+
+def _at_labels(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  return jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+
+
 def cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array, name: str):
-  """Weighted mean cross-entropy and (sum, count) metrics `{name}_loss`, `{name}_accuracy`."""
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-  nll = -jnp.take_along_axis(log_probs, labels[..., None].astype(jnp.int32), axis=-1)[..., 0]
+  """Weighted mean cross-entropy and (sum, count) metrics `{name}_loss`, `{name}_accuracy`.
+
+  A prediction counts as correct when the label's logit is the largest (a max, not an argmax: an argmax over a
+  30k vocabulary is a slow variadic reduction on CPU; the two differ only on exact ties).
+  """
+  logits, labels = logits.astype(jnp.float32), labels.astype(jnp.int32)
+  nll = softmax_nll(logits, labels)
   weights = weights.astype(jnp.float32)
   count = weights.sum()
   total = (nll * weights).sum()
-  correct = ((jnp.argmax(logits, axis=-1) == labels) * weights).sum()
+  correct = ((_at_labels(logits, labels) >= logits.max(axis=-1)) * weights).sum()
   return total / jnp.maximum(count, 1.0), {f"{name}_loss": (total, count), f"{name}_accuracy": (correct, count)}

@@ -8,7 +8,7 @@ import pytest
 from scipy.special import erf, log_softmax
 
 from encoder import Encoder, preset
-from objectives import registry
+from objectives import layers, registry
 
 TINY = preset("tiny", vocab_size=61, max_positions=32, hidden_size=32, num_heads=2, intermediate_size=64,
               hidden_dropout=0.0, attention_dropout=0.0)
@@ -144,6 +144,26 @@ def test_all_padding_batch_gives_zero_loss_not_nan():
   batch = {"masked_ids": jnp.zeros((1, 3), jnp.int32), "masked_weights": jnp.zeros((1, 3))}
   loss, metrics = registry.build("mlm").loss(logits, batch)
   assert loss == 0 and metrics["mlm_loss"] == (0, 0)
+
+
+def test_softmax_nll_value_and_gradient_equal_numpy_reference():
+  """The custom-gradient cross-entropy: value = -log_softmax at the label, gradient = (softmax - one_hot) * g."""
+  rng = np.random.default_rng(0)
+  logits = rng.normal(0, 3, (4, 5, 37))
+  labels = rng.integers(0, 37, (4, 5))
+  g = rng.normal(size=(4, 5))
+  value, vjp = jax.vjp(lambda x: layers.softmax_nll(x, jnp.asarray(labels, jnp.int32)), jnp.asarray(logits, jnp.float32))
+  reference = -np.take_along_axis(log_softmax(logits, -1), labels[..., None], -1)[..., 0]
+  np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-5)
+  probs = np.exp(log_softmax(logits, -1))
+  expected = (probs - np.eye(37)[labels]) * g[..., None]
+  np.testing.assert_allclose(vjp(jnp.asarray(g, jnp.float32))[0], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_accuracy_counts_the_label_with_the_largest_logit():
+  logits = jnp.asarray([[[0.0, 2.0, 1.0], [3.0, 0.0, -1.0], [0.5, 0.1, 0.7]]])
+  _, metrics = layers.cross_entropy(logits, jnp.asarray([[1, 1, 2]]), jnp.asarray([[1.0, 1.0, 0.0]]), "x")
+  assert metrics["x_accuracy"] == (1.0, 2.0)
 
 
 def test_registry_unknown_name_lists_choices():
