@@ -33,12 +33,16 @@ def output_bias(module: nn.Module, logits: jax.Array) -> jax.Array:
   return logits.astype(jnp.float32) + bias
 
 
+def _at_labels(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  return jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+
+
 @jax.custom_vjp
 def softmax_nll(logits: jax.Array, labels: jax.Array) -> jax.Array:
   """-log softmax(logits)[label] per row (f32 logits [..., C], int labels [...]).
 
-  The custom gradient, softmax - one_hot, is one fused elementwise pass over the logits; autodiff's log-softmax
-  transpose plus a scatter into a zero tensor of their size cost ~8% of a MiniLM MLM step on CPU.
+  The custom gradient, softmax - one_hot, is one fused elementwise pass over the logits, where autodiff transposes
+  the log-softmax and scatters into a zero tensor of their size (with the max-based accuracy: ~2% of a MiniLM step).
   """
   return _softmax_nll_fwd(logits, labels)[0]
 
@@ -55,10 +59,6 @@ def _softmax_nll_bwd(residuals, g: jax.Array):
 
 
 softmax_nll.defvjp(_softmax_nll_fwd, _softmax_nll_bwd)
-
-
-def _at_labels(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  return jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array, name: str):

@@ -152,7 +152,8 @@ def test_softmax_nll_value_and_gradient_equal_numpy_reference():
   logits = rng.normal(0, 3, (4, 5, 37))
   labels = rng.integers(0, 37, (4, 5))
   g = rng.normal(size=(4, 5))
-  value, vjp = jax.vjp(lambda x: layers.softmax_nll(x, jnp.asarray(labels, jnp.int32)), jnp.asarray(logits, jnp.float32))
+  nll = lambda x: layers.softmax_nll(x, jnp.asarray(labels, jnp.int32))
+  value, vjp = jax.vjp(nll, jnp.asarray(logits, jnp.float32))
   reference = -np.take_along_axis(log_softmax(logits, -1), labels[..., None], -1)[..., 0]
   np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-5)
   probs = np.exp(log_softmax(logits, -1))
