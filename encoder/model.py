@@ -98,7 +98,7 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
-  """Multi-head bidirectional self-attention with a fused QKV projection (spec eq. "head = softmax(QK^T/sqrt(d_k))V")."""
+  """Multi-head bidirectional self-attention, fused QKV projection (spec eq. "head = softmax(QK^T/sqrt(d_k))V")."""
   cfg: EncoderConfig
 
   @nn.compact

@@ -35,7 +35,8 @@ class TaskData(NamedTuple):
   train: Split
   eval: Split
   test: Split | None
-  buckets: tuple[int, ...]
+  buckets: tuple[int, ...]  # Padded token lengths (jit shapes).
+  widths: dict[str, Callable[[int], int]]  # Word / span field -> its padded width at a bucket (tasks.examples).
 
 
 def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict[str, Any]:
@@ -96,9 +97,21 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   mapping = task_mapping(task, examples.label_vocabulary(task_mapping(task, task.labels), train_records))
   split = lambda name, records: Split(name, records, examples.encode(mapping, tokenizer, records, mapping["labels"]))
   test = split("test", read(task.test_split)) if task.test_split else None
+  train = split("train", train_records)
   buckets = tuple(sorted({min(b, task.max_length) for b in config.data.buckets} | {task.max_length}))
-  return TaskData(mapping, tokenizer, split("train", train_records), split("dev", read(task.eval_split)), test,
-                  buckets)
+  if config.data.compile_cost > 0:
+    buckets = batching.prune_buckets(_batch_lengths(train, config), buckets, config.data.compile_cost)
+  return TaskData(mapping, tokenizer, train, split("dev", read(task.eval_split)), test, buckets,
+                  examples.list_widths(mapping))
+
+
+def _batch_lengths(train: Split, config: ml_collections.ConfigDict) -> list[int]:
+  """The longest example of every training batch of the run (what `batching.prune_buckets` weighs)."""
+  lengths = batching.lengths_of(train.examples)
+  per_epoch = -(-len(lengths) // config.batch_size)
+  epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs
+  return [int(lengths[batch].max()) for epoch in range(max(epochs, 1))
+          for batch in batching.length_bucketed_batches(lengths, config.batch_size, seed=config.seed, epoch=epoch)]
 
 
 def steps_per_epoch(data: TaskData, batch_size: int) -> int:
@@ -118,7 +131,8 @@ def batch_schedule(data: TaskData, *, batch_size: int, seed: int) -> Callable[[i
   def batch(step: int) -> dict[str, np.ndarray]:
     epoch, index = divmod(step, per_epoch)
     indices = epoch_batches(epoch)[index]
-    return batching.collate([data.train.examples[i] for i in indices], data.buckets, batch_size=batch_size)
+    return batching.collate([data.train.examples[i] for i in indices], data.buckets, batch_size=batch_size,
+                            widths=data.widths)
   return batch
 
 
@@ -131,7 +145,7 @@ def _local_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def example_batch(data: TaskData) -> dict[str, np.ndarray]:
   """A one-row batch: the shapes and dtypes the model is initialized with."""
-  return batching.collate(data.train.examples[:1], data.buckets)
+  return batching.collate(data.train.examples[:1], data.buckets, widths=data.widths)
 
 
 def train_batches(data: TaskData, *, batch_size: int, seed: int, start_step: int, total_steps: int,
@@ -143,10 +157,10 @@ def train_batches(data: TaskData, *, batch_size: int, seed: int, start_step: int
                                                         prefetch_buffer_size=max(prefetch, 1))))
 
 
-def eval_batches(split: Split, *, batch_size: int, buckets: Sequence[int]
+def eval_batches(split: Split, *, batch_size: int, buckets: Sequence[int], widths: dict[str, Callable[[int], int]]
                  ) -> Iterator[tuple[list[int], dict[str, np.ndarray]]]:
   """(example indices, this process's rows of the padded batch) over the whole split, sorted by length."""
   lengths = batching.lengths_of(split.examples)
   for indices in batching.length_bucketed_batches(lengths, batch_size, seed=0, epoch=0, shuffle=False):
-    yield indices, _local_rows(batching.collate([split.examples[i] for i in indices], buckets,
+    yield indices, _local_rows(batching.collate([split.examples[i] for i in indices], buckets, widths=widths,
                                                 batch_size=batch_size))

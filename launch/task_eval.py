@@ -31,10 +31,12 @@ def device_outputs(model, task_name: str) -> Callable[[Any, dict[str, jax.Array]
 
 
 def raw_predictions(predict: Callable, params: Any, split: finetune_data.Split, *, batch_size: int,
-                    buckets: Sequence[int], to_device: Callable) -> list[np.ndarray]:
+                    buckets: Sequence[int], widths: dict[str, Callable[[int], int]], to_device: Callable
+                    ) -> list[np.ndarray]:
   """Per-example device outputs of a whole split, in split order (padding rows and widths cut off)."""
   out: list[Any] = [None] * len(split.examples)
-  for indices, local in finetune_data.eval_batches(split, batch_size=batch_size, buckets=buckets):
+  for indices, local in finetune_data.eval_batches(split, batch_size=batch_size, buckets=buckets,
+                                                         widths=widths):
     values = np.asarray(jax.device_get(predict(params, to_device(local))))
     for row, i in enumerate(indices):
       example = split.examples[i]
@@ -93,7 +95,7 @@ def write(directory: Path, task: dict[str, Any], split: finetune_data.Split, pre
 def make_evaluator(data: finetune_data.TaskData, predict: Callable, *, batch_size: int, to_device: Callable):
   """(evaluate_dev(params) -> {"eval/<metric>": value}, final(params, workdir) -> {"dev", "test", ...})."""
   run = lambda params, split: raw_predictions(predict, params, split, batch_size=batch_size, buckets=data.buckets,
-                                              to_device=to_device)
+                                              widths=data.widths, to_device=to_device)
 
   def evaluate_dev(params) -> dict[str, float]:
     raw = run(params, data.eval)

@@ -1,12 +1,13 @@
 """Dynamic padding into a few length buckets, so jit compiles a handful of shapes and padding stays small."""
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 # Pad value per field; fields not listed pad with 0. `attention_segments` is built here (1 = real token).
 PAD_VALUES = {"label_ids": -1, "word_labels": -1, "span_labels": -1}
-TOKEN_FIELDS = ("input_ids", "type_ids", "label_ids", "case_ids")  # [length]; every other 1-D field is a word or span list.
+# [length] per example; every other 1-D field is a word or span list.
+TOKEN_FIELDS = ("input_ids", "type_ids", "label_ids", "case_ids")
 
 
 def bucket_length(length: int, buckets: Sequence[int]) -> int:
@@ -18,13 +19,16 @@ def bucket_length(length: int, buckets: Sequence[int]) -> int:
 
 
 def collate(examples: Sequence[Mapping[str, np.ndarray]], buckets: Sequence[int], pad_id: int = 0,
-            batch_size: int | None = None) -> dict[str, np.ndarray]:
+            batch_size: int | None = None, widths: Mapping[str, Callable[[int], int]] | None = None
+            ) -> dict[str, np.ndarray]:
   """Stack variable-length 1-D examples into [batch, bucket] arrays (scalars into [batch]).
 
-  Token fields are padded to the bucket of the longest `input_ids`; other 1-D fields (word or span lists) to a
-  power-of-two width. Adds `attention_segments` (1 real, 0 pad), `positions` and `example_mask`; pads the batch
-  to `batch_size` rows with empty examples so every step has one shape.
+  Token fields are padded to the bucket of the longest `input_ids`; other 1-D fields (word or span lists) to
+  `widths[field](bucket)` (the task's most items at that bucket, so each bucket is one jit shape) or, for fields not
+  in `widths`, a power-of-two width. Adds `attention_segments` (1 real, 0 pad), `positions` and `example_mask`; pads
+  the batch to `batch_size` rows with empty examples so every step has one shape.
   """
+  widths = widths or {}
   rows = batch_size or len(examples)
   length = bucket_length(max(len(e["input_ids"]) for e in examples), buckets)
   batch: dict[str, np.ndarray] = {}
@@ -34,7 +38,13 @@ def collate(examples: Sequence[Mapping[str, np.ndarray]], buckets: Sequence[int]
       out = np.zeros((rows,), values[0].dtype)
       out[:len(values)] = values
     else:
-      width = length if key in TOKEN_FIELDS else 1 << max(0, max(len(v) for v in values) - 1).bit_length()
+      longest = max(len(v) for v in values)
+      if key in TOKEN_FIELDS:
+        width = length
+      elif key in widths:
+        width = max(widths[key](length), longest)
+      else:
+        width = 1 << max(0, longest - 1).bit_length()
       fill = pad_id if key == "input_ids" else PAD_VALUES.get(key, 0)
       out = np.full((rows, width) + values[0].shape[1:], fill, values[0].dtype)
       for row, value in enumerate(values):
@@ -73,3 +83,20 @@ def length_bucketed_batches(lengths: Sequence[int], batch_size: int, *, seed: in
     part = part[np.argsort(lengths[part], kind="stable")]
     batches += [part[i:i + batch_size].tolist() for i in range(0, len(part), batch_size)]
   return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def prune_buckets(batch_lengths: Sequence[int], buckets: Sequence[int], compile_cost: float) -> tuple[int, ...]:
+  """The subset of `buckets` (the largest always kept) that minimises padded length summed over the batches plus
+  `compile_cost` per bucket kept: a bucket that few batches use costs a compilation worth more than the padding it
+  saves. `compile_cost` is one jit compilation's time over a step's time per padded token column (0: keep all)."""
+  buckets = sorted(buckets)
+  counts = np.bincount([buckets.index(bucket_length(n, buckets)) for n in batch_lengths], minlength=len(buckets))
+  # best[j]: (cost, kept) covering every batch up to bucket j with bucket j kept (batches padded up to a kept one).
+  best: list[tuple[float, tuple[int, ...]]] = []
+  for j, bucket in enumerate(buckets):
+    options = [(compile_cost + bucket * counts[:j + 1].sum(), (bucket,))]
+    for i in range(j):
+      cost, kept = best[i]
+      options.append((cost + compile_cost + bucket * counts[i + 1:j + 1].sum(), kept + (bucket,)))
+    best.append(min(options, key=lambda option: (option[0], len(option[1]))))
+  return best[-1][1] if compile_cost > 0 else tuple(buckets)

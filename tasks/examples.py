@@ -4,7 +4,7 @@ Label vocabularies are explicit in the config or derived from the training recor
 tagging records are converted from the file's tag scheme (e.g. IOB1) to the one trained (e.g. BIOES) losslessly.
 """
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from tasks import alignment, classification, span_ner, tag_schemes
 from tasks.readers import tagging_to_spans
@@ -39,6 +39,18 @@ def _tags(task: Mapping[str, Any], record: dict) -> list[str]:
   if source and target and tag_schemes.canonical_scheme(source) != tag_schemes.canonical_scheme(target):
     return tag_schemes.convert(record["tags"], source, target)
   return list(record["tags"])
+
+
+def list_widths(task: Mapping[str, Any]) -> dict[str, Callable[[int], int]]:
+  """Padded width of the task's word / span fields at a token bucket length L (`tasks.batching.collate`): at most
+  L words fit in L tokens, and the spans of L - 2 words (between [CLS] and [SEP])."""
+  if task["name"] == "tagging":
+    return dict.fromkeys(("word_positions", "word_labels"), lambda length: length)
+  if task["name"] == "span_ner":
+    width = task.get("max_span_width", 8)
+    spans = lambda length: len(span_ner.enumerate_spans(max(length - 2, 1), width))
+    return dict.fromkeys(("span_starts", "span_ends", "span_words", "span_labels"), spans)
+  return {}
 
 
 def encode(task: Mapping[str, Any], tokenizer, records: Sequence[dict], labels: Sequence[str]) -> list[dict]:

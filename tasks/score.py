@@ -103,7 +103,8 @@ def score_command(args: argparse.Namespace) -> dict[str, Any]:
   if args.command == "conll":
     scores = metrics.entity_scores(gold, pred, args.mode, args.scheme)
     average = scores["micro"]
-    extra = dict(mode=args.mode, scheme=tag_schemes.canonical_scheme(args.scheme), sentences=len(gold), tokens=sum(map(len, gold)))
+    extra = dict(mode=args.mode, scheme=tag_schemes.canonical_scheme(args.scheme), sentences=len(gold),
+                 tokens=sum(map(len, gold)))
   else:
     scores = metrics.label_scores([g[0] for g in gold], [p[0] for p in pred])
     average = scores["macro"]

@@ -19,7 +19,8 @@ from tasks import word_shape
 
 
 class TaggingHead(nn.Module):
-  """dropout -> (+ word-shape embedding) -> W_K [H, K] per subword; word-level emissions at first subwords; optional CRF parameters."""
+  """dropout -> (+ word-shape embedding) -> W_K [H, K] per subword; word-level emissions at first subwords;
+  optional CRF parameters."""
   tags: Sequence[str]
   use_crf: bool = False
   scheme: str | None = "IOB2"  # Constrains CRF transitions; None allows every move (e.g. UPOS tags).

@@ -1,6 +1,7 @@
 """Fine-tuning heads: subword alignment, bucketed collate, classification and span-NER heads vs numpy."""
 
 import dataclasses
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +10,7 @@ import pytest
 from scipy.special import erf
 
 from encoder import EncoderOutput
-from tasks import alignment, batching, classification, span_ner
+from tasks import alignment, batching, classification, examples, span_ner
 
 
 @dataclasses.dataclass
@@ -60,6 +61,39 @@ def test_collate_pads_to_bucket_and_batch_size():
   np.testing.assert_array_equal(batch["example_mask"], [1, 1, 0, 0])
   np.testing.assert_array_equal(batch["label"], [1, 0, 0, 0])
   assert batching.bucket_length(17, (8, 16, 32)) == 32
+
+
+@pytest.mark.parametrize("name", ["tagging", "span_ner"])
+def test_collate_gives_word_and_span_fields_one_width_per_bucket(name):
+  rng = np.random.default_rng(0)
+  widths = examples.list_widths({"name": name, "max_span_width": 4})
+  buckets, shapes = (8, 16, 32), {}
+  for _ in range(200):  # Random batches of random sentences, some cut by max_length: one shape per bucket.
+    words = [["".join("abcdefg"[k] for k in rng.integers(0, 7, rng.integers(1, 8))) for _ in range(rng.integers(1, 14))]
+             for _ in range(rng.integers(1, 5))]
+    encoded = [alignment.encode_words(ChunkTokenizer(), w, [0] * len(w), max_length=32) if name == "tagging" else
+               span_ner.encode_spans(ChunkTokenizer(), w, [], max_length=32, max_width=4) for w in words]
+    batch = batching.collate(encoded, buckets, batch_size=4, widths=widths)
+    shape = {k: v.shape for k, v in batch.items()}
+    assert shapes.setdefault(shape["input_ids"], shape) == shape
+    field = "word_positions" if name == "tagging" else "span_starts"
+    for row, example in enumerate(encoded):  # Nothing cut: every word / span is in its row.
+      np.testing.assert_array_equal(batch[field][row, :len(example[field])], example[field])
+  assert len(shapes) == 3
+
+
+def test_prune_buckets_is_the_cheapest_subset():
+  rng = np.random.default_rng(0)
+  buckets = (8, 12, 16, 24, 32, 48, 64)
+  for _ in range(50):
+    lengths = rng.integers(3, 65, rng.integers(1, 40))
+    cost = float(rng.choice([0.0, 10.0, 100.0, 500.0]))
+    total = lambda kept: sum(batching.bucket_length(n, kept) for n in lengths) + cost * len(kept)
+    subsets = [c + (64,) for r in range(len(buckets)) for c in itertools.combinations(buckets[:-1], r)]
+    chosen = batching.prune_buckets(lengths, buckets, cost)
+    assert chosen[-1] == 64 and total(chosen) == pytest.approx(min(map(total, subsets)))
+  assert batching.prune_buckets([10] * 3, buckets, 0.0) == buckets  # 0: every bucket kept.
+  assert batching.prune_buckets([10] * 3 + [60], buckets, 1000.0) == (64,)
 
 
 def _outputs(rng, batch=2, length=6, hidden=8):
