@@ -136,6 +136,19 @@ def batch_schedule(data: TaskData, *, batch_size: int, seed: int) -> Callable[[i
   return batch
 
 
+def first_batch_of_each_shape(data: TaskData, *, batch_size: int, seed: int, start_step: int, total_steps: int
+                              ) -> list[dict[str, np.ndarray]]:
+  """This process's rows of the first batch of each shape (length bucket) in the next two epochs from start_step, in
+  the order the run first needs them (what `launch.compile_ahead` compiles; a rarer shape compiles when met)."""
+  lengths, per_epoch, first = batching.lengths_of(data.train.examples), steps_per_epoch(data, batch_size), {}
+  for epoch in range(start_step // per_epoch, start_step // per_epoch + 2):
+    for index, indices in enumerate(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch)):
+      if start_step <= epoch * per_epoch + index < total_steps:
+        first.setdefault(batching.bucket_length(int(lengths[indices].max()), data.buckets), epoch * per_epoch + index)
+  batch = batch_schedule(data, batch_size=batch_size, seed=seed)
+  return [_local_rows(batch(step)) for step in sorted(first.values())]
+
+
 def _local_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   """This process's rows of a global batch."""
   rows = len(batch["example_mask"]) // jax.process_count()

@@ -24,8 +24,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from launch import (checkpointing, config_checks, flops, input_pipeline, metrics_writer, optimizer, sharding, steps,
-                    task_eval, warm_start, workload)
+from launch import (checkpointing, compile_ahead, config_checks, flops, input_pipeline, metrics_writer, optimizer,
+                    sharding, steps, task_eval, warm_start, workload)
 from launch.model import PretrainingModel, encoder_config
 from launch.progress import Progress
 from tasks import regimes
@@ -184,10 +184,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   batches = work.train_batches(start)
   eval_every, checkpoint_every = _periods(config, work.steps_per_epoch)
   acc, train_metrics, eval_metrics, best = place(train_zero), {}, {}, None
+  # Fine-tuning's length buckets: each shape's step compiles on a background thread before the loop needs it.
+  ahead = None
+  if parallelism == "jit":
+    ahead = compile_ahead.CompileAhead(train_step, device_state,
+                                       [to_device(b, accum=accum) for b in work.batch_shapes(start)], acc)
   interval_start, interval_step = time.perf_counter(), start
   try:
     for step in range(start, total_steps):
-      device_state, acc = train_step(device_state, to_device(next(batches), accum=accum), acc)
+      batch = to_device(next(batches), accum=accum)
+      if ahead is not None:
+        ahead.wait(batch)
+      device_state, acc = train_step(device_state, batch, acc)
       done = step + 1
       if done == config.debug_kill_at_step:  # Debug: a kill right after this step (resume tests).
         manager.wait_until_finished()
@@ -237,6 +245,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         break
     manager.wait_until_finished()
   finally:
+    if ahead is not None:
+      ahead.close()
     signal.signal(signal.SIGTERM, previous_handler)
     manager.close()
     writer.close()

@@ -23,6 +23,8 @@ class Workload(NamedTuple):
   steps_per_epoch: int  # Fine-tuning: batches per pass over the training split (0 for pretraining).
   tokens_per_example: int  # For the tokens/s and FLOPs estimates (padded length).
   train_batches: Callable[[int], Iterator[dict[str, np.ndarray]]]  # start step -> this process's batches.
+  # start step -> a batch of each shape the run will need, in order of first use (for launch.compile_ahead).
+  batch_shapes: Callable[[int], list[dict[str, np.ndarray]]]
   data: Any  # input_pipeline.Data (pretraining) or finetune_data.TaskData (fine-tuning).
   description: str  # For the start-up line.
 
@@ -41,7 +43,7 @@ def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
                                                        prefetch=config.data.prefetch)
   return Workload(objectives, dict(config.objective_weights), data.tokenizer.vocab_size,
                   input_pipeline.example_batch(data.train, data.mask_options), config.num_train_steps, 0,
-                  config.data.max_length, batches, data, f"objectives {config.objectives}")
+                  config.data.max_length, batches, lambda start: [], data, f"objectives {config.objectives}")
 
 
 def finetuning(config: ml_collections.ConfigDict) -> Workload:
@@ -55,9 +57,11 @@ def finetuning(config: ml_collections.ConfigDict) -> Workload:
   batches = lambda start: finetune_data.train_batches(data, batch_size=config.batch_size, seed=config.seed,
                                                       start_step=start, total_steps=total,
                                                       prefetch=config.data.prefetch)
+  shapes = lambda start: finetune_data.first_batch_of_each_shape(data, batch_size=config.batch_size, seed=config.seed,
+                                                                 start_step=start, total_steps=total)
   mean_length = float(np.mean([len(e["input_ids"]) for e in data.train.examples]))
   return Workload((objective,), {objective.name: 1.0}, data.tokenizer.vocab_size, finetune_data.example_batch(data),
-                  total, per_epoch, round(mean_length), batches, data,
+                  total, per_epoch, round(mean_length), batches, shapes, data,
                   f"task {config.task.name} on {config.task.dataset or config.task.files} ({len(data.train.examples)} "
                   f"train examples, {per_epoch} steps/epoch), init {config.init or 'random'}, regime {config.regime}")
 

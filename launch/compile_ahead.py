@@ -1,0 +1,42 @@
+"""Compile the train step for every batch shape of a run on background threads while training goes on.
+
+Fine-tuning pads batches to a few length buckets, so the step compiles once per bucket, several seconds each on a
+CPU. The schedule of batches is known in advance (a pure function of the step), so each shape is compiled before it
+is first needed, using the cores that training and the previous compilation leave idle; the loop waits only for a
+shape still compiling. jit's compilation cache is shared, so the loop's own call finds the compiled step.
+"""
+
+import concurrent.futures
+from typing import Any, Callable, Sequence
+
+import jax
+
+
+def _abstract(tree: Any) -> Any:
+  """Arrays -> ShapeDtypeStructs with their shardings (lowering needs no data; donated buffers may be gone)."""
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+def batch_key(batch: dict[str, Any]) -> tuple:
+  """What makes two batches need different compilations: their fields' shapes."""
+  return tuple(sorted((k, tuple(v.shape)) for k, v in batch.items()))
+
+
+class CompileAhead:
+  """`CompileAhead(step, state, batches, acc)` starts compiling `step(state, batch, acc)` for each batch shape (in
+  the order given: the order the run first needs them); `wait(batch)` blocks until that batch's shape is compiled."""
+
+  def __init__(self, step: Callable, state: Any, batches: Sequence[dict[str, Any]], acc: Any, workers: int = 1):
+    self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="compile_ahead")
+    state, acc = _abstract(state), _abstract(acc)
+    self._futures = {batch_key(b): self._pool.submit(lambda b=_abstract(b): step.lower(state, b, acc).compile())
+                     for b in batches}
+
+  def wait(self, batch: dict[str, Any]) -> None:
+    future = self._futures.pop(batch_key(batch), None)
+    if future is not None:
+      future.result()  # Re-raises a compilation error here, in the training loop.
+
+  def close(self) -> None:
+    """Drops compilations not started yet (a run stopped early) and waits for the running one."""
+    self._pool.shutdown(wait=True, cancel_futures=True)
