@@ -59,6 +59,7 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   task.alignment = "first"  # Subword training labels: "first" (others ignored) or "all" (every subword).
   task.crf = preset.get("crf", False)  # Tagging: a linear-chain CRF (Viterbi decoding) instead of greedy argmax.
   task.case_features = preset.get("case_features", 0)  # Tagging/span NER: word-shape embedding width (0 = off).
+  task.last_subword = preset.get("last_subword", False)  # Tagging: each subword also sees its word's last subword.
   task.max_length = preset.get("max_length", 128)  # Subword tokens per example, specials included (truncation).
   task.max_span_width = 8  # Span NER: longest candidate span L, in words.
   task.pooling = "cls" if task.name == "classification" else "mean"  # cls/pooled/mean; span_ner: mean/attention.

@@ -37,13 +37,21 @@ def subword_labels(word_ids: Sequence[int | None], word_labels: Sequence[int], a
   return labels
 
 
+def last_subword_positions(word_ids: Sequence[int | None]) -> np.ndarray:
+  """[len(word_ids)] int32: for each subword, the position of its word's last subword (specials: themselves)."""
+  last = {word: position for position, word in enumerate(word_ids) if word is not None}
+  return np.asarray([position if word is None else last[word] for position, word in enumerate(word_ids)], np.int32)
+
+
 def encode_words(tokenizer, words: Sequence[str], word_labels: Sequence[int], *, max_length: int,
-                 alignment: str = "first", case_features: bool = False) -> dict[str, np.ndarray]:
+                 alignment: str = "first", case_features: bool = False, last_subword: bool = False
+                 ) -> dict[str, np.ndarray]:
   """A tagging example: subword ids and labels, plus word-level positions/labels for CRF, decoding and scoring.
 
   Words whose first subword falls past `max_length` are dropped from `word_positions` (and so from the prediction);
   `num_words` keeps the original count so the writer can pad them with "O" and the scorer sees every gold word.
-  With `case_features`, `case_ids` holds each subword's word shape (tasks.word_shape).
+  With `case_features`, `case_ids` holds each subword's word shape (tasks.word_shape); with `last_subword`,
+  `last_positions` the position of each subword's word-final subword (`last_subword_positions`).
   """
   encoding = tokenizer.encode(list(words), max_length=max_length)
   positions = first_subword_positions(encoding.word_ids)
@@ -58,4 +66,6 @@ def encode_words(tokenizer, words: Sequence[str], word_labels: Sequence[int], *,
   }
   if case_features:
     example["case_ids"] = word_shape.case_ids(words, encoding.word_ids)
+  if last_subword:
+    example["last_positions"] = last_subword_positions(encoding.word_ids)
   return example

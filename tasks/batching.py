@@ -7,7 +7,7 @@ import numpy as np
 # Pad value per field; fields not listed pad with 0. `attention_segments` is built here (1 = real token).
 PAD_VALUES = {"label_ids": -1, "word_labels": -1, "span_labels": -1}
 # [length] per example; every other 1-D field is a word or span list.
-TOKEN_FIELDS = ("input_ids", "type_ids", "label_ids", "case_ids")
+TOKEN_FIELDS = ("input_ids", "type_ids", "label_ids", "case_ids", "last_positions")
 
 
 def bucket_length(length: int, buckets: Sequence[int]) -> int:

@@ -73,7 +73,8 @@ def encode(task: Mapping[str, Any], tokenizer, records: Sequence[dict], labels: 
       tags = [lookup(t, i) for t in _tags(task, record)]
       examples.append(alignment.encode_words(tokenizer, record["words"], tags, max_length=max_length,
                                              alignment=task.get("alignment", "first"),
-                                             case_features=bool(task.get("case_features"))))
+                                             case_features=bool(task.get("case_features")),
+                                             last_subword=bool(task.get("last_subword"))))
     elif task["name"] == "span_ner":
       spans = [(s["start"], s["end"], 1 + lookup(s["label"], i)) for s in _spans(task, record)]
       examples.append(span_ner.encode_spans(tokenizer, record["words"], spans, max_length=max_length,

@@ -1,6 +1,7 @@
 """Sequence labelling (spec, "Sequence Labeling", "BIO Tagging"): a per-token head W_K, greedy or CRF decoding.
 
-y_i = softmax(h_i W_K) for every subword; training labels come from `tasks.alignment` (first subword only, or every
+y_i = softmax(h_i W_K) for every subword (optionally [h_i; h_last(i)] with the hidden state of the word's last subword,
+so a word read at its first subword also sees its ending: "walk ##ing"); training labels come from `tasks.alignment` (first subword only, or every
 subword). Words are read at their first subword (`word_positions`), so decoding is word-level: argmax per word, or
 Viterbi under a linear-chain CRF whose transitions forbid moves the tag scheme does not allow (e.g. O -> I-X in BIO).
 With a CRF the loss is the word-level sequence negative log-likelihood (forward algorithm).
@@ -19,13 +20,14 @@ from tasks import word_shape
 
 
 class TaggingHead(nn.Module):
-  """dropout -> (+ word-shape embedding) -> W_K [H, K] per subword; word-level emissions at first subwords;
-  optional CRF parameters."""
+  """dropout -> (+ word-final subword, + word-shape embedding) -> W_K per subword; word-level emissions at first
+  subwords; optional CRF parameters."""
   tags: Sequence[str]
   use_crf: bool = False
   scheme: str | None = "IOB2"  # Constrains CRF transitions; None allows every move (e.g. UPOS tags).
   dropout: float = 0.1
   case_features: int = 0  # Width of the word-shape embedding concatenated to each token (0 = none).
+  last_subword: bool = False  # Concatenate the hidden state of each subword's word-final subword (`last_positions`).
   initializer_range: float = 0.02
 
   @nn.compact
@@ -33,6 +35,8 @@ class TaggingHead(nn.Module):
                train: bool = False) -> dict[str, Any]:
     """-> {"logits" [B, L, K], "word_logits" [B, W, K], and "crf": (transitions, start, end) with a CRF}."""
     hidden = nn.Dropout(self.dropout)(outputs.last, deterministic=not train)
+    if self.last_subword:
+      hidden = jnp.concatenate([hidden, layers.gather(hidden, batch["last_positions"])], axis=-1)
     hidden = word_shape.with_case_features(hidden, batch, self.case_features)
     logits = nn.Dense(len(self.tags), kernel_init=nn.initializers.normal(self.initializer_range),
                       name="classifier")(hidden).astype(jnp.float32)
@@ -76,8 +80,9 @@ def decode(predictions: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Arra
 
 def build(config: Mapping[str, Any]) -> Objective:
   """Task "tagging": config keys tags (the tag vocabulary, index order), crf, scheme (or None), dropout,
-  case_features."""
+  case_features, last_subword."""
   head = TaggingHead(tuple(config["tags"]), use_crf=layers.option(config, "crf", False),
                      scheme=layers.option(config, "scheme", "IOB2"), dropout=layers.option(config, "dropout", 0.1),
-                     case_features=layers.option(config, "case_features", 0))
+                     case_features=layers.option(config, "case_features", 0),
+                     last_subword=layers.option(config, "last_subword", False))
   return Objective(name="tagging", head=head, loss=tagging_loss)

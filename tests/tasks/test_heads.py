@@ -44,6 +44,12 @@ def test_first_subword_positions_and_labels():
     alignment.subword_labels(word_ids, [5, 6, 7], "last")
 
 
+def test_last_subword_positions_point_at_each_words_end():
+  assert alignment.last_subword_positions([None, 0, 0, 1, 2, 2, 2, None]).tolist() == [0, 2, 2, 3, 6, 6, 6, 7]
+  example = alignment.encode_words(ChunkTokenizer(), ["Sanitas", "is"], [1, 0], max_length=4, last_subword=True)
+  assert example["last_positions"].tolist() == [0, 2, 2, 3]  # "Sanitas" cut after 2 of its 3 subwords.
+
+
 def test_encode_words_drops_truncated_words_but_keeps_the_count():
   example = alignment.encode_words(ChunkTokenizer(), ["Sanitas", "is", "in", "Canyon"], [1, 0, 0, 1], max_length=6)
   np.testing.assert_array_equal(example["word_positions"], [1, 4])
@@ -219,6 +225,20 @@ def test_tagging_softmax_loss_and_first_subword_decoding():
   decoded = np.asarray(tagging.decode(predictions, batch))
   np.testing.assert_array_equal(decoded[0], logits[0, [1, 2, 4]].argmax(-1))
   assert decoded[1, 2] == -1
+
+
+def test_tagging_head_with_last_subword_is_a_dense_layer_over_both_states():
+  from tasks import tagging
+  rng = np.random.default_rng(6)
+  outputs = _outputs(rng)
+  batch = _tagging_batch() | {"last_positions": jnp.asarray([[0, 1, 3, 3, 4, 5], [0, 2, 2, 3, 4, 5]])}
+  objective = tagging.build({"tags": ["O", "B-PER", "I-PER"], "dropout": 0.0, "last_subword": True})
+  params = objective.head.init(jax.random.key(0), outputs, batch)
+  kernel, bias = (np.asarray(params["params"]["classifier"][k]) for k in ("kernel", "bias"))
+  hidden = np.asarray(outputs.last)
+  both = np.concatenate([hidden, hidden[np.arange(2)[:, None], np.asarray(batch["last_positions"])]], -1)
+  np.testing.assert_allclose(objective.head.apply(params, outputs, batch)["logits"], both @ kernel + bias, rtol=1e-5,
+                             atol=1e-6)
 
 
 def test_tagging_crf_decoding_respects_bio():
