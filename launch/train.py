@@ -186,7 +186,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   acc, train_metrics, eval_metrics, best = place(train_zero), {}, {}, None
   # Fine-tuning's length buckets: each shape's step compiles on a background thread before the loop needs it.
   ahead = None
-  if parallelism == "jit":
+  if parallelism == "jit" and config.compile_ahead:
     ahead = compile_ahead.CompileAhead(train_step, device_state,
                                        [to_device(b, accum=accum) for b in work.batch_shapes(start)], acc)
   interval_start, interval_step = time.perf_counter(), start
