@@ -34,7 +34,7 @@ TASK_PRESETS: dict[str, dict] = {
     "conll2003_crf": dict(name="tagging", dataset="conll2003", scheme="IOB2", source_scheme="IOB2", crf=True,
                           case_features=16, metric="f1", epochs=8, learning_rate=1e-4),
     "conll2003_spans": dict(name="span_ner", dataset="conll2003", scheme="IOB2", source_scheme="IOB2",
-                            case_features=16, metric="f1", epochs=5, learning_rate=1e-4),
+                            case_features=16, metric="f1", epochs=8, learning_rate=1e-4),
     "ud_pos": dict(name="tagging", dataset="ud_ewt_upos", scheme="", metric="accuracy", epochs=5,
                    learning_rate=1e-4, labels=UPOS, case_features=16),
 }
