@@ -23,7 +23,8 @@ from encoder import hf_checkpoint, pretrained
 UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
         "SYM", "VERB", "X")  # The 17 Universal POS tags.
 # Per-task recipes (chosen on dev; the README's fine-tuning section has the runs compared). Keys are task_block's.
-# The uncased MiniLM loses casing, so the NER/POS presets give the head word shapes back (task.case_features).
+# The uncased MiniLM loses casing, so the NER/POS presets give the head word shapes back (task.case_features); UPOS
+# also reads word endings (task.last_subword).
 TASK_PRESETS: dict[str, dict] = {
     "sst2": dict(name="classification", dataset="sst2", test_split="", metric="accuracy", max_length=64,
                  epochs=3, learning_rate=5e-5),
@@ -36,7 +37,7 @@ TASK_PRESETS: dict[str, dict] = {
     "conll2003_spans": dict(name="span_ner", dataset="conll2003", scheme="IOB2", source_scheme="IOB2",
                             case_features=16, metric="f1", epochs=8, learning_rate=1e-4),
     "ud_pos": dict(name="tagging", dataset="ud_ewt_upos", scheme="", metric="accuracy", epochs=5,
-                   learning_rate=1e-4, labels=UPOS, case_features=16),
+                   learning_rate=1e-4, labels=UPOS, case_features=16, last_subword=True),
 }
 RECIPE_KEYS = ("epochs", "learning_rate")  # Preset keys that set training fields, not task fields.
 

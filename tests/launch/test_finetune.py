@@ -108,3 +108,13 @@ def test_init_from_the_imported_minilm_checkpoint(tmp_path):
                         expected["embeddings"]["word_embeddings"]["embedding"])
   top = trained["layer_5"]["mlp"]["output"]["kernel"]
   assert not np.array_equal(top, expected["layer_5"]["mlp"]["output"]["kernel"])  # top_k=1: only layer 5 trains.
+
+
+def test_pos_preset_trains_with_word_endings_and_writes_every_word(tmp_path):
+  require_data("ud_english_ewt/en_ewt-ud-train.conllu")
+  config = _config("task=ud_pos,runlocal", num_train_steps=2)
+  assert config.task.last_subword and config.task.case_features
+  results = train.train_and_evaluate(config, tmp_path)
+  assert results["step"] == 2 and 0 <= results["test"]["accuracy"] <= 100
+  rows = [json.loads(line) for line in (tmp_path / "predictions" / "test.jsonl").read_text().splitlines()]
+  assert len(rows) == 32 and all(len(r["prediction"]) <= len(r["words"]) for r in rows)
