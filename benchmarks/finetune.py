@@ -123,7 +123,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
          "examples_per_s": round(config.epochs * len(data.train.examples) / seconds, 1),
          "wall_seconds": round(wall, 1), "workdir": str(workdir),
          "recipe": {"epochs": config.epochs, "batch_size": config.batch_size,
-                    "learning_rate": config.optimizer.learning_rate, "regime": config.regime}}
+                    "learning_rate": config.optimizer.learning_rate, "layer_decay": config.layer_decay,
+                    "regime": config.regime}}
   if args.reference:
     reference = run_reference(config, data, split)
     ours = [json.loads(line)["prediction"] for line in

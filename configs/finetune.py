@@ -27,7 +27,7 @@ UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART
 # also reads word endings (task.last_subword).
 TASK_PRESETS: dict[str, dict] = {
     "sst2": dict(name="classification", dataset="sst2", test_split="", metric="accuracy", max_length=64,
-                 epochs=3, learning_rate=5e-5),
+                 epochs=3, learning_rate=1e-4, layer_decay=0.8),
     "sick": dict(name="classification", dataset="sick", metric="accuracy", max_length=128, epochs=4,
                  learning_rate=1e-4),
     "conll2003": dict(name="tagging", dataset="conll2003", scheme="IOB2", source_scheme="IOB2", metric="f1",
@@ -39,7 +39,7 @@ TASK_PRESETS: dict[str, dict] = {
     "ud_pos": dict(name="tagging", dataset="ud_ewt_upos", scheme="", metric="accuracy", epochs=5,
                    learning_rate=1e-4, labels=UPOS, case_features=16, last_subword=True),
 }
-RECIPE_KEYS = ("epochs", "learning_rate")  # Preset keys that set training fields, not task fields.
+RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay")  # Preset keys that set training fields, not task fields.
 
 
 def task_block(**preset) -> ml_collections.ConfigDict:
@@ -119,7 +119,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.epochs = preset["epochs"]  # Passes over the training split (num_train_steps = epochs * batches/epoch).
   config.regime = "full"  # "full", "frozen" (head only) or "top_k" (the top `top_k` layers + head).
   config.top_k = 0  # Layers trained by regime "top_k".
-  config.layer_decay = 1.0  # Layer-wise LR decay: layer l's LR is lr * layer_decay^(num_layers + 1 - depth).
+  # Layer-wise LR decay: layer l's LR is lr * layer_decay^(num_layers + 1 - depth) (1.0: none).
+  config.layer_decay = preset.get("layer_decay", 1.0)
   config.optimizer = common.optimizer_config(learning_rate=preset["learning_rate"], eps=1e-8)  # AdamW.
   config.optimizer.warmup_fraction = 0.1  # Warmup over this fraction of the steps (overrides warmup_steps if > 0).
   common.engine_config(config, steps=0)  # num_train_steps 0 = epochs * steps per epoch.
