@@ -99,30 +99,32 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   test = split("test", read(task.test_split)) if task.test_split else None
   train = split("train", train_records)
   buckets = tuple(sorted({min(b, task.max_length) for b in config.data.buckets} | {task.max_length}))
-  if config.data.compile_cost > 0:
-    buckets = batching.prune_buckets(_batch_lengths(train, config), buckets, config.data.compile_cost)
+  per_epoch = steps_per_epoch(len(train.examples), config.batch_size)
+  epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs
+  longest = [n for _, n in _longest_per_batch(train, config.batch_size, config.seed, range(max(epochs, 1)))]
+  buckets = batching.prune_buckets(longest, buckets, config.data.compile_cost)
   return TaskData(mapping, tokenizer, train, split("dev", read(task.eval_split)), test, buckets,
                   examples.list_widths(mapping))
 
 
-def _batch_lengths(train: Split, config: ml_collections.ConfigDict) -> list[int]:
-  """The longest example of every training batch of the run (what `batching.prune_buckets` weighs)."""
+def _longest_per_batch(train: Split, batch_size: int, seed: int, epochs: range) -> Iterator[tuple[int, int]]:
+  """(step, longest example) of every training batch of `epochs` (what bucket pruning and compile-ahead read)."""
   lengths = batching.lengths_of(train.examples)
-  per_epoch = -(-len(lengths) // config.batch_size)
-  epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs
-  return [int(lengths[batch].max()) for epoch in range(max(epochs, 1))
-          for batch in batching.length_bucketed_batches(lengths, config.batch_size, seed=config.seed, epoch=epoch)]
+  per_epoch = steps_per_epoch(len(lengths), batch_size)
+  for epoch in epochs:
+    for index, indices in enumerate(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch)):
+      yield epoch * per_epoch + index, int(lengths[indices].max())
 
 
-def steps_per_epoch(data: TaskData, batch_size: int) -> int:
-  """Batches in one pass over the training split (the last one may be short: it is padded)."""
-  return -(-len(data.train.examples) // batch_size)
+def steps_per_epoch(examples: int, batch_size: int) -> int:
+  """Batches in one pass over `examples` training examples (the last one may be short: it is padded)."""
+  return -(-examples // batch_size)
 
 
 def batch_schedule(data: TaskData, *, batch_size: int, seed: int) -> Callable[[int], dict[str, np.ndarray]]:
   """step -> the global batch of optimizer step `step` (0-based): a pure function of (data, batch_size, seed, step)."""
   lengths = batching.lengths_of(data.train.examples)
-  per_epoch = steps_per_epoch(data, batch_size)
+  per_epoch = steps_per_epoch(len(data.train.examples), batch_size)
 
   @functools.lru_cache(maxsize=2)
   def epoch_batches(epoch: int) -> list[list[int]]:
@@ -140,11 +142,10 @@ def first_batch_of_each_shape(data: TaskData, *, batch_size: int, seed: int, sta
                               ) -> list[dict[str, np.ndarray]]:
   """This process's rows of the first batch of each shape (length bucket) in the next two epochs from start_step, in
   the order the run first needs them (what `launch.compile_ahead` compiles; a rarer shape compiles when met)."""
-  lengths, per_epoch, first = batching.lengths_of(data.train.examples), steps_per_epoch(data, batch_size), {}
-  for epoch in range(start_step // per_epoch, start_step // per_epoch + 2):
-    for index, indices in enumerate(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch)):
-      if start_step <= epoch * per_epoch + index < total_steps:
-        first.setdefault(batching.bucket_length(int(lengths[indices].max()), data.buckets), epoch * per_epoch + index)
+  first_epoch, first = start_step // steps_per_epoch(len(data.train.examples), batch_size), {}
+  for step, longest in _longest_per_batch(data.train, batch_size, seed, range(first_epoch, first_epoch + 2)):
+    if start_step <= step < total_steps:
+      first.setdefault(batching.bucket_length(longest, data.buckets), step)
   batch = batch_schedule(data, batch_size=batch_size, seed=seed)
   return [_local_rows(batch(step)) for step in sorted(first.values())]
 

@@ -50,7 +50,7 @@ def finetuning(config: ml_collections.ConfigDict) -> Workload:
   """config.task on its dataset: config.epochs passes (or config.num_train_steps when positive)."""
   data = finetune_data.load(config)
   objective = task_registry.get(config.task.name)(data.task)
-  per_epoch = finetune_data.steps_per_epoch(data, config.batch_size)
+  per_epoch = finetune_data.steps_per_epoch(len(data.train.examples), config.batch_size)
   total = config.num_train_steps if config.num_train_steps > 0 else config.epochs * per_epoch
   if total < 1:
     raise config_checks.ConfigError(f"config.epochs={config.epochs} gives no training steps: set it to at least 1")

@@ -90,6 +90,8 @@ def prune_buckets(batch_lengths: Sequence[int], buckets: Sequence[int], compile_
   `compile_cost` per bucket kept: a bucket that few batches use costs a compilation worth more than the padding it
   saves. `compile_cost` is one jit compilation's time over a step's time per padded token column (0: keep all)."""
   buckets = sorted(buckets)
+  if compile_cost <= 0:
+    return tuple(buckets)
   counts = np.bincount([buckets.index(bucket_length(n, buckets)) for n in batch_lengths], minlength=len(buckets))
   # best[j]: (cost, kept) covering every batch up to bucket j with bucket j kept (batches padded up to a kept one).
   best: list[tuple[float, tuple[int, ...]]] = []
@@ -99,4 +101,4 @@ def prune_buckets(batch_lengths: Sequence[int], buckets: Sequence[int], compile_
       cost, kept = best[i]
       options.append((cost + compile_cost + bucket * counts[i + 1:j + 1].sum(), kept + (bucket,)))
     best.append(min(options, key=lambda option: (option[0], len(option[1]))))
-  return best[-1][1] if compile_cost > 0 else tuple(buckets)
+  return best[-1][1]

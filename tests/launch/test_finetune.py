@@ -48,7 +48,7 @@ def test_batch_of_a_step_is_a_pure_function_of_the_step():
   config = _config("task=conll2003,runlocal", **{"task.train_split": "train[:40]"})
   data = finetune_data.load(config)
   schedule = finetune_data.batch_schedule(data, batch_size=16, seed=0)
-  assert finetune_data.steps_per_epoch(data, 16) == 3
+  assert finetune_data.steps_per_epoch(len(data.train.examples), 16) == 3
   for epoch in range(2):  # Every example exactly once per epoch; the short last batch is padded with masked rows.
     batches = [schedule(3 * epoch + i) for i in range(3)]
     assert all(b["input_ids"].shape[0] == 16 and b["input_ids"].shape[1] in data.buckets for b in batches)
