@@ -6,10 +6,11 @@ NotNext halves of paragraphs) and masked with objectives.masking.mask_example (1
 same corrupted ids with dense labels (-100 at unmasked positions). Timed rounds alternate the frameworks (order
 reversed every round) and the result is the median step time of each, so a noisy shared machine biases no side.
 
-Our step is launch.steps.train_step (the real engine: PretrainingModel, clipping + AdamW with warmup, on-device
-metric sums, donated state). HF computes the vocabulary projection at all 4,096 positions, ours only at the ~600
-masked ones (DESIGN, "Performance notes"); `tokens_per_s_dense_head` is our step with the projection at every
-position too, so one can see how much of the ratio comes from that algorithmic choice.
+Our step is the engine's (launch.train): jit(launch.steps.grad_step) then jit(launch.steps.apply_step)
+(PretrainingModel, clipping + AdamW with warmup, on-device metric sums, donated state). HF computes the vocabulary
+projection at all 4,096 positions, ours only at the ~600 masked ones (DESIGN, "Performance notes");
+`tokens_per_s_dense_head` is our step with the projection at every position too, so one can see how much of the
+ratio comes from that algorithmic choice.
 
 Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 FLOPs per multiply-add:
   launch.flops.encoder_train_flops                      encoder matmuls at every token + attention QK^T and AV
@@ -113,12 +114,13 @@ class OurStep:
                         weights={"mlm": 1.0, "nsp": 1.0}, tx=tx)
     self.batch = jax.device_put(batch)
     self.state = jax.jit(functools.partial(steps.init_state, fns, seed=seed))(self.batch)
-    train_step = functools.partial(steps.train_step, fns, accum=1, nan_step=-1)
-    self.acc = steps.zero_metrics(train_step, self.state, self.batch)
-    self.step = jax.jit(train_step, donate_argnums=(0, 2))
+    self.acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), self.state,
+                                  self.batch)
+    self.grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1))
+    self.apply_step = jax.jit(functools.partial(steps.apply_step, fns), donate_argnums=(0, 1))
 
   def __call__(self) -> None:
-    self.state, self.acc = self.step(self.state, self.batch, self.acc)
+    self.state, self.acc = self.apply_step(self.state, self.acc, *self.grad_step(self.state, self.batch))
     jax.block_until_ready((self.state, self.acc))
 
   def mean_losses(self) -> dict[str, float]:

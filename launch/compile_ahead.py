@@ -1,9 +1,10 @@
-"""Compile the train step for every batch shape of a run on a background thread while training goes on.
+"""Compile the gradient step for every batch shape of a run on a background thread while training goes on.
 
-Fine-tuning pads batches to a few length buckets, so the step compiles once per bucket, several seconds each on a
-CPU. The schedule of batches is known in advance (a pure function of the step), so each shape is compiled before it
-is first needed, using the cores that training and the previous compilation leave idle; the loop waits only for a
-shape still compiling. jit's compilation cache is shared, so the loop's own call finds the compiled step.
+Fine-tuning pads batches to a few length buckets, so the gradient step (launch.steps.grad_step) compiles once per
+bucket, several seconds each on a CPU. The schedule of batches is known in advance (a pure function of the step),
+so each shape is compiled before it is first needed, using the cores that training and the previous compilation
+leave idle; the loop waits only for a shape still compiling. jit's compilation cache is shared, so the loop's own
+call finds the compiled step.
 """
 
 import concurrent.futures
@@ -13,7 +14,7 @@ import jax
 
 
 def _abstract(tree: Any) -> Any:
-  """Arrays -> ShapeDtypeStructs with their shardings (lowering needs no data; donated buffers may be gone)."""
+  """Arrays -> ShapeDtypeStructs with their shardings (lowering needs no data; a donated state may be gone)."""
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
 
 
@@ -23,14 +24,14 @@ def batch_key(batch: dict[str, Any]) -> tuple:
 
 
 class CompileAhead:
-  """`CompileAhead(step, state, batches, acc)` starts compiling `step(state, batch, acc)` for each batch shape (in
+  """`CompileAhead(step, state, batches)` starts compiling the jitted `step(state, batch)` for each batch shape (in
   the order given: the order the run first needs them); `wait(batch)` blocks until that batch's shape is compiled."""
 
-  def __init__(self, step: Callable, state: Any, batches: Sequence[dict[str, Any]], acc: Any):
+  def __init__(self, step: Callable, state: Any, batches: Sequence[dict[str, Any]]):
     # One thread: compilations in parallel gained little on 2 cores (32 vs 37 s for 5 shapes) and slow training more.
     self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile_ahead")
-    state, acc = _abstract(state), _abstract(acc)
-    self._futures = {batch_key(b): self._pool.submit(lambda b=_abstract(b): step.lower(state, b, acc).compile())
+    state = _abstract(state)
+    self._futures = {batch_key(b): self._pool.submit(lambda b=_abstract(b): step.lower(state, b).compile())
                      for b in batches}
 
   def wait(self, batch: dict[str, Any]) -> None:

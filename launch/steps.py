@@ -77,9 +77,10 @@ def _loss_counts(fns: StepFns, params: Any, micro_batches: dict[str, jax.Array])
   return jax.tree.map(lambda c: c.sum(0), counts)
 
 
-def train_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], acc: dict[str, jax.Array], *,
-               accum: int, nan_step: int, axis_name: str | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One optimizer step over `accum` micro-batches (a leading batch axis when accum > 1) and, under pmap, devices."""
+def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, accum: int, nan_step: int,
+              axis_name: str | None = None) -> tuple[jax.Array, dict[str, jax.Array], Any]:
+  """Loss, metric sums and summed gradients of one step over `accum` micro-batches (a leading batch axis when
+  accum > 1) and, under pmap, devices. Compiled once per batch shape."""
   micro_batches = batch if accum > 1 else jax.tree.map(lambda x: x[None], batch)
   counts = _loss_counts(fns, state.params, micro_batches)
   if axis_name is not None:
@@ -108,6 +109,13 @@ def train_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], acc
   (loss, metrics, grads), _ = jax.lax.scan(micro_step, (loss, metrics, grads), (micro_batches, jnp.arange(accum)))
   if axis_name is not None:
     loss, metrics, grads = jax.lax.psum((loss, metrics, grads), axis_name)
+  return loss, metrics, grads
+
+
+def apply_step(fns: StepFns, state: TrainState, acc: dict[str, jax.Array], loss: jax.Array,
+               metrics: dict[str, jax.Array], grads: Any) -> tuple[TrainState, dict[str, jax.Array]]:
+  """Clipping + optimizer update, and the step's metrics added to `acc`. Independent of the batch shape, so a run
+  with several length buckets compiles it once (on a CPU ~1.5 of the fused step's ~6 s per bucket)."""
   grad_norm = optax.tree.norm(grads)
   updates, opt_state = fns.tx.update(grads, state.opt_state, state.params)
   new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
@@ -117,6 +125,13 @@ def train_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], acc
   acc = _add(acc, metrics) | {
       "nonfinite_step": jnp.where(finite, acc["nonfinite_step"], jnp.minimum(acc["nonfinite_step"], state.step))}
   return new_state, acc
+
+
+def train_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], acc: dict[str, jax.Array], *,
+               accum: int, nan_step: int, axis_name: str | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+  """`grad_step` then `apply_step` in one function (the engine jits or pmaps them as two programs)."""
+  return apply_step(fns, state, acc, *grad_step(fns, state, batch, accum=accum, nan_step=nan_step,
+                                                 axis_name=axis_name))
 
 
 def eval_step(fns: StepFns, params: Any, batch: dict[str, jax.Array], acc: dict[str, jax.Array], *,

@@ -1,9 +1,10 @@
 """train_and_evaluate(config, workdir): the training loop (DESIGN, "The flow of one training step").
 
 files -> grain (shard by process, shuffle, mask, batch) -> host batch -> make_array_from_process_local_data ->
-jit(train_step) over the mesh (or pmap) -> metric sums on device, fetched every log_every_steps -> metrics.jsonl +
-TensorBoard + progress line -> async orbax checkpoints. Resumes from the newest readable checkpoint by itself; stops
-on NaN/inf (naming the step) without touching the last good checkpoint; on SIGTERM saves and returns.
+jit(grad_step), jit(apply_step) over the mesh (or pmap) -> metric sums on device, fetched every log_every_steps ->
+metrics.jsonl + TensorBoard + progress line -> async orbax checkpoints. Resumes from the newest readable checkpoint
+by itself; stops on NaN/inf (naming the step) without touching the last good checkpoint; on SIGTERM saves and
+returns.
 The same loop fine-tunes when the config has a task block (launch/workload.py): the data, the initial encoder
 (launch/warm_start.py) and the evaluation (launch/task_eval.py: dev scores, best-dev checkpoint, test predictions)
 are what differ.
@@ -129,21 +130,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                       if finetuning else ""))
 
   train_kwargs = dict(accum=accum, nan_step=config.debug_nan_step)
+  # Two programs per step: gradients (compiled per batch shape) and the optimizer update (compiled once).
   if parallelism == "jit":
     batch_sharding = NamedSharding(mesh, sharding.batch_spec(accum))
-    train_step = jax.jit(functools.partial(steps.train_step, fns, **train_kwargs),
-                         in_shardings=(state_shardings, batch_sharding, replicated),
-                         out_shardings=(state_shardings, replicated), donate_argnums=(0, 2))
+    grad_step = jax.jit(functools.partial(steps.grad_step, fns, **train_kwargs),
+                        in_shardings=(state_shardings, batch_sharding),
+                        out_shardings=(replicated, replicated, state_shardings.params))
+    apply_step = jax.jit(functools.partial(steps.apply_step, fns),
+                         in_shardings=(state_shardings, replicated, replicated, replicated, state_shardings.params),
+                         out_shardings=(state_shardings, replicated), donate_argnums=(0, 1))
     eval_step = jax.jit(functools.partial(steps.eval_step, fns),
                         in_shardings=(state_shardings.params, NamedSharding(mesh, P("data")), replicated),
                         out_shardings=replicated, donate_argnums=(2,))
     device_state = state
   else:
-    train_step = jax.pmap(functools.partial(steps.train_step, fns, axis_name="data", **train_kwargs),
-                          axis_name="data", donate_argnums=(0, 2))
+    grad_step = jax.pmap(functools.partial(steps.grad_step, fns, axis_name="data", **train_kwargs),
+                         axis_name="data")
+    apply_step = jax.pmap(functools.partial(steps.apply_step, fns), axis_name="data", donate_argnums=(0, 1))
     eval_step = jax.pmap(functools.partial(steps.eval_step, fns, axis_name="data"), axis_name="data",
                          donate_argnums=(2,))
     device_state = sharding.to_pmap(state, mesh)
+  train_step = lambda state, batch, acc: apply_step(state, acc, *grad_step(state, batch))
   to_device = functools.partial(sharding.global_batch, mesh=mesh, parallelism=parallelism)
   # Fresh device copies of host trees (metric sums are donated to the step, so each interval gets new buffers).
   place = ((lambda tree: sharding.to_pmap(tree, mesh)) if parallelism == "pmap"
@@ -187,8 +194,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # Fine-tuning's length buckets: each shape's step compiles on a background thread before the loop needs it.
   ahead = None
   if parallelism == "jit" and config.compile_ahead:
-    ahead = compile_ahead.CompileAhead(train_step, device_state,
-                                       [to_device(b, accum=accum) for b in work.batch_shapes(start)], acc)
+    ahead = compile_ahead.CompileAhead(grad_step, device_state,
+                                       [to_device(b, accum=accum) for b in work.batch_shapes(start)])
   interval_start, interval_step = time.perf_counter(), start
   try:
     for step in range(start, total_steps):

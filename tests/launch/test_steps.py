@@ -1,0 +1,47 @@
+"""launch.steps: the engine's two programs (gradients, then the update) compute what the one-program step computes."""
+
+import functools
+
+import jax
+import numpy as np
+
+from configs import common
+from encoder.config import preset
+from launch import optimizer, steps
+from launch.model import PretrainingModel
+from objectives import registry
+
+
+def _batch(rows: int = 4, length: int = 16, masked: int = 3, vocab: int = 100) -> dict[str, np.ndarray]:
+  rng = np.random.default_rng(0)
+  return dict(input_ids=rng.integers(5, vocab, (rows, length)).astype(np.int32),
+              type_ids=np.zeros((rows, length), np.int32),
+              positions=np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy(),
+              attention_segments=np.ones((rows, length), np.int32),
+              masked_positions=rng.integers(1, length, (rows, masked)).astype(np.int32),
+              masked_ids=rng.integers(5, vocab, (rows, masked)).astype(np.int32),
+              masked_weights=np.ones((rows, masked), np.float32), nsp_label=rng.integers(0, 2, rows).astype(np.int32))
+
+
+def test_two_programs_equal_the_fused_step():
+  cfg = preset("tiny", vocab_size=100, max_positions=32)
+  objectives = [registry.build("mlm"), registry.build("nsp")]
+  fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
+                      weights={"mlm": 1.0, "nsp": 1.0},
+                      tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
+  batch = _batch()
+  fused = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
+  grads = jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1))
+  update = jax.jit(functools.partial(steps.apply_step, fns))
+  state = steps.init_state(fns, batch, seed=0)
+  acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
+  one, one_acc, two, two_acc = state, acc, state, acc
+  for _ in range(3):
+    one, one_acc = fused(one, batch, one_acc)
+    two, two_acc = update(two, two_acc, *grads(two, batch))
+  assert int(two.step) == 3 and float(two_acc["mlm_loss"][1]) == 3 * 12  # Three steps of 12 masked tokens.
+  moved = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()), state.params, two.params)
+  assert min(jax.tree.leaves(moved)) > 0  # Every parameter was updated.
+  for a, b in zip(jax.tree.leaves((one.params, one.opt_state, one_acc)), jax.tree.leaves((two.params, two.opt_state,
+                                                                                           two_acc))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
