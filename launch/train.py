@@ -191,7 +191,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   batches = work.train_batches(start)
   eval_every, checkpoint_every = _periods(config, work.steps_per_epoch)
   acc, train_metrics, eval_metrics, best = place(train_zero), {}, {}, None
-  # Fine-tuning's length buckets: each shape's step compiles on a background thread before the loop needs it.
+  # Fine-tuning's length buckets: each shape's gradient program compiles on a background thread before it is needed.
   ahead = None
   if parallelism == "jit" and config.compile_ahead:
     ahead = compile_ahead.CompileAhead(grad_step, device_state,
