@@ -115,7 +115,7 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
 def apply_step(fns: StepFns, state: TrainState, acc: dict[str, jax.Array], loss: jax.Array,
                metrics: dict[str, jax.Array], grads: Any) -> tuple[TrainState, dict[str, jax.Array]]:
   """Clipping + optimizer update, and the step's metrics added to `acc`. Independent of the batch shape, so a run
-  with several length buckets compiles it once (on a CPU ~1.5 of the fused step's ~6 s per bucket)."""
+  with several length buckets compiles it once (on a CPU ~1.5 s of the fused step's ~6 s per bucket)."""
   grad_norm = optax.tree.norm(grads)
   updates, opt_state = fns.tx.update(grads, state.opt_state, state.params)
   new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
