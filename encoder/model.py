@@ -5,6 +5,8 @@ Inputs are subword ids plus segment (token-type) ids, positions and `attention_s
 its own segment and to nothing else, so padding and packing never change an output.
 """
 
+import math
+
 import flax.linen as nn
 import flax.struct
 import jax
@@ -17,7 +19,9 @@ Array = jax.Array
 
 @flax.struct.dataclass
 class EncoderOutput:
-  hidden_states: tuple[Array, ...]  # num_layers + 1 arrays [batch, length, hidden]: embeddings, then each block.
+  # num_layers + 1 arrays [batch, length, hidden]: embeddings, then each block (the last [batch, last_rows, hidden]
+  # when the encoder was called with last_rows).
+  hidden_states: tuple[Array, ...]
   cls: Array  # [batch, hidden]: the last layer's vector at position 0 ([CLS]).
   pooled: Array  # [batch, hidden]: tanh(W cls + b), BERT's pooler (used by the NSP head).
 
@@ -37,17 +41,20 @@ def _mix32(h: Array) -> Array:
   return h ^ (h >> 16)
 
 
-def dropout(x: Array, rate: float, key: Array | None) -> Array:
+def dropout(x: Array, rate: float, key: Array | None, within: tuple[int, ...] | None = None) -> Array:
   """Inverted dropout (zero with probability `rate`, scale the rest by 1/(1-rate)); identity when key is None.
 
   The keep mask is a counter-based hash of each element's index (x.size < 2^32) keyed by 64 random bits drawn from
   `key` (two murmur3 finalizer rounds): it fuses into the surrounding elementwise code, where drawing threefry/rbg
-  bits per element costs ~10 ns each on this CPU (~0.5 s of a MiniLM training step).
+  bits per element costs ~10 ns each on this CPU (~0.5 s of a MiniLM training step). With `within`, x is the leading
+  corner of an array of that shape and gets that array's mask there (the [CLS]-row-only last block drops what the
+  full block would).
   """
   if key is None or rate == 0.0:
     return x
   seeds = jax.random.bits(key, (2,), jnp.uint32)
-  index = jax.lax.iota(jnp.uint32, x.size).reshape(x.shape)
+  shape = within or x.shape
+  index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)[tuple(slice(0, n) for n in x.shape)]
   bits = _mix32(_mix32(index ^ seeds[0]) + seeds[1])
   keep = bits >= jnp.uint32(min(round(rate * 2.0**32), 2**32 - 1))
   return jnp.where(keep, x * jnp.asarray(1.0 / (1.0 - rate), x.dtype), jnp.zeros((), x.dtype))
@@ -102,15 +109,18 @@ class SelfAttention(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x: Array, bias: Array, train: bool) -> Array:
+  def __call__(self, x: Array, bias: Array, train: bool, rows: int | None = None) -> Array:
+    """x [batch, length, hidden] -> [batch, rows or length, hidden]: with `rows`, only the first `rows` positions
+    query (keys and values still span the sequence)."""
     cfg = self.cfg
     dense = lambda features, axis, name: nn.DenseGeneral(
         features, axis=axis, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
     qkv = dense((3, cfg.num_heads, cfg.head_dim), -1, "qkv")(x)  # [batch, length, 3, heads, head_dim]
-    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    q, k, v = qkv[:, :rows, 0], qkv[:, :, 1], qkv[:, :, 2]
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(cfg.dtype)
-    weights = jax.nn.softmax((scores + bias).astype(jnp.float32), axis=-1).astype(cfg.dtype)
-    weights = dropout(weights, cfg.attention_dropout, _dropout_key(self, cfg.attention_dropout, train))
+    weights = jax.nn.softmax((scores + bias[:, :, :rows]).astype(jnp.float32), axis=-1).astype(cfg.dtype)
+    full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
+    weights = dropout(weights, cfg.attention_dropout, _dropout_key(self, cfg.attention_dropout, train), full)
     context = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
     return dense(cfg.hidden_size, (-2, -1), "output")(context)
 
@@ -133,15 +143,18 @@ class TransformerBlock(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x: Array, bias: Array, train: bool) -> Array:
+  def __call__(self, x: Array, bias: Array, train: bool, rows: int | None = None) -> Array:
+    """x [batch, length, hidden] -> the block's output at every position, or at the first `rows` only (attention
+    still reads them all): ~3/4 of the block's work is per row, and a [CLS] head needs one."""
     cfg = self.cfg
     norm = lambda name: nn.LayerNorm(cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
-    drop = lambda y: dropout(y, cfg.hidden_dropout, _dropout_key(self, cfg.hidden_dropout, train))
+    full = x.shape
+    drop = lambda y: dropout(y, cfg.hidden_dropout, _dropout_key(self, cfg.hidden_dropout, train), full)
     attention, feed_forward = SelfAttention(cfg, name="attention"), FeedForward(cfg, name="mlp")
     if cfg.pre_layer_norm:
-      x = x + drop(attention(norm("attention_layer_norm")(x), bias, train))
+      x = x[:, :rows] + drop(attention(norm("attention_layer_norm")(x), bias, train, rows))
       return x + drop(feed_forward(norm("output_layer_norm")(x)))
-    x = norm("attention_layer_norm")(x + drop(attention(x, bias, train)))
+    x = norm("attention_layer_norm")(x[:, :rows] + drop(attention(x, bias, train, rows)))
     return norm("output_layer_norm")(x + drop(feed_forward(x)))
 
 
@@ -160,10 +173,12 @@ class Encoder(nn.Module):
                            name="pooler")
 
   def __call__(self, input_ids: Array, type_ids: Array | None = None, positions: Array | None = None,
-               attention_segments: Array | None = None, train: bool = False) -> EncoderOutput:
+               attention_segments: Array | None = None, train: bool = False,
+               last_rows: int | None = None) -> EncoderOutput:
     """input_ids, type_ids, positions, attention_segments: [batch, length] ints.
 
-    Defaults: type_ids 0, positions 0..length-1, attention_segments = (input_ids != pad).
+    Defaults: type_ids 0, positions 0..length-1, attention_segments = (input_ids != pad). `last_rows`: the last
+    block computes only the first that many positions (1: [CLS], for heads that read nothing else), same values.
     """
     if type_ids is None:
       type_ids = jnp.zeros_like(input_ids)
@@ -174,8 +189,8 @@ class Encoder(nn.Module):
     bias = attention_bias(attention_segments, self.cfg.dtype)
     x = self.embeddings(input_ids, type_ids, positions, train)
     hidden_states = [x]
-    for layer in self.layers:
-      x = layer(x, bias, train)
+    for depth, layer in enumerate(self.layers, 1):
+      x = layer(x, bias, train, last_rows if depth == len(self.layers) else None)
       hidden_states.append(x)
     if self.cfg.pre_layer_norm:
       hidden_states[-1] = x = self.final_layer_norm(x)

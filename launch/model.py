@@ -46,7 +46,8 @@ class PretrainingModel(nn.Module):
   @nn.compact
   def __call__(self, batch: dict[str, jax.Array], train: bool = False) -> dict[str, Any]:
     encoder = Encoder(self.cfg, name="encoder")
-    outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train)
+    last_rows = 1 if all(o.cls_only for o in self.objectives) else None
+    outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train, last_rows=last_rows)
     return {o.name: o.head.clone(parent=self, name=o.name)(outputs, batch, encoder.attend, train)
             for o in self.objectives}
 

@@ -19,7 +19,10 @@ class Objective(NamedTuple):
   head(outputs: EncoderOutput, batch: dict[str, Array], attend: Callable, train: bool) -> predictions (pytree);
     `attend` maps hidden [..., H] to vocabulary logits with the tied input embeddings.
   loss(predictions, batch) -> (scalar mean loss, Metrics).
+  cls_only: the head reads the last layer at [CLS] alone (outputs.cls / pooled), so when every head does, the
+    encoder's last block runs for that row only (Encoder's `last_rows`).
   """
   name: str
   head: nn.Module
   loss: Callable[[Any, dict[str, jax.Array]], tuple[jax.Array, Metrics]]
+  cls_only: bool = False
