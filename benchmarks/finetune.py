@@ -112,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   started = time.perf_counter()
   results = train.train_and_evaluate(config, workdir)
   wall = time.perf_counter() - started
+  if results["stopped_early"]:
+    raise SystemExit(f"training stopped at step {results['step']} (SIGTERM) before any score; the same command "
+                     f"with --workdir {workdir} resumes it")
   data = finetune_data.load(config)
   split = data.test if data.test is not None and results["test"] else data.eval
   scores = results["test"] if split is data.test else results["dev"]

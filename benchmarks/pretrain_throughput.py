@@ -13,7 +13,8 @@ projection at all 4,096 positions, ours only at the ~600 masked ones (DESIGN, "P
 ratio comes from that algorithmic choice.
 
 Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 FLOPs per multiply-add:
-  launch.flops.encoder_train_flops                      encoder matmuls at every token + attention QK^T and AV
+  launch.flops.encoder_train_flops                      encoder matmuls at every token + attention QK^T and AV,
+                                                        the last block's only at [CLS] and the masked tokens
   + 6 * (H^2 + H V) * masked                            MLM transform + tied vocabulary projection, masked tokens only
   + 6 * (H^2 + 2 H) * rows                              pooler + NSP classifier on [CLS]
 mfu = useful_flops / median step time / ceiling, ceiling = FLOP/s of a jitted f32 2048^3 matmul measured in the same
@@ -45,7 +46,7 @@ from objectives import masking, registry
 def useful_flops(cfg, rows: int, length: int, masked: int) -> float:
   """Training FLOPs of one step that do useful work (module docstring): the encoder's (launch.flops) plus the heads'."""
   h, v = cfg.hidden_size, cfg.vocab_size
-  return (flops.encoder_train_flops(cfg, rows, length) + 6.0 * (h * h + h * v) * masked
+  return (flops.encoder_train_flops(cfg, rows, length, last_rows=1 + masked / rows) + 6.0 * (h * h + h * v) * masked
           + 6.0 * (h * h + 2 * h) * rows)
 
 

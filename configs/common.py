@@ -49,6 +49,9 @@ def optimizer_config(**overrides) -> ml_collections.ConfigDict:
   opt.b2 = 0.999  # Adam beta2.
   opt.eps = 1e-6  # Adam epsilon.
   opt.clip_norm = 1.0  # Global gradient-norm clipping threshold (0 disables it).
+  # Evaluate and test an exponential moving average of the parameters, updated after every step with this decay
+  # (0: off, the parameters themselves; 1 - 1/n averages over about the last n steps).
+  opt.ema_decay = 0.0
   opt.update(overrides)
   return opt
 

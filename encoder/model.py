@@ -19,15 +19,22 @@ Array = jax.Array
 
 @flax.struct.dataclass
 class EncoderOutput:
-  # num_layers + 1 arrays [batch, length, hidden]: embeddings, then each block (the last [batch, last_rows, hidden]
-  # when the encoder was called with last_rows).
+  # num_layers + 1 arrays [batch, length, hidden]: embeddings, then each block (the last [batch, R, hidden], the rows
+  # at last_positions, when the encoder computed only those).
   hidden_states: tuple[Array, ...]
   cls: Array  # [batch, hidden]: the last layer's vector at position 0 ([CLS]).
   pooled: Array  # [batch, hidden]: tanh(W cls + b), BERT's pooler (used by the NSP head).
+  last_positions: Array | None = None  # [batch, R]: the positions of `last`'s rows (None: every position).
 
   @property
   def last(self) -> Array:
     return self.hidden_states[-1]
+
+  def at(self, positions: Array) -> Array:
+    """The last layer at `positions` [batch, P] -> [batch, P, hidden] (each must be among last_positions if set)."""
+    if self.last_positions is not None:  # Row of each wanted position among the computed ones.
+      positions = jnp.argmax(self.last_positions[:, None, :] == positions[:, :, None], axis=-1)
+    return jnp.take_along_axis(self.last, positions[..., None].astype(jnp.int32), axis=1)
 
 
 def _init(cfg: EncoderConfig):
@@ -41,23 +48,36 @@ def _mix32(h: Array) -> Array:
   return h ^ (h >> 16)
 
 
-def dropout(x: Array, rate: float, key: Array | None, within: tuple[int, ...] | None = None) -> Array:
+def dropout(x: Array, rate: float, key: Array | None, index: Array | None = None) -> Array:
   """Inverted dropout (zero with probability `rate`, scale the rest by 1/(1-rate)); identity when key is None.
 
   The keep mask is a counter-based hash of each element's index (x.size < 2^32) keyed by 64 random bits drawn from
   `key` (two murmur3 finalizer rounds): it fuses into the surrounding elementwise code, where drawing threefry/rbg
-  bits per element costs ~10 ns each on this CPU (~0.5 s of a MiniLM training step). With `within`, x is the leading
-  corner of an array of that shape and gets that array's mask there (the [CLS]-row-only last block drops what the
-  full block would).
+  bits per element costs ~10 ns each on this CPU (~0.5 s of a MiniLM training step). `index` (default: x's own,
+  `flat_index(x.shape)`) gives each element's index in the array x was taken from, so rows gathered from a block
+  get the mask the full block would draw.
   """
   if key is None or rate == 0.0:
     return x
   seeds = jax.random.bits(key, (2,), jnp.uint32)
-  shape = within or x.shape
-  index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)[tuple(slice(0, n) for n in x.shape)]
+  index = flat_index(x.shape) if index is None else index
   bits = _mix32(_mix32(index ^ seeds[0]) + seeds[1])
   keep = bits >= jnp.uint32(min(round(rate * 2.0**32), 2**32 - 1))
   return jnp.where(keep, x * jnp.asarray(1.0 / (1.0 - rate), x.dtype), jnp.zeros((), x.dtype))
+
+
+def flat_index(shape: tuple[int, ...], positions: Array | None = None, axis: int = 1) -> Array:
+  """uint32 row-major index of every element of an array of `shape`, taken at `positions` [batch, R] along `axis`."""
+  index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
+  return index if positions is None else rows(index, positions, axis)
+
+
+def rows(x: Array, positions: Array | None, axis: int = 1) -> Array:
+  """x's slices at `positions` [batch, R] along `axis` (batch first), or x itself when positions is None."""
+  if positions is None:
+    return x
+  shape = positions.shape[:1] + (1,) * (axis - 1) + positions.shape[1:] + (1,) * (x.ndim - axis - 1)
+  return jnp.take_along_axis(x, positions.reshape(shape), axis=axis)
 
 
 def _dropout_key(module: nn.Module, rate: float, train: bool) -> Array | None:
@@ -109,18 +129,21 @@ class SelfAttention(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x: Array, bias: Array, train: bool, rows: int | None = None) -> Array:
-    """x [batch, length, hidden] -> [batch, rows or length, hidden]: with `rows`, only the first `rows` positions
-    query (keys and values still span the sequence)."""
+  def __call__(self, x: Array, bias: Array, train: bool, query_positions: Array | None = None) -> Array:
+    """x [batch, length, hidden] -> [batch, length, hidden], or [batch, R, hidden] where only
+    `query_positions` [batch, R] query (keys and values still span the sequence)."""
     cfg = self.cfg
     dense = lambda features, axis, name: nn.DenseGeneral(
         features, axis=axis, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
     qkv = dense((3, cfg.num_heads, cfg.head_dim), -1, "qkv")(x)  # [batch, length, 3, heads, head_dim]
-    q, k, v = qkv[:, :rows, 0], qkv[:, :, 1], qkv[:, :, 2]
+    q, k, v = rows(qkv[:, :, 0], query_positions), qkv[:, :, 1], qkv[:, :, 2]
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(cfg.dtype)
-    weights = jax.nn.softmax((scores + bias[:, :, :rows]).astype(jnp.float32), axis=-1).astype(cfg.dtype)
-    full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
-    weights = dropout(weights, cfg.attention_dropout, _dropout_key(self, cfg.attention_dropout, train), full)
+    scores = scores + rows(bias, query_positions, 2)
+    weights = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(cfg.dtype)
+    key = _dropout_key(self, cfg.attention_dropout, train)
+    if key is not None:
+      full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
+      weights = dropout(weights, cfg.attention_dropout, key, flat_index(full, query_positions, 2))
     context = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
     return dense(cfg.hidden_size, (-2, -1), "output")(context)
 
@@ -143,18 +166,19 @@ class TransformerBlock(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x: Array, bias: Array, train: bool, rows: int | None = None) -> Array:
-    """x [batch, length, hidden] -> the block's output at every position, or at the first `rows` only (attention
-    still reads them all): ~3/4 of the block's work is per row, and a [CLS] head needs one."""
+  def __call__(self, x: Array, bias: Array, train: bool, query_positions: Array | None = None) -> Array:
+    """x [batch, length, hidden] -> the block's output at every position, or only at `query_positions` [batch, R]
+    (attention still reads them all): ~3/4 of the block's work is per row, and heads often read a few."""
     cfg = self.cfg
     norm = lambda name: nn.LayerNorm(cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
-    full = x.shape
-    drop = lambda y: dropout(y, cfg.hidden_dropout, _dropout_key(self, cfg.hidden_dropout, train), full)
+    at = query_positions
+    index = flat_index(x.shape, at) if train and cfg.hidden_dropout > 0 and at is not None else None
+    drop = lambda y: dropout(y, cfg.hidden_dropout, _dropout_key(self, cfg.hidden_dropout, train), index)
     attention, feed_forward = SelfAttention(cfg, name="attention"), FeedForward(cfg, name="mlp")
     if cfg.pre_layer_norm:
-      x = x[:, :rows] + drop(attention(norm("attention_layer_norm")(x), bias, train, rows))
+      x = rows(x, at) + drop(attention(norm("attention_layer_norm")(x), bias, train, at))
       return x + drop(feed_forward(norm("output_layer_norm")(x)))
-    x = norm("attention_layer_norm")(x[:, :rows] + drop(attention(x, bias, train, rows)))
+    x = norm("attention_layer_norm")(rows(x, at) + drop(attention(x, bias, train, at)))
     return norm("output_layer_norm")(x + drop(feed_forward(x)))
 
 
@@ -174,11 +198,12 @@ class Encoder(nn.Module):
 
   def __call__(self, input_ids: Array, type_ids: Array | None = None, positions: Array | None = None,
                attention_segments: Array | None = None, train: bool = False,
-               last_rows: int | None = None) -> EncoderOutput:
+               last_positions: Array | None = None) -> EncoderOutput:
     """input_ids, type_ids, positions, attention_segments: [batch, length] ints.
 
-    Defaults: type_ids 0, positions 0..length-1, attention_segments = (input_ids != pad). `last_rows`: the last
-    block computes only the first that many positions (1: [CLS], for heads that read nothing else), same values.
+    Defaults: type_ids 0, positions 0..length-1, attention_segments = (input_ids != pad). `last_positions`
+    [batch, R], first column 0 ([CLS]): the last block computes only these positions (what the heads read), with the
+    values and dropout masks of the full block.
     """
     if type_ids is None:
       type_ids = jnp.zeros_like(input_ids)
@@ -190,12 +215,13 @@ class Encoder(nn.Module):
     x = self.embeddings(input_ids, type_ids, positions, train)
     hidden_states = [x]
     for depth, layer in enumerate(self.layers, 1):
-      x = layer(x, bias, train, last_rows if depth == len(self.layers) else None)
+      x = layer(x, bias, train, last_positions if depth == len(self.layers) else None)
       hidden_states.append(x)
     if self.cfg.pre_layer_norm:
       hidden_states[-1] = x = self.final_layer_norm(x)
     cls = x[:, 0]
-    return EncoderOutput(hidden_states=tuple(hidden_states), cls=cls, pooled=jnp.tanh(self.pooler(cls)))
+    return EncoderOutput(hidden_states=tuple(hidden_states), cls=cls, pooled=jnp.tanh(self.pooler(cls)),
+                         last_positions=last_positions)
 
   def attend(self, hidden: Array) -> Array:
     """Logits over the vocabulary with the tied input embeddings: hidden [..., H] -> [..., vocab]."""

@@ -3,6 +3,8 @@
 Training FLOPs of the encoder, forward + backward = 3x the forward's 2 FLOPs per multiply-add:
   6 * [layers * (4 H^2 + 2 H I)] * rows * length     the layers' matmuls (QKV, attention output, FFN) at every token
   + 12 * layers * H * length^2 * rows                  attention QK^T and AV
+When the last block runs only at the rows the heads read (Encoder's last_positions), that block counts its keys and
+values at every token and the rest of its work (queries, QK^T and AV, output, FFN) at those rows alone.
 Lookup tables cost no FLOPs; heads are left out (the engine's MFU is slightly conservative; the throughput benchmark
 adds its heads' FLOPs on top).
 """
@@ -15,11 +17,15 @@ import jax.numpy as jnp
 from encoder.config import EncoderConfig
 
 
-def encoder_train_flops(cfg: EncoderConfig, rows: int, length: int) -> float:
-  """Forward + backward FLOPs of the encoder layers for `rows` sequences of `length` tokens (module docstring)."""
+def encoder_train_flops(cfg: EncoderConfig, rows: int, length: int, last_rows: float | None = None) -> float:
+  """Forward + backward FLOPs of the encoder layers for `rows` sequences of `length` tokens, the last block at
+  `last_rows` rows per sequence when given (module docstring)."""
   h = cfg.hidden_size
-  layer_matmuls = 4 * h * h + 2 * h * cfg.intermediate_size
-  return 6.0 * cfg.num_layers * layer_matmuls * rows * length + 12.0 * cfg.num_layers * h * length**2 * rows
+  per_token = 4 * h * h + 2 * h * cfg.intermediate_size + 2 * h * length  # Multiply-adds per token and layer.
+  per_sequence = cfg.num_layers * per_token * length
+  if last_rows is not None:  # Keys and values (2 H^2) stay at every token.
+    per_sequence -= (per_token - 2 * h * h) * (length - last_rows)
+  return 6.0 * per_sequence * rows
 
 
 def matmul_ceiling(size: int = 2048, repeats: int = 5) -> float:

@@ -46,10 +46,20 @@ class PretrainingModel(nn.Module):
   @nn.compact
   def __call__(self, batch: dict[str, jax.Array], train: bool = False) -> dict[str, Any]:
     encoder = Encoder(self.cfg, name="encoder")
-    last_rows = 1 if all(o.cls_only for o in self.objectives) else None
-    outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train, last_rows=last_rows)
+    outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train, last_positions=last_positions(
+        self.objectives, batch))
     return {o.name: o.head.clone(parent=self, name=o.name)(outputs, batch, encoder.attend, train)
             for o in self.objectives}
+
+
+def last_positions(objectives: Sequence[Objective], batch: dict[str, jax.Array]) -> jax.Array | None:
+  """[CLS] and every position the heads read ([batch, R]), when they all name theirs and R < length; else None."""
+  if any(o.reads is None for o in objectives):
+    return None
+  ids = batch["input_ids"]
+  positions = jnp.concatenate([jnp.zeros((ids.shape[0], 1), jnp.int32)]
+                              + [o.reads(batch).astype(jnp.int32) for o in objectives], axis=1)
+  return positions if positions.shape[1] < ids.shape[1] else None
 
 
 def objective_metrics(objectives: Sequence[Objective], predictions: dict[str, Any],

@@ -1,8 +1,9 @@
 """The optimizer: AdamW or LAMB with BERT's linear warmup + linear decay, global-norm clipping, and weight decay
 masked off biases and LayerNorm parameters; optionally per-parameter update scales (fine-tuning regimes: frozen
-parts get 0 and no gradient in the clipping norm, layer-wise LR decay scales each layer's update)."""
+parts get 0 and no gradient in the clipping norm, layer-wise LR decay scales each layer's update), and optionally an
+exponential moving average of the parameters that evaluation uses."""
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.traverse_util
 import jax
@@ -49,9 +50,40 @@ def make_optimizer(opt: ml_collections.ConfigDict, num_train_steps: int,
   clip = optax.clip_by_global_norm(opt.clip_norm) if opt.clip_norm > 0 else optax.identity()
   factors = set(jax.tree.leaves(scales))
   if scales is None or factors == {1.0}:  # Nothing to scale: no extra passes over the parameters.
-    return optax.chain(clip, base)
-  if 0.0 not in factors:
-    return optax.chain(clip, base, regimes.scale_updates(scales))
-  live = jax.tree.map(lambda s: float(s > 0), scales)
-  return optax.chain(regimes.scale_updates(live), clip, base, regimes.scale_updates(scales))
+    tx = optax.chain(clip, base)
+  elif 0.0 not in factors:
+    tx = optax.chain(clip, base, regimes.scale_updates(scales))
+  else:
+    live = jax.tree.map(lambda s: float(s > 0), scales)
+    tx = optax.chain(regimes.scale_updates(live), clip, base, regimes.scale_updates(scales))
+  decay = opt.get("ema_decay", 0.0)
+  if not 0.0 <= decay < 1.0:
+    raise ValueError(f"config.optimizer.ema_decay={decay} must be in [0, 1) (0 = no average)")
+  return with_parameter_ema(tx, decay) if decay > 0 else tx
+
+
+class EmaState(NamedTuple):
+  """The wrapped optimizer's state and the moving average of the parameters after each update."""
+  inner: Any
+  ema: Any
+
+
+def with_parameter_ema(tx: optax.GradientTransformation, decay: float) -> optax.GradientTransformation:
+  """`tx` that also keeps ema <- decay * ema + (1 - decay) * (params after the update), starting at the initial
+  parameters (a fine-tuning start is a trained model, so no bias correction)."""
+
+  def init(params):
+    return EmaState(tx.init(params), params)
+
+  def update(updates, state, params=None):
+    updates, inner = tx.update(updates, state.inner, params)
+    new = optax.apply_updates(params, updates)
+    return updates, EmaState(inner, jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema, new))
+
+  return optax.GradientTransformation(init, update)
+
+
+def evaluation_params(state: Any) -> Any:
+  """The parameters to evaluate, test and export: the moving average when the optimizer keeps one."""
+  return state.opt_state.ema if isinstance(state.opt_state, EmaState) else state.params
 

@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from launch import (checkpointing, compile_ahead, config_checks, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, task_eval, warm_start, workload)
-from launch.model import PretrainingModel, encoder_config
+from launch.model import PretrainingModel, encoder_config, last_positions
 from launch.progress import Progress
 from tasks import regimes
 
@@ -162,7 +162,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                                                  micro_batches(example)))
   eval_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.eval_step, fns), state.params, example))
   writer = metrics_writer.MetricsWriter(workdir)
-  flops_per_step = flops.encoder_train_flops(cfg, config.batch_size, work.tokens_per_example)
+  last = last_positions(work.objectives, example)  # The last block's rows, when the heads name theirs.
+  flops_per_step = flops.encoder_train_flops(cfg, config.batch_size, work.tokens_per_example,
+                                             None if last is None else last.shape[1])
   ceiling = flops.matmul_ceiling() if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
   eval_batch = config.batch_size // accum
@@ -176,14 +178,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
 
   def evaluate(device_state) -> dict[str, float]:
     if finetuning:
-      return evaluate_dev(canonical(device_state).params)
+      return evaluate_dev(optimizer.evaluation_params(canonical(device_state)))
     if data.eval is None:
       return {}
     count, batches = input_pipeline.eval_batches(data.eval, data.mask_options, global_batch=eval_batch,
                                                  seed=config.seed, max_batches=config.eval_steps)
     acc = place(eval_zero)
     for local in batches:
-      acc = eval_step(device_state.params, to_device(local, accum=1), acc)
+      acc = eval_step(optimizer.evaluation_params(device_state), to_device(local, accum=1), acc)
     return metrics_writer.summarize(_fetch(acc, parallelism), "eval", fns.weights) if count else {}
 
   stop_requested = threading.Event()
@@ -272,9 +274,9 @@ def _task_results(config: ml_collections.ConfigDict, workdir: Path, target: Any,
   """Dev and test scores (percent) and prediction files with the best-dev checkpoint (chosen on dev, never test)."""
   manager = checkpointing.create_manager(workdir, config)
   best_step = checkpointing.best_step(manager, config.best_metric, config.best_mode)
-  params = final_state.params
+  params = optimizer.evaluation_params(final_state)
   if best_step is not None and best_step != int(jax.device_get(final_state.step)):
-    params = checkpointing.restore_step(manager, best_step, target).params
+    params = optimizer.evaluation_params(checkpointing.restore_step(manager, best_step, target))
   manager.close()
   scores = final_evaluation(params, workdir, write_files=jax.process_index() == 0)
   percent = lambda split: {k: 100 * v for k, v in scores.get(split, {}).items()}

@@ -24,7 +24,7 @@ class MaskedLMHead(nn.Module):
   def __call__(self, outputs, batch: dict[str, jax.Array], attend: Callable[[jax.Array], jax.Array],
                train: bool = False) -> jax.Array:
     """-> logits [batch, P, vocab] at batch["masked_positions"] [batch, P]."""
-    hidden = layers.gather(outputs.last, batch["masked_positions"])  # [batch, P, H]
+    hidden = outputs.at(batch["masked_positions"])  # [batch, P, H]
     hidden = layers.dense_gelu_norm(hidden, hidden.shape[-1], initializer_range=self.initializer_range,
                                     layer_norm_eps=self.layer_norm_eps, approximate_gelu=self.approximate_gelu,
                                     dense_name="transform", norm_name="layer_norm")
@@ -41,4 +41,4 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
   head = MaskedLMHead(initializer_range=layers.option(config, "initializer_range", 0.02),
                       layer_norm_eps=layers.option(config, "layer_norm_eps", 1e-12),
                       approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh")
-  return Objective(name="mlm", head=head, loss=mlm_loss)
+  return Objective(name="mlm", head=head, loss=mlm_loss, reads=lambda batch: batch["masked_positions"])

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from objectives import layers
+from objectives import objective
 from objectives.objective import Objective
 
 
@@ -41,4 +42,4 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
   """Objective "nsp" from a config block (optional keys: use_pooler, initializer_range)."""
   head = NextSentenceHead(use_pooler=layers.option(config, "use_pooler", True),
                           initializer_range=layers.option(config, "initializer_range", 0.02))
-  return Objective(name="nsp", head=head, loss=nsp_loss, cls_only=True)
+  return Objective(name="nsp", head=head, loss=nsp_loss, reads=objective.cls_only)

@@ -8,6 +8,7 @@ from typing import Any, Callable, NamedTuple
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 # {"accuracy": (sum of correct, count), ...}: averaged as sum(sums) / sum(counts) by the engine.
 Metrics = dict[str, tuple[jax.Array, jax.Array]]
@@ -19,10 +20,16 @@ class Objective(NamedTuple):
   head(outputs: EncoderOutput, batch: dict[str, Array], attend: Callable, train: bool) -> predictions (pytree);
     `attend` maps hidden [..., H] to vocabulary logits with the tied input embeddings.
   loss(predictions, batch) -> (scalar mean loss, Metrics).
-  cls_only: the head reads the last layer at [CLS] alone (outputs.cls / pooled), so when every head does, the
-    encoder's last block runs for that row only (Encoder's `last_rows`).
+  reads(batch) -> positions [batch, k] of the last layer the head reads through outputs.at (besides [CLS], always
+    there), or None for all of them: when every head names its positions, the encoder's last block computes only
+    those rows (Encoder's `last_positions`), ~3/4 of that block's work saved for the rest.
   """
   name: str
   head: nn.Module
   loss: Callable[[Any, dict[str, jax.Array]], tuple[jax.Array, Metrics]]
-  cls_only: bool = False
+  reads: Callable[[dict[str, jax.Array]], jax.Array] | None = None
+
+
+def cls_only(batch: dict[str, jax.Array]) -> jax.Array:
+  """`reads` of a head that needs the last layer at [CLS] alone (outputs.cls, outputs.pooled)."""
+  return jnp.zeros((batch["input_ids"].shape[0], 0), jnp.int32)

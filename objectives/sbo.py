@@ -26,13 +26,12 @@ class SpanBoundaryHead(nn.Module):
   def __call__(self, outputs, batch: dict[str, jax.Array], attend: Callable[[jax.Array], jax.Array],
                train: bool = False) -> jax.Array:
     """-> logits [batch, P, vocab]."""
-    hidden = outputs.last
-    width = hidden.shape[-1]
-    left = layers.gather(hidden, batch["span_left"])  # z_{s-1}: [batch, P, H]
-    right = layers.gather(hidden, batch["span_right"])  # z_{e+1}
+    left = outputs.at(batch["span_left"])  # z_{s-1}: [batch, P, H]
+    right = outputs.at(batch["span_right"])  # z_{e+1}
+    width = left.shape[-1]
     offset = jnp.minimum(batch["span_offset"], self.max_span_tokens - 1)  # p_{i-s+1}, 0-based.
     position = nn.Embed(self.max_span_tokens, width, embedding_init=nn.initializers.normal(self.initializer_range),
-                        dtype=hidden.dtype, name="position_embeddings")(offset)
+                        dtype=left.dtype, name="position_embeddings")(offset)
     x = jnp.concatenate([left, right, position], axis=-1)  # [batch, P, 3H]
     for i in range(2):
       x = layers.dense_gelu_norm(x, width, initializer_range=self.initializer_range,
@@ -52,4 +51,5 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
                           initializer_range=layers.option(config, "initializer_range", 0.02),
                           layer_norm_eps=layers.option(config, "layer_norm_eps", 1e-12),
                           approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh")
-  return Objective(name="sbo", head=head, loss=sbo_loss)
+  return Objective(name="sbo", head=head, loss=sbo_loss,
+                   reads=lambda batch: jnp.concatenate([batch["span_left"], batch["span_right"]], axis=1))

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from objectives import layers
+from objectives import objective
 from objectives.objective import Objective
 
 POOLINGS = ("cls", "pooled", "mean")
@@ -53,7 +54,8 @@ def build(config: Mapping[str, Any]) -> Objective:
   if pooling not in POOLINGS:
     raise ValueError(f"task.pooling {pooling!r} is not one of {POOLINGS}")
   head = ClassificationHead(num_labels, pooling=pooling, dropout=layers.option(config, "dropout", 0.1))
-  return Objective(name="classification", head=head, loss=classification_loss, cls_only=pooling != "mean")
+  return Objective(name="classification", head=head, loss=classification_loss,
+                   reads=None if pooling == "mean" else objective.cls_only)
 
 
 def encode_example(tokenizer, text_a: str, text_b: str | None, label: int, *, max_length: int) -> dict[str, np.ndarray]:

@@ -151,30 +151,36 @@ def test_hash_dropout_statistics():
 
 @pytest.mark.parametrize("pre_layer_norm", [False, True])
 @pytest.mark.parametrize("train", [False, True])
-def test_last_rows_equals_the_full_last_block(pre_layer_norm, train):
-  """last_rows=1 ([CLS] heads): the same [CLS], pooled and earlier layers as the full encoder, dropout masks included,
-  and the same gradients."""
+def test_last_positions_equal_the_full_last_block(pre_layer_norm, train):
+  """last_positions (what the heads read): the same [CLS], pooled, earlier layers and last-layer rows as the full
+  encoder, dropout masks included, and the same gradients."""
   cfg = TINY.replace(pre_layer_norm=pre_layer_norm, hidden_dropout=0.3, attention_dropout=0.3)
   model = Encoder(cfg)
   rng = np.random.default_rng(0)
   ids = jnp.asarray(rng.integers(1, cfg.vocab_size, size=(3, 11)))
   segments = jnp.asarray((np.arange(11)[None] < np.array([[11], [7], [4]])).astype(np.int32))
+  last_positions = jnp.asarray([[0, 5, 2, 5], [0, 1, 6, 0], [0, 3, 3, 3]])  # Per-row positions, repeats allowed.
+  wanted = jnp.asarray([[2, 5], [6, 1], [3, 0]])
   params = model.init(jax.random.key(0), ids)
   rngs = {"dropout": jax.random.key(5)} if train else {}
 
-  def run(params, last_rows):
-    return model.apply(params, ids, attention_segments=segments, train=train, last_rows=last_rows, rngs=rngs)
+  def run(params, positions):
+    return model.apply(params, ids, attention_segments=segments, train=train, last_positions=positions, rngs=rngs)
 
-  full, cls_only = run(params, None), run(params, 1)
-  assert cls_only.last.shape == (3, 1, cfg.hidden_size)
-  for a, b in zip(full.hidden_states[:-1], cls_only.hidden_states[:-1]):
+  full, part = run(params, None), run(params, last_positions)
+  assert part.last.shape == (3, 4, cfg.hidden_size)
+  for a, b in zip(full.hidden_states[:-1], part.hidden_states[:-1]):
     np.testing.assert_array_equal(a, b)
-  np.testing.assert_allclose(cls_only.last[:, 0], full.last[:, 0], rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(cls_only.pooled, full.pooled, rtol=1e-5, atol=1e-6)
-  loss = lambda last_rows: lambda p: jnp.sum(run(p, last_rows).pooled ** 2)
-  grads = [jax.grad(loss(rows))(params) for rows in (None, 1)]
+  close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * float(np.abs(b).max()))
+  close(part.at(wanted), full.at(wanted))
+  close(part.at(wanted), np.take_along_axis(np.asarray(full.last), np.asarray(wanted)[..., None], axis=1))
+  close(part.pooled, full.pooled)
+  close(part.cls, full.cls)
+  loss = lambda positions: lambda p: jnp.sum(run(p, positions).pooled ** 2) + jnp.sum(
+      jnp.sin(run(p, positions).at(wanted)))
+  grads = [jax.grad(loss(positions))(params) for positions in (None, last_positions)]
   for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1])):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(a).max()))  # Summation order only.
   if train:  # Dropout is really on: the [CLS] vector differs from evaluation mode.
-    evaluated = model.apply(params, ids, attention_segments=segments, last_rows=1)
-    assert not np.allclose(evaluated.cls, cls_only.cls)
+    evaluated = model.apply(params, ids, attention_segments=segments, last_positions=last_positions)
+    assert not np.allclose(evaluated.cls, part.cls)

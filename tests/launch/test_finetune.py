@@ -12,7 +12,8 @@ import seqeval.metrics
 
 from configs import finetune
 from encoder import hf_checkpoint, pretrained
-from launch import finetune_data, train
+from launch import finetune_data, task_eval, train, workload
+from launch.model import PretrainingModel, encoder_config
 from tests.conftest import require_data
 
 
@@ -118,3 +119,27 @@ def test_pos_preset_trains_with_word_endings_and_writes_every_word(tmp_path):
   assert results["step"] == 2 and 0 <= results["test"]["accuracy"] <= 100
   rows = [json.loads(line) for line in (tmp_path / "predictions" / "test.jsonl").read_text().splitlines()]
   assert len(rows) == 32 and all(len(r["prediction"]) <= len(r["words"]) for r in rows)
+
+
+def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
+  """optimizer.ema_decay: the average rides in the optimizer state through checkpoints and a resume, and the dev
+  and test scores are those of the averaged parameters (re-scored here from the checkpoint)."""
+  require_data("sick/SICK_train.txt")
+  config = _config("task=sick,runlocal", num_train_steps=2, **{"optimizer.ema_decay": 0.5})
+  train.train_and_evaluate(config, tmp_path)
+  config = _config("task=sick,runlocal", num_train_steps=3, **{"optimizer.ema_decay": 0.5})
+  results = train.train_and_evaluate(config, tmp_path)  # Resumes from step 2.
+  assert results["step"] == 3
+  manager = ocp.CheckpointManager((tmp_path / "checkpoints").absolute(), item_handlers=ocp.StandardCheckpointHandler())
+  state = manager.restore(3)
+  manager.close()
+  ema, params = state["opt_state"]["ema"], state["params"]
+  kernel = lambda tree: np.asarray(tree["encoder"]["layer_1"]["mlp"]["output"]["kernel"])
+  assert not np.allclose(kernel(ema), kernel(params))
+  work = workload.build(config, tmp_path)
+  predict = jax.jit(task_eval.device_outputs(PretrainingModel(encoder_config(config.model, work.vocab_size),
+                                                              work.objectives), "classification"))
+  labels = lambda params: task_eval.decode(work.data.task, work.data.test, task_eval.raw_predictions(
+      predict, params, work.data.test, batch_size=config.batch_size, buckets=work.data.buckets,
+      widths=work.data.widths, to_device=lambda batch: batch))
+  assert (tmp_path / "predictions" / "test.labels").read_text().split() == labels(ema)

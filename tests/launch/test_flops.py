@@ -31,3 +31,8 @@ def test_minilm_step_flops_by_hand():
   tokens = 32 * 128
   by_hand = 6 * 6 * 1_769_472 * tokens + 12 * 6 * 384 * 128**2 * 32
   assert flops.encoder_train_flops(cfg, 32, 128) == by_hand
+  # The last block at 21 rows: keys and values (2 x 384^2) at all 128 tokens, the rest at 21 rows.
+  h, i, rows = 384, 1536, 21
+  last = 2 * h * h * 128 + (2 * h * h + 2 * h * i + 2 * h * 128) * rows
+  by_hand = 6 * 32 * (5 * (1_769_472 * 128 + 2 * h * 128**2) + last)
+  assert flops.encoder_train_flops(cfg, 32, 128, last_rows=rows) == by_hand

@@ -51,3 +51,36 @@ def test_lamb_and_unknown_name():
     assert "config.optimizer.name='sgd'" in str(err)
   else:
     raise AssertionError("unknown optimizer accepted")
+
+
+def test_parameter_ema_follows_the_recurrence_and_is_what_evaluation_reads():
+  """ema_decay: the average starts at the initial parameters and after each step moves (1 - d) toward the updated
+  ones; the updates themselves are those of the plain optimizer. Checked against a numpy loop."""
+  plain_opt = common.optimizer_config(learning_rate=0.1, warmup_steps=0)
+  tx_plain = optimizer.make_optimizer(plain_opt, 10)
+  tx = optimizer.make_optimizer(common.optimizer_config(learning_rate=0.1, warmup_steps=0, ema_decay=0.75), 10)
+  rng = np.random.default_rng(0)
+  params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32)}}
+  plain, state, state_plain = params, tx.init(params), tx_plain.init(params)
+  expected = np.asarray(params["dense"]["kernel"])
+  for _ in range(4):
+    grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), params)
+    updates, state = tx.update(grads, state, params)
+    updates_plain, state_plain = tx_plain.update(grads, state_plain, plain)
+    np.testing.assert_allclose(updates["dense"]["kernel"], updates_plain["dense"]["kernel"], rtol=1e-6)
+    params, plain = optax.apply_updates(params, updates), optax.apply_updates(plain, updates_plain)
+    expected = 0.75 * expected + 0.25 * np.asarray(params["dense"]["kernel"])
+  np.testing.assert_allclose(state.ema["dense"]["kernel"], expected, rtol=1e-6)
+  assert not np.allclose(expected, params["dense"]["kernel"])
+
+  class State:  # The fields evaluation_params reads from a TrainState.
+    def __init__(self, params, opt_state):
+      self.params, self.opt_state = params, opt_state
+  assert optimizer.evaluation_params(State(params, state)) is state.ema
+  assert optimizer.evaluation_params(State(plain, state_plain)) is plain
+  try:
+    optimizer.make_optimizer(common.optimizer_config(ema_decay=1.0), 10)
+  except ValueError as err:
+    assert "ema_decay=1.0" in str(err)
+  else:
+    raise AssertionError("ema_decay 1.0 accepted")

@@ -45,3 +45,37 @@ def test_two_programs_equal_the_fused_step():
   for a, b in zip(jax.tree.leaves((one.params, one.opt_state, one_acc)), jax.tree.leaves((two.params, two.opt_state,
                                                                                            two_acc))):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+def _sbo_fields(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  length = batch["input_ids"].shape[1]
+  return batch | dict(span_left=np.maximum(batch["masked_positions"] - 1, 0),
+                      span_right=np.minimum(batch["masked_positions"] + 2, length - 1),
+                      span_offset=np.zeros_like(batch["masked_positions"]))
+
+
+def test_last_block_on_the_rows_the_heads_read_trains_like_the_full_block():
+  """Objectives name the positions they read (objective.reads); the last block then computes [CLS] plus those rows
+  only. Three dropout-on training steps with MLM + NSP + SBO equal those with every row computed."""
+  cfg = preset("tiny", vocab_size=100, max_positions=32)
+  objectives = [registry.build("mlm"), registry.build("nsp"), registry.build("sbo")]
+  batch = _sbo_fields(_batch(length=24, masked=3))
+  from launch import model as model_lib  # pylint: disable=import-outside-toplevel
+  assert model_lib.last_positions(objectives, batch).shape == (4, 1 + 3 + 6)
+  assert model_lib.last_positions(objectives + [registry.build("mlm")._replace(name="x", reads=None)], batch) is None
+
+  def train(objectives):
+    fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
+                        weights={"mlm": 1.0, "nsp": 1.0, "sbo": 1.0},
+                        tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
+    step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
+    state = steps.init_state(fns, batch, seed=0)
+    acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
+    for _ in range(3):
+      state, acc = step(state, batch, acc)
+    return state, acc
+
+  (rows, rows_acc), (full, full_acc) = train(objectives), train([o._replace(reads=None) for o in objectives])
+  assert float(rows_acc["sbo_loss"][1]) == 3 * 12
+  for a, b in zip(jax.tree.leaves((rows.params, rows_acc)), jax.tree.leaves((full.params, full_acc))):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
