@@ -11,8 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from objectives import layers
-from objectives import objective
+from objectives import layers, objective
 from objectives.objective import Objective
 
 

@@ -11,8 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from objectives import layers
-from objectives import objective
+from objectives import layers, objective
 from objectives.objective import Objective
 
 POOLINGS = ("cls", "pooled", "mean")
