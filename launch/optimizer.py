@@ -84,6 +84,6 @@ def with_parameter_ema(tx: optax.GradientTransformation, decay: float) -> optax.
 
 
 def evaluation_params(state: Any) -> Any:
-  """The parameters to evaluate, test and export: the moving average when the optimizer keeps one."""
+  """The parameters to evaluate, select and test with: the moving average when the optimizer keeps one."""
   return state.opt_state.ema if isinstance(state.opt_state, EmaState) else state.params
 
