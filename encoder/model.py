@@ -34,7 +34,7 @@ class EncoderOutput:
     """The last layer at `positions` [batch, P] -> [batch, P, hidden] (each must be among last_positions if set)."""
     if self.last_positions is not None:  # Row of each wanted position among the computed ones.
       positions = jnp.argmax(self.last_positions[:, None, :] == positions[:, :, None], axis=-1)
-    return jnp.take_along_axis(self.last, positions[..., None].astype(jnp.int32), axis=1)
+    return rows(self.last, positions.astype(jnp.int32))
 
 
 def _init(cfg: EncoderConfig):
