@@ -6,6 +6,7 @@ its own segment and to nothing else, so padding and packing never change an outp
 """
 
 import math
+from collections.abc import Callable
 
 import flax.linen as nn
 import flax.struct
@@ -35,6 +36,16 @@ class EncoderOutput:
     if self.last_positions is not None:  # Row of each wanted position among the computed ones.
       positions = jnp.argmax(self.last_positions[:, None, :] == positions[:, :, None], axis=-1)
     return rows(self.last, positions.astype(jnp.int32))
+
+
+def per_token(fn: Callable[[Array], Array], x: Array) -> Array:
+  """fn(x) for x [batch, length, ...] run on one [batch * length, ...] matrix.
+
+  A dense layer's kernel gradient then contracts one axis, a plain 2-D matmul; over two axes XLA CPU first copies a
+  transpose of the activations (MiniLM pretraining step 1.19 s instead of 1.43 s, the same values).
+  """
+  y = fn(x.reshape((-1,) + x.shape[2:]))
+  return y.reshape(x.shape[:2] + y.shape[1:])
 
 
 def _init(cfg: EncoderConfig):
@@ -135,7 +146,7 @@ class SelfAttention(nn.Module):
     cfg = self.cfg
     dense = lambda features, axis, name: nn.DenseGeneral(
         features, axis=axis, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
-    qkv = dense((3, cfg.num_heads, cfg.head_dim), -1, "qkv")(x)  # [batch, length, 3, heads, head_dim]
+    qkv = per_token(dense((3, cfg.num_heads, cfg.head_dim), -1, "qkv"), x)  # [batch, length, 3, heads, head_dim]
     q, k, v = rows(qkv[:, :, 0], query_positions), qkv[:, :, 1], qkv[:, :, 2]
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(cfg.dtype)
     scores = scores + rows(bias, query_positions, 2)
@@ -145,7 +156,7 @@ class SelfAttention(nn.Module):
       full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
       weights = dropout(weights, cfg.attention_dropout, key, flat_index(full, query_positions, 2))
     context = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
-    return dense(cfg.hidden_size, (-2, -1), "output")(context)
+    return per_token(dense(cfg.hidden_size, (-2, -1), "output"), context)
 
 
 class FeedForward(nn.Module):
@@ -157,8 +168,8 @@ class FeedForward(nn.Module):
     cfg = self.cfg
     dense = lambda n, name: nn.Dense(n, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                                      name=name)
-    h = _gelu(dense(cfg.intermediate_size, "intermediate")(x), approximate=cfg.hidden_act == "gelu_tanh")
-    return dense(cfg.hidden_size, "output")(h)
+    h = _gelu(per_token(dense(cfg.intermediate_size, "intermediate"), x), approximate=cfg.hidden_act == "gelu_tanh")
+    return per_token(dense(cfg.hidden_size, "output"), h)
 
 
 class TransformerBlock(nn.Module):

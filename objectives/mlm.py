@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 import flax.linen as nn
 import jax
 
+from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 
@@ -25,10 +26,10 @@ class MaskedLMHead(nn.Module):
                train: bool = False) -> jax.Array:
     """-> logits [batch, P, vocab] at batch["masked_positions"] [batch, P]."""
     hidden = outputs.at(batch["masked_positions"])  # [batch, P, H]
-    hidden = layers.dense_gelu_norm(hidden, hidden.shape[-1], initializer_range=self.initializer_range,
-                                    layer_norm_eps=self.layer_norm_eps, approximate_gelu=self.approximate_gelu,
-                                    dense_name="transform", norm_name="layer_norm")
-    return layers.output_bias(self, attend(hidden))
+    transform = lambda h: layers.dense_gelu_norm(
+        h, h.shape[-1], initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps,
+        approximate_gelu=self.approximate_gelu, dense_name="transform", norm_name="layer_norm")
+    return layers.output_bias(self, per_token(lambda h: attend(transform(h)), hidden))
 
 
 def mlm_loss(logits: jax.Array, batch: dict[str, jax.Array]):

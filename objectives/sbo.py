@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 
@@ -33,11 +34,10 @@ class SpanBoundaryHead(nn.Module):
     position = nn.Embed(self.max_span_tokens, width, embedding_init=nn.initializers.normal(self.initializer_range),
                         dtype=left.dtype, name="position_embeddings")(offset)
     x = jnp.concatenate([left, right, position], axis=-1)  # [batch, P, 3H]
-    for i in range(2):
-      x = layers.dense_gelu_norm(x, width, initializer_range=self.initializer_range,
-                                 layer_norm_eps=self.layer_norm_eps, approximate_gelu=self.approximate_gelu,
-                                 dense_name=f"layer_{i}", norm_name=f"layer_norm_{i}")
-    return layers.output_bias(self, attend(x))
+    layer = lambda h, i: layers.dense_gelu_norm(
+        h, width, initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps,
+        approximate_gelu=self.approximate_gelu, dense_name=f"layer_{i}", norm_name=f"layer_norm_{i}")
+    return layers.output_bias(self, per_token(lambda h: attend(layer(layer(h, 0), 1)), x))
 
 
 def sbo_loss(logits: jax.Array, batch: dict[str, jax.Array]):

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import word_shape
@@ -76,20 +77,20 @@ class SpanClassifierHead(nn.Module):
     starts, ends = batch["span_starts"], batch["span_ends"]  # [B, S]
     start_rep, end_rep = z, z
     if self.boundary_ffn:
-      start_rep = nn.gelu(nn.Dense(z.shape[-1], kernel_init=init, name="ffn_start")(z), approximate=False)
-      end_rep = nn.gelu(nn.Dense(z.shape[-1], kernel_init=init, name="ffn_end")(z), approximate=False)
+      start_rep = nn.gelu(per_token(nn.Dense(z.shape[-1], kernel_init=init, name="ffn_start"), z), approximate=False)
+      end_rep = nn.gelu(per_token(nn.Dense(z.shape[-1], kernel_init=init, name="ffn_end"), z), approximate=False)
     positions = jnp.arange(z.shape[1])
     inside = (positions >= starts[..., None]) & (positions <= ends[..., None])  # [B, S, L]
     if self.pooling == "mean":
       weights = inside / jnp.maximum(inside.sum(-1, keepdims=True), 1)
     else:  # Self-attention pooling: a learned score per token, softmax inside the span.
-      scores = nn.Dense(1, kernel_init=init, name="span_attention")(z)[..., 0]  # [B, L]
+      scores = per_token(nn.Dense(1, kernel_init=init, name="span_attention"), z)[..., 0]  # [B, L]
       weights = jax.nn.softmax(jnp.where(inside, scores[:, None, :], -1e9), axis=-1)
     summary = jnp.einsum("bsl,blh->bsh", weights.astype(z.dtype), z)
     rep = jnp.concatenate([layers.gather(start_rep, starts), layers.gather(end_rep, ends), summary], axis=-1)
-    h = nn.gelu(nn.Dense(self.hidden, kernel_init=init, name="ffn")(rep), approximate=False)
+    h = nn.gelu(per_token(nn.Dense(self.hidden, kernel_init=init, name="ffn"), rep), approximate=False)
     h = nn.Dropout(self.dropout)(h, deterministic=not train)
-    return nn.Dense(self.num_labels + 1, kernel_init=init, name="classifier")(h).astype(jnp.float32)
+    return per_token(nn.Dense(self.num_labels + 1, kernel_init=init, name="classifier"), h).astype(jnp.float32)
 
 
 def span_loss(logits: jax.Array, batch: dict[str, jax.Array]):

@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import crf as crf_lib
@@ -38,8 +39,9 @@ class TaggingHead(nn.Module):
     if self.last_subword:
       hidden = jnp.concatenate([hidden, layers.gather(hidden, batch["last_positions"])], axis=-1)
     hidden = word_shape.with_case_features(hidden, batch, self.case_features)
-    logits = nn.Dense(len(self.tags), kernel_init=nn.initializers.normal(self.initializer_range),
-                      name="classifier")(hidden).astype(jnp.float32)
+    classifier = nn.Dense(len(self.tags), kernel_init=nn.initializers.normal(self.initializer_range),
+                          name="classifier")
+    logits = per_token(classifier, hidden).astype(jnp.float32)
     predictions = {"logits": logits, "word_logits": layers.gather(logits, batch["word_positions"])}
     if self.use_crf:
       predictions["crf"] = crf_lib.LinearChainCRF(tuple(self.tags), self.scheme, name="crf").constrained()
