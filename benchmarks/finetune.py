@@ -88,7 +88,8 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
   timing = finetune_reference.train(
       kind, model, train_examples, epochs=config.epochs, batch_size=config.batch_size,
       learning_rate=config.optimizer.learning_rate, warmup_fraction=config.optimizer.warmup_fraction,
-      weight_decay=config.optimizer.weight_decay, seed=config.seed)
+      weight_decay=config.optimizer.weight_decay, seed=config.seed,
+      rdrop=config.task.rdrop if kind == "sequence" else 0.0)
   raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size)
   predictions = [labels[i] for i in raw] if kind == "sequence" else [[labels[t] for t in row] for row in raw]
   return {"scores": evaluation.score(task, split.records, predictions),
@@ -127,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
          "wall_seconds": round(wall, 1), "workdir": str(workdir),
          "recipe": {"epochs": config.epochs, "batch_size": config.batch_size,
                     "learning_rate": config.optimizer.learning_rate, "layer_decay": config.layer_decay,
-                    "regime": config.regime}}
+                    "rdrop": config.task.rdrop, "regime": config.regime}}
   if args.reference:
     reference = run_reference(config, data, split)
     ours = [json.loads(line)["prediction"] for line in

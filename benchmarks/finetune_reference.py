@@ -36,8 +36,9 @@ def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
 
 
 def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size: int, learning_rate: float,
-          warmup_fraction: float, weight_decay: float, seed: int) -> dict[str, float]:
-  """Fine-tunes in place; returns train_seconds and examples_per_s."""
+          warmup_fraction: float, weight_decay: float, seed: int, rdrop: float = 0.0) -> dict[str, float]:
+  """Fine-tunes in place; returns train_seconds and examples_per_s. rdrop > 0 ("sequence"): R-Drop with that alpha,
+  as tasks.classification.rdrop_loss (each example twice in the batch, adjacent)."""
   lengths = batching.lengths_of(examples)
   schedule_steps = sum(len(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=e))
                        for e in range(epochs))
@@ -54,7 +55,10 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
       batch = _collate([examples[i] for i in indices])
       inputs = _tensors(batch)
       labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"], -100)
-      loss = model(**inputs, labels=torch.from_numpy(labels).long()).loss
+      if rdrop > 0 and kind == "sequence":
+        loss = rdrop_loss(model, inputs, torch.from_numpy(labels).long(), rdrop)
+      else:
+        loss = model(**inputs, labels=torch.from_numpy(labels).long()).loss
       loss.backward()
       torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
       optimizer.step()
@@ -63,6 +67,17 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
       seen += len(indices)
   seconds = time.perf_counter() - start
   return {"train_seconds": seconds, "examples_per_s": seen / seconds}
+
+
+def rdrop_loss(model, inputs: dict, labels, alpha: float):
+  """Mean cross-entropy of two dropout samples per example plus alpha * their symmetric KL / 2 (per pair, over the
+  rows)."""
+  logits = model(**{k: v.repeat_interleave(2, dim=0) for k, v in inputs.items()}).logits.float()
+  log_p = torch.log_softmax(logits, -1)
+  cross_entropy = torch.nn.functional.nll_loss(log_p, labels.repeat_interleave(2), reduction="sum")
+  first, second = log_p[0::2], log_p[1::2]
+  kl = 0.5 * ((first.exp() - second.exp()) * (first - second)).sum()
+  return (cross_entropy + alpha * kl) / logits.shape[0]
 
 
 def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int) -> list[Any]:

@@ -68,6 +68,9 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   task.span_hidden = 256  # Span NER: width of the span classifier's hidden layer.
   task.nested = False  # Span NER: keep overlapping spans (nested data) instead of greedy non-overlap.
   task.dropout = 0.1  # Dropout on the encoder output inside the head.
+  # Classification: R-Drop's alpha (each training example twice, + alpha * symmetric KL of the two predictions; twice
+  # the encoder work per step); 0 = off.
+  task.rdrop = preset.get("rdrop", 0.0)
   task.metric = preset.get("metric", "accuracy")  # The dev metric that picks the best checkpoint (higher is better).
   return task
 

@@ -82,6 +82,11 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
   """Loss, metric sums and summed gradients of one step over `accum` micro-batches (a leading batch axis when
   accum > 1) and, under pmap, devices. Compiled once per batch shape."""
   micro_batches = batch if accum > 1 else jax.tree.map(lambda x: x[None], batch)
+  copies = max(o.train_copies for o in fns.objectives)
+  if copies > 1:  # Each example `copies` times, adjacent (a per-device repeat: no resharding of the batch axis).
+    micro_batches = jax.tree.map(lambda x: jnp.repeat(x, copies, axis=1), micro_batches)
+    rows = micro_batches["input_ids"].shape[:2]
+    micro_batches["train_copy"] = jnp.broadcast_to(jnp.arange(rows[1], dtype=jnp.int32) % copies, rows)
   counts = _loss_counts(fns, state.params, micro_batches)
   if axis_name is not None:
     counts = jax.lax.psum(counts, axis_name)

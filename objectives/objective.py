@@ -23,11 +23,15 @@ class Objective(NamedTuple):
   reads(batch) -> positions [batch, k] of the last layer the head reads through outputs.at (besides [CLS], always
     there), or None for all of them: when every head names its positions, the encoder's last block computes only
     those rows (Encoder's `last_positions`), ~3/4 of that block's work saved for the rest.
+  train_copies: training batches repeat each example this many times, copies adjacent ([a, a, b, b, ...]), so the
+    loss can compare predictions under different dropout masks (R-Drop); the batch's `train_copy` [batch] then
+    says which copy each row is. Evaluation batches hold each example once and no `train_copy`.
   """
   name: str
   head: nn.Module
   loss: Callable[[Any, dict[str, jax.Array]], tuple[jax.Array, Metrics]]
   reads: Callable[[dict[str, jax.Array]], jax.Array] | None = None
+  train_copies: int = 1
 
 
 def cls_only(batch: dict[str, jax.Array]) -> jax.Array:

@@ -46,15 +46,38 @@ def classification_loss(logits: jax.Array, batch: dict[str, jax.Array]):
   return layers.cross_entropy(logits, batch["label"], weights, "classification")
 
 
+def rdrop_loss(alpha: float) -> Callable:
+  """R-Drop (Liang et al., 2021): cross-entropy of both dropout samples of each example (adjacent rows, see
+  Objective.train_copies) plus alpha * their symmetric KL divergence, (KL(p1||p2) + KL(p2||p1)) / 2, per pair.
+  Evaluation batches hold each example once and get the plain cross-entropy."""
+
+  def loss(logits: jax.Array, batch: dict[str, jax.Array]):
+    mean, metrics = classification_loss(logits, batch)
+    if "train_copy" not in batch:
+      return mean, metrics
+    log_p = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(-1, 2, logits.shape[-1])
+    difference = log_p[:, 0] - log_p[:, 1]
+    kl = 0.5 * ((jnp.exp(log_p[:, 0]) - jnp.exp(log_p[:, 1])) * difference).sum(-1)  # (KL12 + KL21) / 2.
+    weights = batch.get("example_mask", jnp.ones(logits.shape[:1])).astype(jnp.float32)[::2]
+    kl_sum = (kl * weights).sum()
+    total, count = metrics["classification_loss"]
+    total = total + alpha * kl_sum
+    return total / jnp.maximum(count, 1.0), metrics | {"classification_loss": (total, count),
+                                                       "classification_rdrop_kl": (kl_sum, weights.sum())}
+
+  return loss
+
+
 def build(config: Mapping[str, Any]) -> Objective:
-  """Task "classification": config keys num_labels (or labels), pooling, dropout."""
+  """Task "classification": config keys num_labels (or labels), pooling, dropout, rdrop (R-Drop's alpha; 0: off)."""
   num_labels = layers.option(config, "num_labels", 0) or len(config["labels"])
   pooling = layers.option(config, "pooling", "cls")
   if pooling not in POOLINGS:
     raise ValueError(f"task.pooling {pooling!r} is not one of {POOLINGS}")
   head = ClassificationHead(num_labels, pooling=pooling, dropout=layers.option(config, "dropout", 0.1))
-  return Objective(name="classification", head=head, loss=classification_loss,
-                   reads=None if pooling == "mean" else objective.cls_only)
+  alpha = float(layers.option(config, "rdrop", 0.0))
+  return Objective(name="classification", head=head, loss=rdrop_loss(alpha) if alpha > 0 else classification_loss,
+                   reads=None if pooling == "mean" else objective.cls_only, train_copies=2 if alpha > 0 else 1)
 
 
 def encode_example(tokenizer, text_a: str, text_b: str | None, label: int, *, max_length: int) -> dict[str, np.ndarray]:

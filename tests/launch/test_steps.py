@@ -79,3 +79,31 @@ def test_last_block_on_the_rows_the_heads_read_trains_like_the_full_block():
   assert float(rows_acc["sbo_loss"][1]) == 3 * 12
   for a, b in zip(jax.tree.leaves((rows.params, rows_acc)), jax.tree.leaves((full.params, full_acc))):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_rdrop_runs_each_example_twice_and_equals_the_plain_step_without_dropout():
+  """Objective.train_copies: the step repeats each example (adjacent rows); with dropout off both copies agree, the
+  KL term is zero and three R-Drop steps equal three plain steps; with dropout on the copies differ (KL > 0)."""
+  from tasks import classification  # pylint: disable=import-outside-toplevel
+  batch = {k: v for k, v in _batch().items() if k in ("input_ids", "type_ids", "positions", "attention_segments")}
+  batch |= {"label": np.asarray([0, 1, 2, 1], np.int32), "example_mask": np.asarray([1, 1, 1, 0], np.float32)}
+
+  def train(rdrop, dropout):
+    cfg = preset("tiny", vocab_size=100, max_positions=32, hidden_dropout=dropout, attention_dropout=dropout)
+    objectives = [classification.build({"num_labels": 3, "rdrop": rdrop, "dropout": dropout})]
+    fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives, weights={"classification": 1.0},
+                        tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
+    step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
+    state = steps.init_state(fns, batch, seed=0)
+    acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
+    for _ in range(3):
+      state, acc = step(state, batch, acc)
+    return state, acc
+
+  (rdrop, rdrop_acc), (plain, plain_acc) = train(1.0, 0.0), train(0.0, 0.0)
+  assert float(rdrop_acc["classification_loss"][1]) == 3 * 6 and float(plain_acc["classification_loss"][1]) == 3 * 3
+  assert float(rdrop_acc["classification_rdrop_kl"][0]) < 1e-6
+  np.testing.assert_allclose(rdrop_acc["classification_loss"][0] / 2, plain_acc["classification_loss"][0], rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(rdrop.params), jax.tree.leaves(plain.params)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+  assert float(train(1.0, 0.1)[1]["classification_rdrop_kl"][0]) > 1e-4

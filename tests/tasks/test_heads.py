@@ -127,6 +127,46 @@ def test_classification_head_and_loss_match_numpy():
   assert float(metrics["classification_accuracy"][1]) == 2
 
 
+def test_rdrop_loss_matches_numpy():
+  """Adjacent rows are two dropout samples of one example: cross-entropy of both plus alpha * symmetric KL / 2 per
+  pair, over the real examples; without `train_copy` (evaluation) the plain cross-entropy."""
+  rng = np.random.default_rng(2)
+  logits = rng.normal(size=(6, 3)).astype(np.float32)
+  labels, mask = np.asarray([2, 2, 0, 0, 1, 1]), np.asarray([1, 1, 1, 1, 0, 0], np.float32)
+  batch = {"label": jnp.asarray(labels), "example_mask": jnp.asarray(mask), "train_copy": jnp.arange(6) % 2}
+  objective = classification.build({"num_labels": 3, "rdrop": 0.7})
+  assert objective.train_copies == 2 and classification.build({"num_labels": 3}).train_copies == 1
+  loss, metrics = objective.loss(jnp.asarray(logits), batch)
+  log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+  cross_entropy = -(log_p[np.arange(6), labels] * mask).sum()
+  p, q = np.exp(log_p[0::2]), np.exp(log_p[1::2])
+  symmetric_kl = 0.5 * ((p * np.log(p / q)).sum(1) + (q * np.log(q / p)).sum(1))
+  kl = (symmetric_kl * mask[0::2]).sum()
+  np.testing.assert_allclose(loss, (cross_entropy + 0.7 * kl) / 4, rtol=1e-5)
+  np.testing.assert_allclose(metrics["classification_rdrop_kl"], (kl, 2), rtol=1e-5)
+  assert float(metrics["classification_loss"][1]) == 4
+  plain, plain_metrics = objective.loss(jnp.asarray(logits), {k: v for k, v in batch.items() if k != "train_copy"})
+  np.testing.assert_allclose(plain, cross_entropy / 4, rtol=1e-5)
+  assert "classification_rdrop_kl" not in plain_metrics
+
+
+def test_rdrop_loss_of_the_hf_reference_equals_ours():
+  """benchmarks.finetune_reference trains HF with the same R-Drop loss (same logits -> same value)."""
+  import torch  # pylint: disable=import-outside-toplevel
+  from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel
+  logits = np.random.default_rng(3).normal(size=(8, 3)).astype(np.float32)
+  labels = np.asarray([2, 0, 1, 1])
+
+  def model(input_ids):
+    assert input_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]  # Each example twice, adjacent.
+    return dataclasses.make_dataclass("Out", ["logits"])(torch.from_numpy(logits))
+
+  theirs = finetune_reference.rdrop_loss(model, {"input_ids": torch.arange(4)}, torch.from_numpy(labels), 0.5)
+  ours, _ = classification.rdrop_loss(0.5)(jnp.asarray(logits), {"label": jnp.asarray(np.repeat(labels, 2)),
+                                                                 "train_copy": jnp.arange(8) % 2})
+  np.testing.assert_allclose(float(theirs), float(ours), rtol=1e-5)
+
+
 def test_classification_mean_pooling_ignores_padding():
   rng = np.random.default_rng(1)
   outputs = _outputs(rng)
