@@ -69,7 +69,7 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
   return {"train_seconds": seconds, "examples_per_s": seen / seconds}
 
 
-def rdrop_loss(model, inputs: dict, labels, alpha: float):
+def rdrop_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor, alpha: float) -> torch.Tensor:
   """Mean cross-entropy of two dropout samples per example plus alpha * their symmetric KL / 2 (per pair, over the
   rows)."""
   logits = model(**{k: v.repeat_interleave(2, dim=0) for k, v in inputs.items()}).logits.float()
