@@ -54,6 +54,19 @@ def _sbo_fields(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
                       span_offset=np.zeros_like(batch["masked_positions"]))
 
 
+def _three_steps(cfg, objectives, batch):
+  """(state, metric sums) after three jitted training steps on `batch`, every objective weighted 1."""
+  fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
+                      weights={o.name: 1.0 for o in objectives},
+                      tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
+  step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
+  state = steps.init_state(fns, batch, seed=0)
+  acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
+  for _ in range(3):
+    state, acc = step(state, batch, acc)
+  return state, acc
+
+
 def test_last_block_on_the_rows_the_heads_read_trains_like_the_full_block():
   """Objectives name the positions they read (objective.reads); the last block then computes [CLS] plus those rows
   only. Three dropout-on training steps with MLM + NSP + SBO equal those with every row computed."""
@@ -64,18 +77,8 @@ def test_last_block_on_the_rows_the_heads_read_trains_like_the_full_block():
   assert model_lib.last_positions(objectives, batch).shape == (4, 1 + 3 + 6)
   assert model_lib.last_positions(objectives + [registry.build("mlm")._replace(name="x", reads=None)], batch) is None
 
-  def train(objectives):
-    fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
-                        weights={"mlm": 1.0, "nsp": 1.0, "sbo": 1.0},
-                        tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
-    step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
-    state = steps.init_state(fns, batch, seed=0)
-    acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
-    for _ in range(3):
-      state, acc = step(state, batch, acc)
-    return state, acc
-
-  (rows, rows_acc), (full, full_acc) = train(objectives), train([o._replace(reads=None) for o in objectives])
+  (rows, rows_acc), (full, full_acc) = (_three_steps(cfg, objectives, batch),
+                                        _three_steps(cfg, [o._replace(reads=None) for o in objectives], batch))
   assert float(rows_acc["sbo_loss"][1]) == 3 * 12
   for a, b in zip(jax.tree.leaves((rows.params, rows_acc)), jax.tree.leaves((full.params, full_acc))):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
@@ -90,15 +93,7 @@ def test_rdrop_runs_each_example_twice_and_equals_the_plain_step_without_dropout
 
   def train(rdrop, dropout):
     cfg = preset("tiny", vocab_size=100, max_positions=32, hidden_dropout=dropout, attention_dropout=dropout)
-    objectives = [classification.build({"num_labels": 3, "rdrop": rdrop, "dropout": dropout})]
-    fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives, weights={"classification": 1.0},
-                        tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
-    step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
-    state = steps.init_state(fns, batch, seed=0)
-    acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
-    for _ in range(3):
-      state, acc = step(state, batch, acc)
-    return state, acc
+    return _three_steps(cfg, [classification.build({"num_labels": 3, "rdrop": rdrop, "dropout": dropout})], batch)
 
   (rdrop, rdrop_acc), (plain, plain_acc) = train(1.0, 0.0), train(0.0, 0.0)
   assert float(rdrop_acc["classification_loss"][1]) == 3 * 6 and float(plain_acc["classification_loss"][1]) == 3 * 3
