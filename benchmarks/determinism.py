@@ -28,8 +28,9 @@ TIMEOUT_S = 300
 
 
 def _env(devices: int, cache: Path) -> dict[str, str]:
+  path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])  # Keep the caller's too.
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_COMPILATION_CACHE_DIR=str(cache / "jax"), PYTHONPATH=str(REPO))
+             JAX_COMPILATION_CACHE_DIR=str(cache / "jax"), PYTHONPATH=path)
   env.pop("JAX_COORDINATOR_ADDRESS", None)
   return env
 

@@ -18,10 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from configs import finetune
-from launch import finetune_data, host_memory, metrics_writer, train
+from launch import finetune_data, host_memory, metrics_writer, train, xla_flags
 from tasks import bootstrap, evaluation
 from tasks import examples as task_examples
 
@@ -98,6 +96,7 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   host_memory.retain_freed_memory()  # Ours and the HF reference: same process, same malloc.
+  xla_flags.apply_gpu_defaults()
   parser = argparse.ArgumentParser(prog="python -m benchmarks.finetune", description=__doc__.split("\n")[0])
   parser.add_argument("--task", required=True, choices=sorted(finetune.TASK_PRESETS))
   parser.add_argument("--init", default="hf:all-MiniLM-L6-v2", help="checkpoint to fine-tune (configs/finetune.py)")

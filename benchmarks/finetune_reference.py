@@ -4,6 +4,7 @@ Sequence tasks use `BertForSequenceClassification`, word tasks `BertForTokenClas
 -100 elsewhere, argmax at first subwords): plain HF practice, AdamW with no decay on biases/LayerNorm, linear warmup
 and decay. Batches hold the examples `tasks.batching.length_bucketed_batches` draws for our engine, padded HF's way:
 to the longest sequence of the batch (eager PyTorch needs no fixed shapes; our jit rounds up to config.data.buckets).
+It runs where JAX runs (benchmarks.torch_device: CUDA beside a GPU, with JAX's float32 matmul arithmetic).
 """
 
 import time
@@ -13,21 +14,23 @@ import numpy as np
 import torch
 import transformers
 
+from benchmarks import torch_device
 from tasks import batching
 
 
-def _tensors(batch: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-  return {"input_ids": torch.from_numpy(batch["input_ids"]).long(),
-          "token_type_ids": torch.from_numpy(batch["type_ids"]).long(),
-          "attention_mask": torch.from_numpy(batch["attention_segments"]).long()}
+def _tensors(batch: dict[str, np.ndarray], device) -> dict[str, torch.Tensor]:
+  return {"input_ids": torch.from_numpy(batch["input_ids"]).long().to(device),
+          "token_type_ids": torch.from_numpy(batch["type_ids"]).long().to(device),
+          "attention_mask": torch.from_numpy(batch["attention_segments"]).long().to(device)}
 
 
 def build_model(kind: str, model_dir, num_labels: int, seed: int):
-  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence" or "token")."""
+  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence" or "token"), on
+  benchmarks.torch_device's device."""
   torch.manual_seed(seed)
   cls = (transformers.BertForSequenceClassification if kind == "sequence"
          else transformers.BertForTokenClassification)
-  return cls.from_pretrained(model_dir, num_labels=num_labels)
+  return cls.from_pretrained(model_dir, num_labels=num_labels).to(torch_device.torch_device())
 
 
 def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
@@ -49,22 +52,25 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
   scheduler = transformers.get_linear_schedule_with_warmup(optimizer, int(warmup_fraction * schedule_steps),
                                                            schedule_steps)
   model.train()
+  device = next(model.parameters()).device
   start, seen = time.perf_counter(), 0
   for epoch in range(epochs):
     for indices in batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch):
       batch = _collate([examples[i] for i in indices])
-      inputs = _tensors(batch)
+      inputs = _tensors(batch, device)
       labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"], -100)
+      labels = torch.from_numpy(labels).long().to(device)
       if rdrop > 0 and kind == "sequence":
-        loss = rdrop_loss(model, inputs, torch.from_numpy(labels).long(), rdrop)
+        loss = rdrop_loss(model, inputs, labels, rdrop)
       else:
-        loss = model(**inputs, labels=torch.from_numpy(labels).long()).loss
+        loss = model(**inputs, labels=labels).loss
       loss.backward()
       torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
       optimizer.step()
       scheduler.step()
       optimizer.zero_grad(set_to_none=True)
       seen += len(indices)
+  torch_device.synchronize(device)
   seconds = time.perf_counter() - start
   return {"train_seconds": seconds, "examples_per_s": seen / seconds}
 
@@ -88,7 +94,7 @@ def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int) -> l
     for indices in batching.length_bucketed_batches(batching.lengths_of(examples), batch_size, seed=0, epoch=0,
                                                     shuffle=False):
       batch = _collate([examples[i] for i in indices])
-      logits = model(**_tensors(batch)).logits.numpy()
+      logits = model(**_tensors(batch, next(model.parameters()).device)).logits.float().cpu().numpy()
       for row, i in enumerate(indices):
         if kind == "sequence":
           out[i] = int(logits[row].argmax())

@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 
 from configs import pretrain
-from launch import demo, host_memory, input_pipeline, metrics_writer, train
+from launch import demo, host_memory, input_pipeline, metrics_writer, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
 
@@ -167,6 +167,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
   host_memory.retain_freed_memory()  # Both frameworks, same process, same malloc.
+  xla_flags.apply_gpu_defaults()
   args = parse_args(sys.argv[1:] if argv is None else argv)
   root = Path(args.workdir)
   shared = run_config("mlm", root, batch_size=args.batch_size, steps=1, warmup_steps=args.warmup_steps)

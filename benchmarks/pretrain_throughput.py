@@ -17,10 +17,15 @@ Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 
                                                         the last block's only at [CLS] and the masked tokens
   + 6 * (H^2 + H V) * masked                            MLM transform + tied vocabulary projection, masked tokens only
   + 6 * (H^2 + 2 H) * rows                              pooler + NSP classifier on [CLS]
-mfu = useful_flops / median step time / ceiling, ceiling = FLOP/s of a jitted f32 2048^3 matmul measured in the same
-run (launch.flops.matmul_ceiling, best of 3, once per round; the median over rounds).
+mfu = useful_flops / median step time / ceiling, ceiling = FLOP/s of a jitted 2048^3 (CPU) or 8192^3 (GPU) matmul in
+the run's compute dtype measured in the same run (launch.flops.matmul_ceiling, best of 3, once per round; the median
+over rounds).
 
-  python -m benchmarks.pretrain_throughput [--rounds 5] [--steps 2] [--gelu exact|tanh] [--no-hf]
+On a GPU, HF runs on CUDA beside us (benchmarks.torch_device). --precision sets both frameworks' arithmetic: `default`
+is JAX's float32 default (full float32 on CPU, TF32 on recent NVIDIA GPUs; the reference mirrors it), `float32` forces
+full float32 matmuls, `bfloat16` is mixed precision (our EncoderConfig.dtype, HF under torch.autocast; float32 params).
+
+  python -m benchmarks.pretrain_throughput [--rounds 5] [--steps 2] [--gelu exact|tanh] [--precision P] [--no-hf]
 Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).
 """
 
@@ -32,13 +37,16 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+
+from benchmarks import torch_device
 
 from configs import common, paths
 from encoder.config import preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
-from launch import flops, host_memory, optimizer, steps
+from launch import flops, host_memory, optimizer, steps, xla_flags
 from launch.model import PretrainingModel
 from objectives import masking, registry
 
@@ -136,14 +144,15 @@ class HFStep:
     import torch  # Benchmarks may use the references; the library never does.
     import transformers
     torch.manual_seed(seed)
-    self.torch = torch
+    self.torch, self.device = torch, torch_device.torch_device()
+    self.autocast = cfg.dtype == jnp.bfloat16
     config = transformers.BertConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
         max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size,
         hidden_act="gelu" if cfg.hidden_act == "gelu" else "gelu_new", hidden_dropout_prob=cfg.hidden_dropout,
         attention_probs_dropout_prob=cfg.attention_dropout, layer_norm_eps=cfg.layer_norm_eps)
-    self.model = transformers.BertForPreTraining(config).train()
+    self.model = transformers.BertForPreTraining(config).train().to(self.device)
     named = list(self.model.named_parameters())
     no_decay = lambda name: name.endswith("bias") or "LayerNorm" in name
     opt = common.optimizer_config()
@@ -154,20 +163,21 @@ class HFStep:
     warmup = max(num_steps // 10, 1)
     self.schedule = torch.optim.lr_scheduler.LambdaLR(
         self.optimizer, lambda s: min((s + 1) / warmup, max(0.0, (num_steps - s) / max(num_steps - warmup, 1))))
-    self.inputs = dict(input_ids=torch.from_numpy(batch["input_ids"].astype(np.int64)),
-                       token_type_ids=torch.from_numpy(batch["type_ids"].astype(np.int64)),
-                       attention_mask=torch.from_numpy((batch["attention_segments"] > 0).astype(np.int64)),
-                       labels=torch.from_numpy(hf_labels(batch)),
-                       next_sentence_label=torch.from_numpy(batch["nsp_label"].astype(np.int64)))
+    inputs = dict(input_ids=batch["input_ids"], token_type_ids=batch["type_ids"],
+                  attention_mask=batch["attention_segments"] > 0, labels=hf_labels(batch),
+                  next_sentence_label=batch["nsp_label"])
+    self.inputs = {k: torch.from_numpy(v.astype(np.int64)).to(self.device) for k, v in inputs.items()}
     self.loss = float("nan")
 
   def __call__(self) -> None:
     self.optimizer.zero_grad(set_to_none=True)
-    loss = self.model(**self.inputs).loss
+    with self.torch.autocast(self.device.type, dtype=self.torch.bfloat16, enabled=self.autocast):
+      loss = self.model(**self.inputs).loss
     loss.backward()
     self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
     self.optimizer.step()
     self.schedule.step()
+    torch_device.synchronize(self.device)
     self.loss = float(loss.detach())
 
 
@@ -182,6 +192,7 @@ def timed(fn, count: int) -> list[float]:
 
 def main() -> None:
   host_memory.retain_freed_memory()  # Both frameworks, same process, same malloc.
+  xla_flags.apply_gpu_defaults()
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--text", type=Path, default=None, help="default: <data>/wikitext-2/raw/wiki.valid.raw")
   parser.add_argument("--batch", type=int, default=32)
@@ -191,12 +202,17 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=2, help="timed steps per framework per round")
   parser.add_argument("--gelu", choices=("exact", "tanh"), default="exact",
                       help="exact erf GELU (BERT, HF parity; default) or the tanh approximation, in both frameworks")
+  parser.add_argument("--precision", choices=("default", "float32", "bfloat16"), default="default",
+                      help="matmul arithmetic of both frameworks (module docstring)")
   parser.add_argument("--no-hf", action="store_true", help="skip HF PyTorch (ratio is then null)")
   parser.add_argument("--no-dense", action="store_true", help="skip our dense-head variant")
   args = parser.parse_args()
 
+  if args.precision == "float32":
+    jax.config.update("jax_default_matmul_precision", "float32")
+  dtype = jnp.bfloat16 if args.precision == "bfloat16" else jnp.float32
   cfg = preset("minilm", vocab_size=30522, max_positions=512,
-               hidden_act="gelu" if args.gelu == "exact" else "gelu_tanh")
+               hidden_act="gelu" if args.gelu == "exact" else "gelu_tanh", dtype=dtype)
   tokenizer = load_tokenizer(minilm_path())
   text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
   batch = mask_batch(nsp_batch(text, tokenizer, args.batch, args.length, seed=0), tokenizer, args.max_predictions,
@@ -221,7 +237,7 @@ def main() -> None:
     order = list(runners) if round_index % 2 == 0 else list(reversed(runners))
     for name in order:
       times[name] += timed(runners[name], args.steps)
-    ceilings.append(flops.matmul_ceiling(2048, repeats=3))
+    ceilings.append(flops.matmul_ceiling(repeats=3, dtype=dtype))
     print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
         f"{name} {statistics.median(t[-args.steps:]):.2f} s/step" for name, t in times.items())
         + f", matmul {ceilings[-1] / 1e9:.0f} GFLOP/s", flush=True)
@@ -242,7 +258,8 @@ def main() -> None:
       "hf_step_s": round(step_s["hf_torch"], 3) if "hf_torch" in step_s else None,
       "useful_gflop_per_step": round(work / 1e9, 1),
       "ceiling_gflops": round(ceiling / 1e9, 1),
-      "masked_tokens": masked, "tokens_per_step": tokens, "gelu": args.gelu,
+      "masked_tokens": masked, "tokens_per_step": tokens, "gelu": args.gelu, "precision": args.precision,
+      "device": jax.devices()[0].device_kind,
       "rounds": args.rounds, "steps_per_round": args.steps,
       "note": "HF projects onto the vocabulary at every position, ours at the masked ones only (DESIGN); "
               "tokens_per_s_dense_head is ours with the dense projection",

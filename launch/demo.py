@@ -19,7 +19,7 @@ import ml_collections
 import numpy as np
 
 from configs import demo as demo_config
-from launch import host_memory, input_pipeline, metrics_writer, train
+from launch import host_memory, input_pipeline, metrics_writer, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
 
@@ -113,6 +113,7 @@ def clear_run(workdir: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
   host_memory.retain_freed_memory()
+  xla_flags.apply_gpu_defaults()
   args = parse_args(sys.argv[1:] if argv is None else argv)
   workdir = Path(args.workdir)
   config = demo_config.get_config(f"steps={args.steps}")

@@ -28,13 +28,15 @@ def encoder_train_flops(cfg: EncoderConfig, rows: int, length: int, last_rows: f
   return 6.0 * per_sequence * rows
 
 
-def matmul_ceiling(size: int = 2048, repeats: int = 5) -> float:
-  """FLOP/s of a jitted f32 size^3 matmul on this process's devices (best of `repeats`): the MFU denominator.
+def matmul_ceiling(size: int | None = None, repeats: int = 5, dtype=jnp.float32) -> float:
+  """FLOP/s of a jitted size^3 matmul in `dtype` on this process's devices (best of `repeats`): the MFU denominator.
 
-  On CPU the devices share the same cores, so the ceiling is that of one device; elsewhere it is per device times the
+  `size` defaults to 2048 on CPU and 8192 on accelerators (smaller products there time the launch, not the units). On
+  CPU the devices share the same cores, so the ceiling is that of one device; elsewhere it is per device times the
   device count.
   """
-  a = jnp.ones((size, size), jnp.float32)
+  size = size or (2048 if jax.default_backend() == "cpu" else 8192)
+  a = jnp.ones((size, size), dtype)
   matmul = jax.jit(lambda x: x @ x)
   matmul(a).block_until_ready()
   best = float("inf")

@@ -10,7 +10,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from launch import config_checks, distributed, host_memory
+from launch import config_checks, distributed, host_memory, xla_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=mini.",
                                           lock_config=True)
@@ -35,6 +35,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   host_memory.retain_freed_memory()  # Before the first JAX computation starts XLA's threads.
+  xla_flags.apply_gpu_defaults()
   logging.set_verbosity(logging.WARNING)  # Orbax and grain log every save/read at INFO.
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value)
   from launch import train  # pylint: disable=import-outside-toplevel  (after jax.distributed is set up)

@@ -165,7 +165,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   last = last_positions(work.objectives, example)  # The last block's rows, when the heads name theirs.
   flops_per_step = flops.encoder_train_flops(cfg, config.batch_size, work.tokens_per_example,
                                              None if last is None else last.shape[1])
-  ceiling = flops.matmul_ceiling() if config.measure_mfu else None
+  ceiling = flops.matmul_ceiling(dtype=cfg.dtype) if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
   eval_batch = config.batch_size // accum
 

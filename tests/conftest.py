@@ -2,9 +2,13 @@
 
 import os
 
+import jax
 import pytest
 
 from configs import paths
+
+# The tests check the math against numpy and torch in full float32: no TF32 matmuls when they run on a recent GPU.
+jax.config.update("jax_default_matmul_precision", "float32")
 
 
 def require_data(relative: str):

