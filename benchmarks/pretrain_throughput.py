@@ -41,7 +41,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import torch_device
-
 from configs import common, paths
 from encoder.config import preset
 from encoder.pretrained import minilm_path

@@ -2,7 +2,7 @@
 
 On an H100 (jax 0.11.2), compiling the MiniLM training step with XLA's Triton GEMM autotuning did not finish within
 150-240 s; with cuBLAS GEMMs only (`--xla_gpu_enable_triton_gemm=false`) it compiled in ~37 s and ran at 8 ms/step
-(README, "GPUs"). A flag the user already put in XLA_FLAGS wins. CPU backends accept and ignore these flags.
+(README, "On a GPU"). A flag the user already put in XLA_FLAGS wins. CPU backends accept and ignore these flags.
 """
 
 import os
