@@ -89,12 +89,13 @@ def rdrop_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor, alp
 def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int) -> list[Any]:
   """Class index per example ("sequence") or word-level tag indices at first subwords ("token"), in input order."""
   model.eval()
+  device = next(model.parameters()).device
   out: list[Any] = [None] * len(examples)
   with torch.no_grad():
     for indices in batching.length_bucketed_batches(batching.lengths_of(examples), batch_size, seed=0, epoch=0,
                                                     shuffle=False):
       batch = _collate([examples[i] for i in indices])
-      logits = model(**_tensors(batch, next(model.parameters()).device)).logits.float().cpu().numpy()
+      logits = model(**_tensors(batch, device)).logits.float().cpu().numpy()
       for row, i in enumerate(indices):
         if kind == "sequence":
           out[i] = int(logits[row].argmax())
