@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from configs import finetune
+from configs import common, finetune
 from launch import finetune_data, host_memory, metrics_writer, train, xla_flags
 from tasks import bootstrap, evaluation
 from tasks import examples as task_examples
@@ -82,7 +82,7 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
     train_examples = task_examples.encode(task, data.tokenizer, data.train.records, tags)
     split_examples = task_examples.encode(task, data.tokenizer, split.records, tags)
   kind, labels = ("sequence" if task["name"] == "classification" else "token"), task["labels"]
-  model = finetune_reference.build_model(kind, finetune.model_from_init(config.init)[1], len(labels), config.seed)
+  model = finetune_reference.build_model(kind, common.model_from_init(config.init)[1], len(labels), config.seed)
   timing = finetune_reference.train(
       kind, model, train_examples, epochs=config.epochs, batch_size=config.batch_size,
       learning_rate=config.optimizer.learning_rate, warmup_fraction=config.optimizer.warmup_fraction,

@@ -5,9 +5,12 @@ one place; size presets come from encoder.config.PRESETS.
 """
 
 import dataclasses
+import json
+from pathlib import Path
 
 import ml_collections
 
+from encoder import hf_checkpoint, pretrained
 from encoder.config import preset
 
 
@@ -77,3 +80,20 @@ def engine_config(config: ml_collections.ConfigDict, *, steps: int) -> ml_collec
   config.debug_kill_at_step = -1  # Debug: signal this process right after this step (tests resume; -1: never).
   config.debug_kill_signal = "SIGKILL"  # Debug: the signal of debug_kill_at_step (SIGKILL, or SIGTERM: save + stop).
   return config
+
+
+def model_from_init(init: str) -> tuple[ml_collections.ConfigDict, str]:
+  """(config.model, tokenizer) of the checkpoint named by `init` ("hf:..." or "run:..."), read from its config."""
+  kind, _, where = init.partition(":")
+  if kind == "hf":
+    directory = pretrained.resolve_checkpoint(where)
+    cfg = hf_checkpoint.config_from_hf(json.loads((directory / "config.json").read_text()), str(directory))
+    fields = dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32"}
+    return ml_collections.ConfigDict(fields), str(directory)
+  if kind == "run":
+    saved = Path(where) / "config.json"
+    if not saved.is_file():
+      raise FileNotFoundError(f"init={init!r}: {saved} does not exist; give the workdir of a training run")
+    run = json.loads(saved.read_text())
+    return ml_collections.ConfigDict(run["model"]), run["data"]["tokenizer"]
+  raise ValueError(f"init={init!r} must start with 'hf:' or 'run:' (or be '' for random init)")

@@ -11,14 +11,9 @@ need only config: --config.task.format=tsv --config.task.files=train:a.tsv,valid
 --config.task.columns=text_a:sentence1,text_b:sentence2,label:label --config.task.labels=... (see `task_block`).
 """
 
-import dataclasses
-import json
-from pathlib import Path
-
 import ml_collections
 
 from configs import common
-from encoder import hf_checkpoint, pretrained
 
 UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
         "SYM", "VERB", "X")  # The 17 Universal POS tags.
@@ -75,23 +70,6 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   return task
 
 
-def model_from_init(init: str) -> tuple[ml_collections.ConfigDict, str]:
-  """(config.model, tokenizer) of the checkpoint named by `init` ("hf:..." or "run:..."), read from its config."""
-  kind, _, where = init.partition(":")
-  if kind == "hf":
-    directory = pretrained.resolve_checkpoint(where)
-    cfg = hf_checkpoint.config_from_hf(json.loads((directory / "config.json").read_text()), str(directory))
-    fields = dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32"}
-    return ml_collections.ConfigDict(fields), str(directory)
-  if kind == "run":
-    saved = Path(where) / "config.json"
-    if not saved.is_file():
-      raise FileNotFoundError(f"init={init!r}: {saved} does not exist; give the workdir of a training run")
-    run = json.loads(saved.read_text())
-    return ml_collections.ConfigDict(run["model"]), run["data"]["tokenizer"]
-  raise ValueError(f"init={init!r} must start with 'hf:' or 'run:' (or be '' for random init)")
-
-
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The fine-tuning config for `arg` ('task=conll2003,init=hf:all-MiniLM-L6-v2,runlocal')."""
   arg = common.parse_arg(arg, task="sick", init="hf:all-MiniLM-L6-v2", runlocal=False)
@@ -104,7 +82,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.task = task_block(**{k: v for k, v in preset.items() if k not in RECIPE_KEYS})  # The task (above).
   config.init = "" if arg.runlocal else arg.init  # "hf:<name|dir>", "run:<workdir>" or "" (random init).
   if config.init:
-    config.model, tokenizer = model_from_init(config.init)  # EncoderConfig fields of the checkpoint.
+    config.model, tokenizer = common.model_from_init(config.init)  # EncoderConfig fields of the checkpoint.
   else:
     config.model, tokenizer = common.model_config("tiny"), "all-MiniLM-L6-v2"
   config.model.hidden_dropout = 0.1  # Encoder dropout while fine-tuning.

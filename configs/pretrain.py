@@ -2,9 +2,13 @@
 
   python -m launch.main --config configs/pretrain.py:size=mini,objectives=mlm+nsp --workdir runs/mini
   python -m launch.main --config configs/pretrain.py:runlocal --workdir /tmp/smoke   # tiny model, a few seconds
+  python -m launch.main --config configs/pretrain.py:init=hf:all-MiniLM-L6-v2,steps=500 \
+      --config.data.train_files=my_domain.txt --workdir runs/adapted   # continued (domain-adaptive) pretraining
 
 String arguments: size (a name from encoder.config.PRESETS), objectives ("+"-joined names from
-objectives.registry.OBJECTIVES), steps, runlocal (tiny model, WikiText-2 valid split, 20 steps).
+objectives.registry.OBJECTIVES), steps, runlocal (tiny model, WikiText-2 valid split, 20 steps), init (continue
+from a checkpoint: "hf:<name or directory>" or "run:<workdir>"; its model config and tokenizer replace size's, and
+its encoder and whichever of the objectives' heads it has are loaded; "" = random init).
 """
 
 import ml_collections
@@ -14,12 +18,13 @@ from configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The pretraining config for `arg` ('size=base,objectives=mlm+sbo,steps=100000,runlocal')."""
-  arg = common.parse_arg(arg, size="base", objectives="mlm", steps=100_000, runlocal=False)
+  arg = common.parse_arg(arg, size="base", objectives="mlm", steps=100_000, runlocal=False, init="")
   names = arg.objectives.split("+")
   config = ml_collections.ConfigDict()  # Locked before it is returned.
   config.objectives = arg.objectives  # "+"-joined objective names (objectives.registry.OBJECTIVES).
   config.objective_weights = ml_collections.ConfigDict({n: 1.0 for n in names})  # Total loss = sum of w * loss.
   config.task = ""  # Fine-tuning task name (tasks registry); "" for pretraining.
+  config.init = arg.init  # "hf:<name|dir>" or "run:<workdir>": continue pretraining from it ("" = random init).
   config.model = common.model_config(arg.size)  # EncoderConfig fields (encoder.config.PRESETS[size]).
 
   config.data = ml_collections.ConfigDict()  # Corpus files, tokenizer and row layout.
@@ -60,4 +65,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval_every_steps = 10
     config.eval_steps = 2
     config.checkpoint_every_steps = 10
+  if arg.init:  # The checkpoint's architecture and vocabulary (after runlocal: a tiny run can continue a real one).
+    config.model, config.data.tokenizer = common.model_from_init(arg.init)
   return config.lock()

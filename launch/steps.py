@@ -39,15 +39,14 @@ class StepFns:
   tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)
 
 
-def init_state(fns: StepFns, example_batch: dict[str, jax.Array], encoder_params: Any = None, *,
+def init_state(fns: StepFns, example_batch: dict[str, jax.Array], pretrained: dict | None = None, *,
                seed: int) -> TrainState:
   """Fresh parameters and optimizer state (traceable: jit it with out_shardings to create sharded state);
-  `encoder_params` (a pretrained encoder's tree) replace the random encoder when given."""
+  `pretrained` ({"encoder": tree, head name: tree, ...}) replaces the random trees the model also has."""
   init_key, dropout_key = jax.random.split(jax.random.PRNGKey(seed))
   params = fns.model.init(init_key, example_batch, train=False)["params"]
-  if encoder_params is not None:
-    params = {**params, "encoder": jax.tree.map(lambda p, q: jnp.asarray(q, p.dtype), params["encoder"],
-                                                encoder_params)}
+  for name in (pretrained or {}).keys() & params.keys():
+    params = {**params, name: jax.tree.map(lambda p, q: jnp.asarray(q, p.dtype), params[name], pretrained[name])}
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=fns.tx.init(params), rng=dropout_key)
 
 

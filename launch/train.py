@@ -106,11 +106,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   mesh = sharding.make_mesh(config.mesh_model)
   replicated = NamedSharding(mesh, P())
 
-  pretrained = warm_start.encoder_params(config.init) if finetuning else None
+  pretrained = warm_start.pretrained_params(config.init)
   init = functools.partial(steps.init_state, fns, seed=config.seed)
   abstract = jax.eval_shape(init, example, pretrained)
   if pretrained is not None:
-    warm_start.check_matches(config.init, pretrained, abstract.params["encoder"])
+    warm_start.check_matches(config.init, pretrained, abstract.params)
   state_shardings = sharding.state_shardings(abstract, mesh)
   manager = checkpointing.create_manager(workdir, config)
   target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_shardings)

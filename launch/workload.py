@@ -43,7 +43,8 @@ def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
                                                        prefetch=config.data.prefetch)
   return Workload(objectives, dict(config.objective_weights), data.tokenizer.vocab_size,
                   input_pipeline.example_batch(data.train, data.mask_options), config.num_train_steps, 0,
-                  config.data.max_length, batches, lambda start: [], data, f"objectives {config.objectives}")
+                  config.data.max_length, batches, lambda start: [], data,
+                  f"objectives {config.objectives}, init {config.init or 'random'}")
 
 
 def finetuning(config: ml_collections.ConfigDict) -> Workload:

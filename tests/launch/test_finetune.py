@@ -10,7 +10,7 @@ import orbax.checkpoint as ocp
 import pytest
 import seqeval.metrics
 
-from configs import finetune
+from configs import common, finetune
 from encoder import hf_checkpoint, pretrained
 from launch import finetune_data, task_eval, train, workload
 from launch.model import PretrainingModel, encoder_config
@@ -99,7 +99,7 @@ def test_init_from_the_imported_minilm_checkpoint(tmp_path):
   config = _config("task=sick,runlocal", init="hf:all-MiniLM-L6-v2", regime="top_k", top_k=1, num_train_steps=1,
                    **{"task.test_split": "", "task.eval_split": "validation[:16]", "data.tokenizer": str(directory)})
   with config.unlocked():
-    config.model = finetune.model_from_init(config.init)[0]
+    config.model = common.model_from_init(config.init)[0]
   results = train.train_and_evaluate(config, tmp_path)
   assert results["step"] == 1 and results["test"] == {}
   _, expected, _ = hf_checkpoint.load_hf_checkpoint(directory)
