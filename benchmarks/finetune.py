@@ -3,6 +3,7 @@ reference on the same encoded examples and length-bucketed batches (benchmarks/f
 
   python -m benchmarks.finetune --task sick --reference
   python -m benchmarks.finetune --task conll2003 --set optimizer.learning_rate=5e-5 --set epochs=3
+  python -m benchmarks.finetune --task sick --set task.score_weight=0.5   # + relatedness as an auxiliary target
 
 The last printed line is one JSON object: task, split, metric, score (percent; the test split, or dev where test has
 no labels, SST-2), dev_score, train_seconds, examples_per_s, and with --reference reference_score,
@@ -51,15 +52,17 @@ def train_seconds(workdir: Path) -> float:
   return seconds
 
 
-def comparable(task: dict[str, Any], records: Sequence[dict], predictions: Sequence[Any]) -> list[list[str]]:
-  """Predictions as the bootstrap reads them: tags of every word per sentence, or [label] per example."""
+def comparable(task: dict[str, Any], records: Sequence[dict], predictions: Sequence[Any]) -> list:
+  """Predictions as the bootstrap reads them: tags of every word per sentence, [label] per example, or scores."""
   if task["name"] in WORD_TASKS:
     return [evaluation.tags_of(task, p, len(r["words"])) for r, p in zip(records, predictions)]
-  return [[p] for p in predictions]
+  return list(predictions) if task["name"] == "regression" else [[p] for p in predictions]
 
 
-def p_value(task: dict[str, Any], records: Sequence[dict], ours: list[list[str]], reference: list[list[str]]) -> float:
-  """Paired bootstrap p-value that ours beats the reference (entity F1, or accuracy of labels / tags)."""
+def p_value(task: dict[str, Any], records: Sequence[dict], ours: list, reference: list) -> float:
+  """Paired bootstrap p-value that ours beats the reference (entity F1, Pearson's r, or accuracy of labels / tags)."""
+  if task["name"] == "regression":
+    return bootstrap.pearson_bootstrap([r["score"] for r in records], ours, reference).p_value
   if task["name"] in WORD_TASKS:
     gold = [evaluation.gold_tags_of(task, r) for r in records]
     if task.get("scheme"):
@@ -81,15 +84,22 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
     task.update(labels=tags, tags=tags)
     train_examples = task_examples.encode(task, data.tokenizer, data.train.records, tags)
     split_examples = task_examples.encode(task, data.tokenizer, split.records, tags)
-  kind, labels = ("sequence" if task["name"] == "classification" else "token"), task["labels"]
-  model = finetune_reference.build_model(kind, common.model_from_init(config.init)[1], len(labels), config.seed)
+  kind = {"classification": "sequence", "regression": "regression"}.get(task["name"], "token")
+  labels, score_weight = task["labels"], config.task.score_weight if kind == "sequence" else 0.0
+  model = finetune_reference.build_model(kind, common.model_from_init(config.init)[1],
+                                         len(labels) + int(score_weight > 0), config.seed, task.get("score_mean"))
   timing = finetune_reference.train(
       kind, model, train_examples, epochs=config.epochs, batch_size=config.batch_size,
       learning_rate=config.optimizer.learning_rate, warmup_fraction=config.optimizer.warmup_fraction,
       weight_decay=config.optimizer.weight_decay, seed=config.seed,
-      rdrop=config.task.rdrop if kind == "sequence" else 0.0)
-  raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size)
-  predictions = [labels[i] for i in raw] if kind == "sequence" else [[labels[t] for t in row] for row in raw]
+      rdrop=config.task.rdrop if kind == "sequence" else 0.0, score_weight=score_weight)
+  raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size, num_labels=len(labels))
+  if kind == "sequence":
+    predictions = [labels[i] for i in raw]
+  elif kind == "regression":
+    predictions = raw
+  else:
+    predictions = [[labels[t] for t in row] for row in raw]
   return {"scores": evaluation.score(task, split.records, predictions),
           "comparable": comparable(task, split.records, predictions), **timing}
 
@@ -127,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
          "wall_seconds": round(wall, 1), "workdir": str(workdir),
          "recipe": {"epochs": config.epochs, "batch_size": config.batch_size,
                     "learning_rate": config.optimizer.learning_rate, "layer_decay": config.layer_decay,
-                    "rdrop": config.task.rdrop, "regime": config.regime}}
+                    "rdrop": config.task.rdrop, "score_weight": config.task.score_weight, "regime": config.regime}}
   if args.reference:
     reference = run_reference(config, data, split)
     ours = [json.loads(line)["prediction"] for line in

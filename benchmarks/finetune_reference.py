@@ -1,7 +1,7 @@
 """HF PyTorch fine-tuning of the same checkpoint on the same encoded examples and batches (benchmark reference).
 
-Sequence tasks use `BertForSequenceClassification`, word tasks `BertForTokenClassification` (first-subword labels,
--100 elsewhere, argmax at first subwords): plain HF practice, AdamW with no decay on biases/LayerNorm, linear warmup
+Sequence tasks use `BertForSequenceClassification` (one output and the mean squared error for regression), word tasks
+`BertForTokenClassification` (first-subword labels, -100 elsewhere, argmax at first subwords): plain HF practice, AdamW with no decay on biases/LayerNorm, linear warmup
 and decay. Batches hold the examples `tasks.batching.length_bucketed_batches` draws for our engine, padded HF's way:
 to the longest sequence of the batch (eager PyTorch needs no fixed shapes; our jit rounds up to config.data.buckets).
 It runs where JAX runs (benchmarks.torch_device: CUDA beside a GPU, with JAX's float32 matmul arithmetic).
@@ -24,13 +24,17 @@ def _tensors(batch: dict[str, np.ndarray], device) -> dict[str, torch.Tensor]:
           "attention_mask": torch.from_numpy(batch["attention_segments"]).long().to(device)}
 
 
-def build_model(kind: str, model_dir, num_labels: int, seed: int):
-  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence" or "token"), on
-  benchmarks.torch_device's device."""
+def build_model(kind: str, model_dir, num_labels: int, seed: int, score_bias: float | None = None):
+  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence", "regression" or "token"), on
+  benchmarks.torch_device's device. `score_bias`: the initial bias of the last output (the score, as ours starts)."""
   torch.manual_seed(seed)
-  cls = (transformers.BertForSequenceClassification if kind == "sequence"
-         else transformers.BertForTokenClassification)
-  return cls.from_pretrained(model_dir, num_labels=num_labels).to(torch_device.torch_device())
+  cls = (transformers.BertForTokenClassification if kind == "token"
+         else transformers.BertForSequenceClassification)
+  model = cls.from_pretrained(model_dir, num_labels=1 if kind == "regression" else num_labels)
+  if score_bias is not None:
+    with torch.no_grad():
+      model.classifier.bias[-1] = score_bias
+  return model.to(torch_device.torch_device())
 
 
 def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
@@ -39,9 +43,11 @@ def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
 
 
 def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size: int, learning_rate: float,
-          warmup_fraction: float, weight_decay: float, seed: int, rdrop: float = 0.0) -> dict[str, float]:
+          warmup_fraction: float, weight_decay: float, seed: int, rdrop: float = 0.0,
+          score_weight: float = 0.0) -> dict[str, float]:
   """Fine-tunes in place; returns train_seconds and examples_per_s. rdrop > 0 ("sequence"): R-Drop with that alpha,
-  as tasks.classification.rdrop_loss (each example twice in the batch, adjacent)."""
+  as tasks.classification.rdrop_loss (each example twice in the batch, adjacent). score_weight > 0 ("sequence"): the
+  model's last output regresses the example's score, as tasks.classification.with_score."""
   lengths = batching.lengths_of(examples)
   schedule_steps = sum(len(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=e))
                        for e in range(epochs))
@@ -58,12 +64,15 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
     for indices in batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch):
       batch = _collate([examples[i] for i in indices])
       inputs = _tensors(batch, device)
-      labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"], -100)
-      labels = torch.from_numpy(labels).long().to(device)
-      if rdrop > 0 and kind == "sequence":
-        loss = rdrop_loss(model, inputs, labels, rdrop)
+      if kind == "regression":  # num_labels 1 and float labels: HF's mean squared error.
+        loss = model(**inputs, labels=torch.from_numpy(batch["score"]).float().to(device)).loss
+      elif kind == "sequence" and (rdrop > 0 or score_weight > 0):
+        labels = torch.from_numpy(batch["label"]).long().to(device)
+        scores = torch.from_numpy(batch["score"]).float().to(device) if score_weight > 0 else None
+        loss = classification_loss(model, inputs, labels, rdrop=rdrop, scores=scores, score_weight=score_weight)
       else:
-        loss = model(**inputs, labels=labels).loss
+        labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"], -100)
+        loss = model(**inputs, labels=torch.from_numpy(labels).long().to(device)).loss
       loss.backward()
       torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
       optimizer.step()
@@ -75,19 +84,26 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
   return {"train_seconds": seconds, "examples_per_s": seen / seconds}
 
 
-def rdrop_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor, alpha: float) -> torch.Tensor:
-  """Mean cross-entropy of two dropout samples per example plus alpha * their symmetric KL / 2 (per pair, over the
-  rows)."""
-  logits = model(**{k: v.repeat_interleave(2, dim=0) for k, v in inputs.items()}).logits.float()
+def classification_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor, *, rdrop: float = 0.0,
+                        scores: torch.Tensor | None = None, score_weight: float = 0.0) -> torch.Tensor:
+  """Mean cross-entropy per row; with rdrop > 0 each example runs twice (adjacent rows) and alpha * the symmetric
+  KL / 2 of each pair is added; with score_weight > 0 the last logit regresses `scores` (+ weight * squared error)."""
+  copies = 2 if rdrop > 0 else 1
+  outputs = model(**{k: v.repeat_interleave(copies, dim=0) for k, v in inputs.items()}).logits.float()
+  logits = outputs[:, :-1] if score_weight > 0 else outputs
   log_p = torch.log_softmax(logits, -1)
-  cross_entropy = torch.nn.functional.nll_loss(log_p, labels.repeat_interleave(2), reduction="sum")
-  first, second = log_p[0::2], log_p[1::2]
-  kl = 0.5 * ((first.exp() - second.exp()) * (first - second)).sum()
-  return (cross_entropy + alpha * kl) / logits.shape[0]
+  total = torch.nn.functional.nll_loss(log_p, labels.repeat_interleave(copies), reduction="sum")
+  if rdrop > 0:
+    first, second = log_p[0::2], log_p[1::2]
+    total = total + rdrop * 0.5 * ((first.exp() - second.exp()) * (first - second)).sum()
+  if score_weight > 0:
+    total = total + score_weight * torch.square(outputs[:, -1] - scores.repeat_interleave(copies)).sum()
+  return total / logits.shape[0]
 
 
-def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int) -> list[Any]:
-  """Class index per example ("sequence") or word-level tag indices at first subwords ("token"), in input order."""
+def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int, num_labels: int = 0) -> list[Any]:
+  """Class index per example ("sequence": argmax of the first `num_labels` outputs, 0 = all), the score
+  ("regression") or word-level tag indices at first subwords ("token"), in input order."""
   model.eval()
   device = next(model.parameters()).device
   out: list[Any] = [None] * len(examples)
@@ -98,7 +114,9 @@ def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int) -> l
       logits = model(**_tensors(batch, device)).logits.float().cpu().numpy()
       for row, i in enumerate(indices):
         if kind == "sequence":
-          out[i] = int(logits[row].argmax())
+          out[i] = int(logits[row, :num_labels or None].argmax())
+        elif kind == "regression":
+          out[i] = float(logits[row, 0])
         else:
           positions = examples[i]["word_positions"]
           out[i] = logits[row, positions].argmax(-1).tolist()

@@ -25,6 +25,8 @@ TASK_PRESETS: dict[str, dict] = {
                  epochs=3, learning_rate=1e-4, layer_decay=0.8),
     "sick": dict(name="classification", dataset="sick", metric="accuracy", max_length=128, epochs=4,
                  learning_rate=1e-4),
+    "sick_relatedness": dict(name="regression", dataset="sick", metric="pearson", max_length=128, epochs=4,
+                             learning_rate=1e-4),
     "conll2003": dict(name="tagging", dataset="conll2003", scheme="IOB2", source_scheme="IOB2", metric="f1",
                       epochs=5, learning_rate=1e-4),  # Plain BIO tagging: the baseline of the NER variants.
     "conll2003_crf": dict(name="tagging", dataset="conll2003", scheme="IOB2", source_scheme="IOB2", crf=True,
@@ -40,7 +42,7 @@ RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay")  # Preset keys that set
 def task_block(**preset) -> ml_collections.ConfigDict:
   """The config.task block: what data, which head, how labels are encoded and scored."""
   task = ml_collections.ConfigDict()
-  task.name = preset.get("name", "classification")  # tasks.registry name: classification, tagging or span_ner.
+  task.name = preset.get("name", "classification")  # tasks.registry name: classification, regression, tagging, span_ner
   task.dataset = preset.get("dataset", "")  # tasks.tfds_builders.PRESETS name ("" = the files below).
   task.format = "tsv"  # Reader of `files` when dataset is "": tsv, conll, conllu or spans.
   task.files = ""  # "train:a.tsv,validation:b.tsv,test:c.tsv" (relative to the data dir or absolute).
@@ -58,7 +60,8 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   task.last_subword = preset.get("last_subword", False)  # Tagging: each subword also sees its word's last subword.
   task.max_length = preset.get("max_length", 128)  # Subword tokens per example, specials included (truncation).
   task.max_span_width = 8  # Span NER: longest candidate span L, in words.
-  task.pooling = "cls" if task.name == "classification" else "mean"  # cls/pooled/mean; span_ner: mean/attention.
+  # cls/pooled/mean (classification, regression); span_ner: mean/attention.
+  task.pooling = "cls" if task.name in ("classification", "regression") else "mean"
   task.boundary_ffn = True  # Span NER: FFN_start / FFN_end on the boundary tokens.
   task.span_hidden = 256  # Span NER: width of the span classifier's hidden layer.
   task.nested = False  # Span NER: keep overlapping spans (nested data) instead of greedy non-overlap.
@@ -66,6 +69,9 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   # Classification: R-Drop's alpha (each training example twice, + alpha * symmetric KL of the two predictions; twice
   # the encoder work per step); 0 = off.
   task.rdrop = preset.get("rdrop", 0.0)
+  # Classification: also regress each example's score (the dataset's score column, e.g. SICK relatedness) from the
+  # same vector, adding this weight times its squared error to the loss; 0 = off.
+  task.score_weight = preset.get("score_weight", 0.0)
   task.metric = preset.get("metric", "accuracy")  # The dev metric that picks the best checkpoint (higher is better).
   return task
 

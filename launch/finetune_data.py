@@ -95,6 +95,13 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
     raise config_checks.ConfigError(f"config.task.train_split={task.train_split!r} of {task.dataset or task.files} "
                                     "has no records")
   mapping = task_mapping(task, examples.label_vocabulary(task_mapping(task, task.labels), train_records))
+  if examples.uses_scores(mapping):
+    if any(r.get("score") is None for r in train_records):
+      raise config_checks.ConfigError(
+          f"task {task.name!r}{' with score_weight' if task.name == 'classification' else ''} trains on scores, but "
+          f"{task.train_split!r} of {task.dataset or task.files} has none: give the TSV reader a score column "
+          "(config.task.columns=...,score:<column>)")
+    mapping["score_mean"] = float(np.mean([r["score"] for r in train_records]))  # The score output's initial bias.
   split = lambda name, records: Split(name, records, examples.encode(mapping, tokenizer, records, mapping["labels"]))
   test = split("test", read(task.test_split)) if task.test_split else None
   train = split("train", train_records)

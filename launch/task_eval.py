@@ -1,6 +1,6 @@
 """Fine-tuning evaluation: predict a whole split on device, decode on the host, score, write prediction files.
 
-Device outputs per task: the class index (classification), word-level tag ids by argmax or Viterbi (tagging,
+Device outputs per task: the class index (classification), the score (regression), word-level tag ids by argmax or Viterbi (tagging,
 `tasks.tagging.decode`), span probabilities over NULL + types (span_ner). Span NER's acceptance threshold is tuned
 on dev (`tasks.span_ner.tune_threshold`) and the dev value is used on test: choices are made on dev, never on test.
 """
@@ -23,7 +23,9 @@ def device_outputs(model, task_name: str) -> Callable[[Any, dict[str, jax.Array]
   def outputs(params, batch):
     predictions = model.apply({"params": params}, batch, train=False)[task_name]
     if task_name == "classification":
-      return jnp.argmax(predictions, axis=-1)
+      return jnp.argmax(predictions["logits"], axis=-1)
+    if task_name == "regression":
+      return predictions["score"]
     if task_name == "tagging":
       return tagging.decode(predictions, batch)
     return jax.nn.softmax(predictions, axis=-1)
@@ -56,8 +58,11 @@ def _gold_spans(split: finetune_data.Split) -> list[list[tuple[int, int, int]]]:
 
 def decode(task: dict[str, Any], split: finetune_data.Split, raw: Sequence[np.ndarray],
            threshold: float | None = None) -> list[Any]:
-  """Raw outputs -> predictions as the scorer reads them: label names, tag lists, or (start, end, type) spans."""
+  """Raw outputs -> predictions as the scorer reads them: label names, scores, tag lists, or (start, end, type)
+  spans."""
   labels = task["labels"]
+  if task["name"] == "regression":
+    return [float(r) for r in raw]
   if task["name"] == "classification":
     return [labels[int(r)] for r in raw]
   if task["name"] == "tagging":
@@ -77,6 +82,8 @@ def tuned_threshold(task: dict[str, Any], dev: finetune_data.Split, raw: Sequenc
 
 def has_labels(task: dict[str, Any], split: finetune_data.Split) -> bool:
   """Whether the split can be scored (SST-2's test split has no labels)."""
+  if task["name"] == "regression":
+    return all(r.get("score") is not None for r in split.records)
   return task["name"] != "classification" or all(r.get("label") is not None for r in split.records)
 
 
@@ -86,9 +93,10 @@ def score_split(task: dict[str, Any], split: finetune_data.Split, predictions: S
 
 
 def write(directory: Path, task: dict[str, Any], split: finetune_data.Split, predictions: Sequence[Any]) -> None:
-  """predictions/<split>.jsonl (+ .conll for word tasks, + .labels, one predicted label a line, for classification)."""
+  """predictions/<split>.jsonl (+ .conll for word tasks, + .labels, one predicted label or score a line, for
+  classification and regression)."""
   evaluation.write_predictions(directory, split.name, task, split.records, predictions)
-  if task["name"] == "classification":
+  if task["name"] in ("classification", "regression"):
     (directory / f"{split.name}.labels").write_text("".join(f"{p}\n" for p in predictions), encoding="utf-8")
 
 

@@ -271,7 +271,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
 
 def _task_results(config: ml_collections.ConfigDict, workdir: Path, target: Any, final_state: Any,
                   final_evaluation) -> dict[str, Any]:
-  """Dev and test scores (percent) and prediction files with the best-dev checkpoint (chosen on dev, never test)."""
+  """Dev and test scores (percent; a mean squared error as it is) and prediction files with the best-dev checkpoint
+  (chosen on dev, never test)."""
   manager = checkpointing.create_manager(workdir, config)
   best_step = checkpointing.best_step(manager, config.best_metric, config.best_mode)
   params = optimizer.evaluation_params(final_state)
@@ -279,7 +280,7 @@ def _task_results(config: ml_collections.ConfigDict, workdir: Path, target: Any,
     params = optimizer.evaluation_params(checkpointing.restore_step(manager, best_step, target))
   manager.close()
   scores = final_evaluation(params, workdir, write_files=jax.process_index() == 0)
-  percent = lambda split: {k: 100 * v for k, v in scores.get(split, {}).items()}
+  percent = lambda split: {k: v if k == "mse" else 100 * v for k, v in scores.get(split, {}).items()}
   out = {"best_step": best_step if best_step is not None else int(jax.device_get(final_state.step)),
          "metric": config.task.metric, "dev": percent("dev"), "test": percent("test")}
   if "threshold" in scores:

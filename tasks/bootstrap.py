@@ -74,3 +74,10 @@ def accuracy_bootstrap(gold: Sequence[Sequence[str]], pred_a: Sequence[Sequence[
   """Paired bootstrap on accuracy over examples (one label per example: pass [[label], ...])."""
   stats = [metrics.accuracy_counts(gold, p) for p in (pred_a, pred_b)]
   return paired_bootstrap(*stats, metrics.accuracy_from_counts, samples, seed)
+
+
+def pearson_bootstrap(gold: Sequence[float], pred_a: Sequence[float], pred_b: Sequence[float],
+                      samples: int = 10_000, seed: int = 0) -> BootstrapResult:
+  """Paired bootstrap on Pearson's r over examples (regression: one number per example)."""
+  stats = [metrics.pearson_moments(gold, p) for p in (pred_a, pred_b)]
+  return paired_bootstrap(*stats, metrics.pearson_from_moments, samples, seed)

@@ -2,6 +2,8 @@
 
 y = softmax(h_CLS W_C): one linear layer on the final [CLS] vector (or BERT's pooled [CLS], or the mean of the
 tokens), trained with cross-entropy. Pairs are encoded [CLS] A [SEP] B [SEP] with segment ids 0/1 (NLI, paraphrase).
+The same head can also regress a real-valued score from that vector (`tasks.regression`; SICK's relatedness as an
+auxiliary target of its entailment labels: `score_weight`).
 """
 
 from typing import Any, Callable, Mapping, Sequence
@@ -18,16 +20,19 @@ POOLINGS = ("cls", "pooled", "mean")
 
 
 class ClassificationHead(nn.Module):
-  """dropout -> W_C [H, num_labels] on the [CLS] representation."""
-  num_labels: int
+  """dropout -> W_C [H, num_labels] on the [CLS] representation; with `score`, also w_s [H, 1] (a regression output
+  from the same vector)."""
+  num_labels: int  # 0: no classifier (regression only).
   pooling: str = "cls"
   dropout: float = 0.1
   initializer_range: float = 0.02
+  score: bool = False
+  score_bias: float = 0.0  # Initial bias of the score output: the training scores' mean, so training starts centred.
 
   @nn.compact
   def __call__(self, outputs, batch: dict[str, jax.Array], attend: Callable | None = None,
-               train: bool = False) -> jax.Array:
-    """-> logits [batch, num_labels]."""
+               train: bool = False) -> dict[str, jax.Array]:
+    """-> {"logits": [batch, num_labels]} (num_labels > 0) and {"score": [batch]} (with `score`)."""
     if self.pooling == "cls":
       sentence = outputs.cls
     elif self.pooling == "pooled":
@@ -36,14 +41,40 @@ class ClassificationHead(nn.Module):
       mask = (batch["attention_segments"] > 0).astype(outputs.last.dtype)[..., None]
       sentence = (outputs.last * mask).sum(1) / jnp.maximum(mask.sum(1), 1.0)
     sentence = nn.Dropout(self.dropout)(sentence, deterministic=not train)
-    return nn.Dense(self.num_labels, kernel_init=nn.initializers.normal(self.initializer_range),
-                    name="classifier")(sentence).astype(jnp.float32)
+    dense = lambda features, name, bias=0.0: nn.Dense(
+        features, kernel_init=nn.initializers.normal(self.initializer_range),
+        bias_init=nn.initializers.constant(bias), name=name)(sentence).astype(jnp.float32)
+    predictions = {"logits": dense(self.num_labels, "classifier")} if self.num_labels else {}
+    return predictions | ({"score": dense(1, "score", self.score_bias)[:, 0]} if self.score else {})
 
 
-def classification_loss(logits: jax.Array, batch: dict[str, jax.Array]):
+def classification_loss(predictions: dict[str, jax.Array], batch: dict[str, jax.Array]):
   """Mean cross-entropy over real examples (`example_mask`), with loss/accuracy metrics."""
+  logits = predictions["logits"]
   weights = batch.get("example_mask", jnp.ones(logits.shape[:1]))
   return layers.cross_entropy(logits, batch["label"], weights, "classification")
+
+
+def squared_error(predictions: dict[str, jax.Array], batch: dict[str, jax.Array], name: str):
+  """Mean squared error of the score over real examples, with metric `<name>_mse` = (sum, count)."""
+  weights = batch.get("example_mask", jnp.ones(predictions["score"].shape)).astype(jnp.float32)
+  total = (jnp.square(predictions["score"] - batch["score"]) * weights).sum()
+  count = weights.sum()
+  return total / jnp.maximum(count, 1.0), {f"{name}_mse": (total, count)}
+
+
+def with_score(loss_fn: Callable, weight: float) -> Callable:
+  """`loss_fn` + weight * the squared error of the auxiliary score (per example, e.g. SICK relatedness beside its
+  entailment label): multi-task learning from one [CLS] vector."""
+
+  def loss(predictions: dict[str, jax.Array], batch: dict[str, jax.Array]):
+    _, metrics = loss_fn(predictions, batch)
+    _, score_metrics = squared_error(predictions, batch, "classification_score")
+    (total, count), (squares, _) = metrics["classification_loss"], score_metrics["classification_score_mse"]
+    total = total + weight * squares
+    return total / jnp.maximum(count, 1.0), metrics | score_metrics | {"classification_loss": (total, count)}
+
+  return loss
 
 
 def rdrop_loss(alpha: float) -> Callable:
@@ -51,10 +82,11 @@ def rdrop_loss(alpha: float) -> Callable:
   Objective.train_copies) plus alpha * their symmetric KL divergence, (KL(p1||p2) + KL(p2||p1)) / 2, per pair.
   Evaluation batches hold each example once and get the plain cross-entropy."""
 
-  def loss(logits: jax.Array, batch: dict[str, jax.Array]):
-    mean, metrics = classification_loss(logits, batch)
+  def loss(predictions: dict[str, jax.Array], batch: dict[str, jax.Array]):
+    mean, metrics = classification_loss(predictions, batch)
     if "train_copy" not in batch:
       return mean, metrics
+    logits = predictions["logits"]
     log_p = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(-1, 2, logits.shape[-1])
     difference = log_p[:, 0] - log_p[:, 1]
     kl = 0.5 * ((jnp.exp(log_p[:, 0]) - jnp.exp(log_p[:, 1])) * difference).sum(-1)  # (KL12 + KL21) / 2.
@@ -68,23 +100,40 @@ def rdrop_loss(alpha: float) -> Callable:
   return loss
 
 
-def build(config: Mapping[str, Any]) -> Objective:
-  """Task "classification": config keys num_labels (or labels), pooling, dropout, rdrop (R-Drop's alpha; 0: off)."""
-  num_labels = layers.option(config, "num_labels", 0) or len(config["labels"])
+def pooling_of(config: Mapping[str, Any]) -> str:
+  """config's sentence pooling, checked."""
   pooling = layers.option(config, "pooling", "cls")
   if pooling not in POOLINGS:
     raise ValueError(f"task.pooling {pooling!r} is not one of {POOLINGS}")
-  head = ClassificationHead(num_labels, pooling=pooling, dropout=layers.option(config, "dropout", 0.1))
+  return pooling
+
+
+def reads(pooling: str) -> Callable | None:
+  """The head's `Objective.reads`: [CLS] only, unless it pools every token."""
+  return None if pooling == "mean" else objective.cls_only
+
+
+def build(config: Mapping[str, Any]) -> Objective:
+  """Task "classification": config keys num_labels (or labels), pooling, dropout, rdrop (R-Drop's alpha; 0: off),
+  score_weight (> 0: also regress each example's score, weighted so in the loss; 0: off) and score_mean (the
+  training scores' mean, the score output's initial bias)."""
+  num_labels = layers.option(config, "num_labels", 0) or len(config["labels"])
+  pooling = pooling_of(config)
+  weight = float(layers.option(config, "score_weight", 0.0))
+  head = ClassificationHead(num_labels, pooling=pooling, dropout=layers.option(config, "dropout", 0.1),
+                            score=weight > 0, score_bias=float(layers.option(config, "score_mean", 0.0)))
   alpha = float(layers.option(config, "rdrop", 0.0))
-  return Objective(name="classification", head=head, loss=rdrop_loss(alpha) if alpha > 0 else classification_loss,
-                   reads=None if pooling == "mean" else objective.cls_only, train_copies=2 if alpha > 0 else 1)
+  loss = rdrop_loss(alpha) if alpha > 0 else classification_loss
+  return Objective(name="classification", head=head, loss=with_score(loss, weight) if weight > 0 else loss,
+                   reads=reads(pooling), train_copies=2 if alpha > 0 else 1)
 
 
-def encode_example(tokenizer, text_a: str, text_b: str | None, label: int, *, max_length: int) -> dict[str, np.ndarray]:
-  """One example: [CLS] A [SEP] (B [SEP]) ids, segment ids, and the label index."""
+def encode_example(tokenizer, text_a: str, text_b: str | None, label: int, *, max_length: int,
+                   score: float | None = None) -> dict[str, np.ndarray]:
+  """One example: [CLS] A [SEP] (B [SEP]) ids, segment ids, the label index (and the score, when given)."""
   encoding = tokenizer.encode(text_a, text_b, max_length=max_length)
   return {"input_ids": np.asarray(encoding.input_ids, np.int32), "type_ids": np.asarray(encoding.type_ids, np.int32),
-          "label": np.asarray(label, np.int32)}
+          "label": np.asarray(label, np.int32)} | ({} if score is None else {"score": np.asarray(score, np.float32)})
 
 
 def label_index(labels: Sequence[str]) -> dict[str, int]:

@@ -10,7 +10,10 @@ from tasks import metrics, tag_schemes
 
 
 def score(task: Mapping[str, Any], records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
-  """The task's metrics: accuracy + macro-F1 (classification), entity P/R/F1 or tag accuracy (tagging, spans)."""
+  """The task's metrics: accuracy + macro-F1 (classification), Pearson + Spearman + MSE (regression), entity P/R/F1
+  or tag accuracy (tagging, spans)."""
+  if task["name"] == "regression":
+    return metrics.regression_scores([r["score"] for r in records], list(predictions))
   if task["name"] == "classification":
     gold = [r["label"] for r in records]
     result = metrics.label_scores(gold, list(predictions))
@@ -55,7 +58,7 @@ def write_predictions(directory: str | os.PathLike, split: str, task: Mapping[st
   written = [_atomic_write(directory / f"{split}.jsonl", "".join(
       json.dumps({**record, "prediction": prediction}, ensure_ascii=False) + "\n"
       for record, prediction in zip(records, predictions)))]
-  if task["name"] != "classification":
+  if task["name"] not in ("classification", "regression"):
     blocks = []
     for record, prediction in zip(records, predictions):
       gold, pred = gold_tags_of(task, record), tags_of(task, prediction, len(record["words"]))

@@ -17,6 +17,8 @@ def label_vocabulary(task: Mapping[str, Any], train_records: Sequence[dict]) -> 
     return configured
   if task["name"] == "classification":
     return sorted({r["label"] for r in train_records})
+  if task["name"] == "regression":  # One real-valued output, no label vocabulary.
+    return []
   if task["name"] == "span_ner":
     return sorted({s["label"] for r in train_records for s in _spans(task, r)})
   scheme = task.get("scheme")
@@ -39,6 +41,11 @@ def _tags(task: Mapping[str, Any], record: dict) -> list[str]:
   if source and target and tag_schemes.canonical_scheme(source) != tag_schemes.canonical_scheme(target):
     return tag_schemes.convert(record["tags"], source, target)
   return list(record["tags"])
+
+
+def uses_scores(task: Mapping[str, Any]) -> bool:
+  """Whether the task trains on the records' real-valued scores (regression, or classification + `score_weight`)."""
+  return task["name"] == "regression" or (task["name"] == "classification" and bool(task.get("score_weight")))
 
 
 def list_widths(task: Mapping[str, Any]) -> dict[str, Callable[[int], int]]:
@@ -65,10 +72,11 @@ def encode(task: Mapping[str, Any], tokenizer, records: Sequence[dict], labels: 
 
   examples = []
   for i, record in enumerate(records):
-    if task["name"] == "classification":
-      label = lookup(record["label"], i) if record.get("label") is not None else -1
+    if task["name"] in ("classification", "regression"):
+      label = lookup(record["label"], i) if task["name"] == "classification" and record.get("label") is not None else -1
       examples.append(classification.encode_example(tokenizer, record["text_a"], record.get("text_b"), label,
-                                                    max_length=max_length))
+                                                    max_length=max_length,
+                                                    score=record.get("score") if uses_scores(task) else None))
     elif task["name"] == "tagging":
       tags = [lookup(t, i) for t in _tags(task, record)]
       examples.append(alignment.encode_words(tokenizer, record["words"], tags, max_length=max_length,

@@ -1,9 +1,11 @@
-"""Evaluation metrics (spec, "Evaluating Named Entity Recognition"): accuracy, macro-F1, entity-level P/R/F1.
+"""Evaluation metrics (spec, "Evaluating Named Entity Recognition"): accuracy, macro-F1, entity-level P/R/F1, and
+Pearson / Spearman correlations for regression.
 
-Every metric is computed from additive per-example counts (`entity_counts`, `label_counts`,
-`accuracy_counts`) so the paired bootstrap can resample examples and re-score cheaply. Entity scores equal
-seqeval's: mode 'conlleval' = seqeval's default (conlleval.pl chunking), mode 'strict' = seqeval's
-mode='strict' with the scheme. Scores are fractions in [0, 1]; 0/0 is 0, as seqeval and scikit-learn do.
+Every metric but Spearman's is computed from additive per-example counts (`entity_counts`, `label_counts`,
+`accuracy_counts`, `pearson_moments`) so the paired bootstrap can resample examples and re-score cheaply. Entity
+scores equal seqeval's: mode 'conlleval' = seqeval's default (conlleval.pl chunking), mode 'strict' = seqeval's
+mode='strict' with the scheme. Scores are fractions in [0, 1] (correlations in [-1, 1]); 0/0 is 0, as seqeval and
+scikit-learn do.
 """
 
 from typing import Any, Sequence
@@ -137,3 +139,44 @@ def label_scores(gold: Sequence[str], pred: Sequence[str]) -> dict[str, Any]:
   scores = scores_from_counts(labels, counts.sum(axis=0))
   scores["accuracy"] = float(accuracy_from_counts(np.array([sum(g == p for g, p in zip(gold, pred)), len(gold)])))
   return scores
+
+
+# Regression (SICK relatedness, STS-B): Pearson's r from additive per-example moments, so the bootstrap resamples it.
+MOMENTS = ("n", "x", "y", "xx", "yy", "xy")
+
+
+def pearson_moments(gold: Sequence[float], pred: Sequence[float]) -> np.ndarray:
+  """Per-example [N, (1, x, y, x^2, y^2, xy)] with x = gold, y = pred: Pearson's r of any sample is a function of
+  their sums (`pearson_from_moments`)."""
+  x, y = np.asarray(gold, np.float64), np.asarray(pred, np.float64)
+  if x.shape != y.shape or x.ndim != 1:
+    raise ValueError(f"gold and pred need one number per example, got shapes {x.shape} and {y.shape}")
+  return np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=-1)
+
+
+def pearson_from_moments(moments: np.ndarray) -> np.ndarray:
+  """Pearson's r from summed moments [..., 6]; 0 where either side is constant."""
+  n, x, y, xx, yy, xy = np.moveaxis(np.asarray(moments, np.float64), -1, 0)
+  covariance, var_x, var_y = n * xy - x * y, n * xx - x * x, n * yy - y * y
+  denominator = np.sqrt(np.maximum(var_x, 0.0) * np.maximum(var_y, 0.0))
+  return np.where(denominator > 0, covariance / np.where(denominator > 0, denominator, 1.0), 0.0)
+
+
+def average_ranks(values: Sequence[float]) -> np.ndarray:
+  """1-based ranks, ties sharing their average rank (what Spearman's rho correlates)."""
+  values = np.asarray(values, np.float64)
+  order = np.argsort(values, kind="stable")
+  sorted_values = values[order]
+  starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+  ends = np.r_[starts[1:], len(values)]
+  ranks = np.empty(len(values))
+  ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+  return ranks
+
+
+def regression_scores(gold: Sequence[float], pred: Sequence[float]) -> dict[str, float]:
+  """Pearson's r, Spearman's rho (Pearson of average ranks) and the mean squared error."""
+  pearson = float(pearson_from_moments(pearson_moments(gold, pred).sum(axis=0)))
+  spearman = float(pearson_from_moments(pearson_moments(average_ranks(gold), average_ranks(pred)).sum(axis=0)))
+  mse = float(np.mean((np.asarray(gold, np.float64) - np.asarray(pred, np.float64)) ** 2)) if len(gold) else 0.0
+  return {"pearson": pearson, "spearman": spearman, "mse": mse}

@@ -42,7 +42,7 @@ def _ud(name: str, folder: str, prefix: str, tag_column: str = "upos") -> Datase
 
 
 _SICK_OPTIONS = {"text_a": "sentence_A", "text_b": "sentence_B", "label": "entailment_judgment",
-                 "label_names": ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")}
+                 "score": "relatedness_score", "label_names": ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")}
 # Split names are train / validation / test: SST-2 dev, SICK trial and CoNLL testa are "validation".
 PRESETS: dict[str, DatasetConfig] = {c.name: c for c in (
     DatasetConfig(name="conll2003", format="conll", options={"tag_column": "ner"}, description="CoNLL-2003 NER, IOB2",
@@ -56,7 +56,8 @@ PRESETS: dict[str, DatasetConfig] = {c.name: c for c in (
                   files={"train": "sst2/train.tsv", "validation": "sst2/dev.tsv", "test": "sst2/test.tsv"},
                   options={"text_a": "sentence", "label": "label", "label_names": ("0", "1")},
                   split_options={"test": {"label": None, "label_names": None}}),
-    DatasetConfig(name="sick", format="tsv", options=_SICK_OPTIONS, description="SICK 3-way entailment",
+    DatasetConfig(name="sick", format="tsv", options=_SICK_OPTIONS,
+                  description="SICK 3-way entailment (label) and 1-5 relatedness (score)",
                   files={"train": "sick/SICK_train.txt", "validation": "sick/SICK_trial.txt",
                          "test": "sick/SICK_test_annotated.txt"}),
     _ud("ud_ewt_upos", "ud_english_ewt", "en_ewt"),
@@ -85,8 +86,9 @@ def custom(format: str, files: Mapping[str, str | os.PathLike],  # pylint: disab
 
 def _features(kind: str) -> tfds.features.FeaturesDict:
   text, texts = tfds.features.Text(), tfds.features.Sequence(tfds.features.Text())
-  if kind == "classification":  # None (no text_b / no label column) is stored as "" (readers reject empty fields).
-    return tfds.features.FeaturesDict({"text_a": text, "text_b": text, "label": text})
+  if kind == "classification":  # None (no text_b / label / score column) is stored as "" (readers reject empty fields);
+    # a score as its repr (tfds stores floats in 32 bits: the text keeps the reader's value exactly).
+    return tfds.features.FeaturesDict({"text_a": text, "text_b": text, "label": text, "score": text})
   if kind == "tagging":
     return tfds.features.FeaturesDict({"words": texts, "tags": texts, "doc_index": np.int32})
   return tfds.features.FeaturesDict(
@@ -95,14 +97,18 @@ def _features(kind: str) -> tfds.features.FeaturesDict:
 
 def _encode(kind: str, record: dict) -> dict:
   if kind == "classification":
-    return {key: record[key] or "" for key in ("text_a", "text_b", "label")}
+    score = record.get("score")
+    return {key: record[key] or "" for key in ("text_a", "text_b", "label")} | {"score": "" if score is None
+                                                                                else repr(score)}
   return record
 
 
 def _decode(kind: str, example: dict) -> dict:
-  """A data-source example (bytes, arrays) back to the reader's record (str, int, None)."""
+  """A data-source example (bytes, arrays) back to the reader's record (str, int, float, None)."""
   if kind == "classification":
-    return {key: example[key].decode() or None for key in ("text_a", "text_b", "label")}
+    score = example["score"].decode()
+    return ({key: example[key].decode() or None for key in ("text_a", "text_b", "label")}
+            | ({"score": float(score)} if score else {}))
   words = [word.decode() for word in example["words"]]
   if kind == "tagging":
     return {"words": words, "tags": [tag.decode() for tag in example["tags"]], "doc_index": int(example["doc_index"])}
@@ -113,8 +119,8 @@ def _decode(kind: str, example: dict) -> dict:
 
 class EncoderlabTasks(tfds.core.GeneratorBasedBuilder):
   """Reader records of a `DatasetConfig`'s files, one tfds split per file, in file order (no shuffling)."""
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "First version."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.0.0": "First version.", "1.1.0": "Classification records keep a score column (SICK relatedness)."}
   BUILDER_CONFIGS = list(PRESETS.values())
   # Nothing is downloaded, so no checksums file: without this, tfds 4.9.10 looks for one via `importlib_resources`,
   # which it imports but does not install on Python >= 3.9 (tensorflow/datasets#11212).

@@ -1,11 +1,13 @@
-"""GLUE-style tab-separated files -> classification records {"text_a", "text_b", "label"}.
+"""GLUE-style tab-separated files -> classification records {"text_a", "text_b", "label"} (+ "score").
 
-One reader for single sentences (SST-2) and pairs (SICK, MRPC, RTE, ...): which columns hold the texts and the label
-is configuration, by header name or 0-based index. Fields are split on tabs only (no quoting, as GLUE's own reader)
+One reader for single sentences (SST-2) and pairs (SICK, MRPC, RTE, STS-B, ...): which columns hold the texts, the
+label and an optional real-valued score (SICK relatedness, STS-B similarity) is configuration, by header name or
+0-based index. Fields are split on tabs only (no quoting, as GLUE's own reader)
 and stripped, which removes SST-2's trailing spaces; CRLF line ends (SICK test) are removed by `numbered_lines`.
 """
 
 from collections.abc import Iterator, Sequence
+import math
 import os
 
 from tasks.readers.lines import ReaderError, numbered_lines
@@ -25,17 +27,19 @@ def _resolve(path, number: int, column: str | int | None, role: str, header: lis
 
 
 def read_tsv(path: str | os.PathLike, *, text_a: str | int, text_b: str | int | None = None,
-             label: str | int | None = None, header: bool = True,
+             label: str | int | None = None, score: str | int | None = None, header: bool = True,
              label_names: Sequence[str] | None = None) -> Iterator[dict]:
-  """Yields {"text_a", "text_b" (None without `text_b`), "label" (None without `label`)} per data row.
+  """Yields {"text_a", "text_b" (None without `text_b`), "label" (None without `label`)} per data row, plus
+  "score" (a finite float) when a `score` column is given.
 
   Every row must have as many fields as the header (or the first row without a header); texts and labels must be
-  non-empty, and a label must be one of `label_names` when they are given. Blank lines are skipped.
+  non-empty, a label must be one of `label_names` when they are given, and a score a finite number. Blank lines are
+  skipped.
   """
   if label_names is not None and label is None:
     raise ValueError(f"{path}: label_names {list(label_names)} given without a label column")
   allowed = None if label_names is None else set(label_names)
-  roles = {"text_a": text_a, "text_b": text_b, "label": label}
+  roles = {"text_a": text_a, "text_b": text_b, "label": label} | ({} if score is None else {"score": score})
   indices, width, first = None, None, None
   for number, line in numbered_lines(path):
     if not line.strip():
@@ -59,4 +63,17 @@ def read_tsv(path: str | os.PathLike, *, text_a: str | int, text_b: str | int | 
     if allowed is not None and record["label"] not in allowed:
       raise ReaderError(path, number, f"a label in column {label!r} that is one of {list(label_names)}, "
                         f"got {record['label']!r}")
+    if score is not None:
+      record["score"] = _number(path, number, record["score"], score)
     yield record
+
+
+def _number(path, number: int, text: str, column: str | int) -> float:
+  """A finite float from a score field, else a ReaderError naming the column."""
+  try:
+    value = float(text)
+  except ValueError:
+    value = math.nan
+  if not math.isfinite(value):
+    raise ReaderError(path, number, f"a finite number in score column {column!r}, got {text!r}")
+  return value

@@ -8,11 +8,12 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+import scipy.stats
 import seqeval.metrics
 
 from configs import common, finetune
 from encoder import hf_checkpoint, pretrained
-from launch import finetune_data, task_eval, train, workload
+from launch import config_checks, finetune_data, task_eval, train, workload
 from launch.model import PretrainingModel, encoder_config
 from tests.conftest import require_data
 
@@ -143,3 +144,25 @@ def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
       predict, params, work.data.test, batch_size=config.batch_size, buckets=work.data.buckets,
       widths=work.data.widths, to_device=lambda batch: batch))
   assert (tmp_path / "predictions" / "test.labels").read_text().split() == labels(ema)
+
+
+def test_sick_relatedness_regression_and_its_predictions_rescore(tmp_path):
+  """Task "regression" (preset sick_relatedness): dev selects on Pearson; the written test scores re-score with scipy."""
+  require_data("sick/SICK_train.txt")
+  results = train.train_and_evaluate(_config("task=sick_relatedness,runlocal", num_train_steps=3), tmp_path)
+  assert results["metric"] == "pearson" and set(results["dev"]) == {"pearson", "spearman", "mse"}
+  rows = [json.loads(line) for line in (tmp_path / "predictions" / "test.jsonl").read_text().splitlines()]
+  scores = [float(line) for line in (tmp_path / "predictions" / "test.labels").read_text().split()]
+  assert [r["prediction"] for r in rows] == pytest.approx(scores) and len(rows) == 32
+  gold = [r["score"] for r in rows]
+  assert results["test"]["pearson"] == pytest.approx(100 * scipy.stats.pearsonr(gold, scores).statistic, abs=1e-6)
+  assert results["test"]["mse"] == pytest.approx(np.mean((np.asarray(gold) - scores) ** 2), rel=1e-6)
+
+
+def test_auxiliary_score_trains_and_needs_a_score_column(tmp_path):
+  require_data("sick/SICK_train.txt")
+  config = _config("task=sick,runlocal", num_train_steps=2, **{"task.score_weight": 1.0})
+  results = train.train_and_evaluate(config, tmp_path)
+  assert results["train"]["train/classification_score_mse"] > 0 and set(results["dev"]) == {"accuracy", "macro_f1"}
+  with pytest.raises(config_checks.ConfigError, match=r"trains on scores, but 'train\[:64\]' of sst2 has none"):
+    finetune_data.load(_config("task=sst2,runlocal", **{"task.score_weight": 1.0}))

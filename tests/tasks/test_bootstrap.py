@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+import scipy.stats
 from seqeval.metrics import f1_score
 
 from tasks import bootstrap, metrics
@@ -39,6 +40,21 @@ def test_p_value_equals_a_plain_loop_over_seqeval_with_the_same_draws(small_corp
   result = bootstrap.paired_bootstrap(*stats, metrics.micro_f1, samples=samples, seed=7, chunk=samples)
   assert abs(result.delta - observed) < 1e-12
   assert result.p_value == np.mean(deltas >= 2 * observed - 1e-12)  # Spec: count delta(x(i)) >= 2 delta(x).
+  assert 0 < result.p_value < 1
+
+
+def test_pearson_p_value_equals_a_plain_loop_over_scipy_with_the_same_draws():
+  rng = np.random.default_rng(0)
+  gold = np.round(rng.uniform(1, 5, size=60), 1)
+  a, b = gold + rng.normal(scale=0.8, size=60), gold + rng.normal(scale=1.0, size=60)
+  samples, n = 300, len(gold)
+  draws = np.random.default_rng(7).integers(0, n, size=(samples, n))
+  r = lambda pred, idx: scipy.stats.pearsonr(gold[idx], pred[idx]).statistic
+  observed = r(a, np.arange(n)) - r(b, np.arange(n))
+  deltas = np.array([r(a, idx) - r(b, idx) for idx in draws])
+  result = bootstrap.pearson_bootstrap(gold, a, b, samples=samples, seed=7)
+  assert abs(result.delta - observed) < 1e-12
+  assert result.p_value == np.mean(deltas >= 2 * observed - 1e-12)
   assert 0 < result.p_value < 1
 
 

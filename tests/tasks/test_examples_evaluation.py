@@ -91,3 +91,26 @@ def test_classification_examples_on_sick(tokenizer):
   assert evaluation.score(task, records, ["NEUTRAL"] * len(gold))["accuracy"] == pytest.approx(282 / 500)
   with pytest.raises(ValueError, match="record 0: label '[A-Z]+' is not in"):
     examples.encode({**task, "labels": ["ENTAILMENT"]}, tokenizer, records[:5], ["ENTAILMENT"])
+
+
+def test_scores_are_encoded_when_the_task_trains_on_them(tokenizer):
+  """Regression examples and classification with score_weight carry the record's score; plain classification and
+  unscored splits do not; regression splits score by Pearson, Spearman and MSE."""
+  path = require_data("sick/SICK_trial.txt")
+  records = list(readers.read_tsv(path, text_a="sentence_A", text_b="sentence_B", label="entailment_judgment",
+                                  score="relatedness_score"))[:20]
+  labels = ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]
+  plain = {"name": "classification", "max_length": 128, "labels": labels}
+  assert "score" not in examples.encode(plain, tokenizer, records, labels)[0]
+  auxiliary = examples.encode({**plain, "score_weight": 0.5}, tokenizer, records, labels)
+  assert [float(e["score"]) for e in auxiliary] == pytest.approx([r["score"] for r in records])
+  regression = {"name": "regression", "max_length": 128, "labels": []}
+  assert examples.label_vocabulary(regression, records) == []
+  encoded = examples.encode(regression, tokenizer, records, [])
+  assert [float(e["score"]) for e in encoded] == pytest.approx([r["score"] for r in records])
+  assert all(int(e["label"]) == -1 for e in encoded)
+  unscored = [{k: v for k, v in r.items() if k != "score"} for r in records]
+  assert "score" not in examples.encode(regression, tokenizer, unscored, [])[0]  # An unlabeled test split.
+  gold = [r["score"] for r in records]
+  assert evaluation.score(regression, records, gold) == {"pearson": pytest.approx(1.0), "spearman": pytest.approx(1.0),
+                                                         "mse": 0.0}

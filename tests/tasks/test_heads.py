@@ -117,14 +117,57 @@ def test_classification_head_and_loss_match_numpy():
   batch = {"label": jnp.asarray([2, 0]), "attention_segments": jnp.ones((2, 6), jnp.int32)}
   objective = classification.build({"num_labels": 3, "pooling": "cls"})
   params = objective.head.init(jax.random.key(0), outputs, batch)
-  logits = objective.head.apply(params, outputs, batch)
+  predictions = objective.head.apply(params, outputs, batch)
+  assert set(predictions) == {"logits"} and set(params["params"]) == {"classifier"}
   kernel, bias = (np.asarray(params["params"]["classifier"][k]) for k in ("kernel", "bias"))
   expected = np.asarray(outputs.cls) @ kernel + bias
-  np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-6)
-  loss, metrics = objective.loss(logits, batch)
+  np.testing.assert_allclose(predictions["logits"], expected, rtol=1e-5, atol=1e-6)
+  loss, metrics = objective.loss(predictions, batch)
   log_probs = expected - np.log(np.exp(expected).sum(1, keepdims=True))
   np.testing.assert_allclose(loss, -log_probs[[0, 1], [2, 0]].mean(), rtol=1e-5)
   assert float(metrics["classification_accuracy"][1]) == 2
+
+
+def test_auxiliary_score_adds_weighted_squared_error():
+  """score_weight: a second linear output on the same [CLS] vector regresses the score; loss = mean cross-entropy +
+  weight * mean squared error over the real examples (padding rows ignored), and the engine's classification_loss
+  sum carries both."""
+  rng = np.random.default_rng(4)
+  outputs = _outputs(rng, batch=3)
+  batch = {"label": jnp.asarray([2, 0, 1]), "score": jnp.asarray([4.5, 1.0, 9.0]),
+           "example_mask": jnp.asarray([1.0, 1.0, 0.0]), "attention_segments": jnp.ones((3, 6), jnp.int32)}
+  objective = classification.build({"num_labels": 3, "score_weight": 0.3, "score_mean": 3.5})
+  params = objective.head.init(jax.random.key(0), outputs, batch)
+  assert float(params["params"]["score"]["bias"][0]) == 3.5  # Starts at the training mean.
+  predictions = objective.head.apply(params, outputs, batch)
+  w_s, b_s = (np.asarray(params["params"]["score"][k]) for k in ("kernel", "bias"))
+  score = (np.asarray(outputs.cls) @ w_s + b_s)[:, 0]
+  np.testing.assert_allclose(predictions["score"], score, rtol=1e-5, atol=1e-6)
+  kernel, bias = (np.asarray(params["params"]["classifier"][k]) for k in ("kernel", "bias"))
+  logits = np.asarray(outputs.cls) @ kernel + bias
+  nll = -(logits - np.log(np.exp(logits).sum(1, keepdims=True)))[[0, 1], [2, 0]]
+  squares = (score[:2] - np.asarray([4.5, 1.0])) ** 2
+  loss, metrics = objective.loss(predictions, batch)
+  np.testing.assert_allclose(loss, nll.mean() + 0.3 * squares.mean(), rtol=1e-5)
+  np.testing.assert_allclose(metrics["classification_loss"], (nll.sum() + 0.3 * squares.sum(), 2), rtol=1e-5)
+  np.testing.assert_allclose(metrics["classification_score_mse"], (squares.sum(), 2), rtol=1e-5)
+
+
+def test_regression_head_and_loss_match_numpy():
+  """Task "regression": one linear output on [CLS] (no classifier), trained on the mean squared error."""
+  from tasks import regression  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(5)
+  outputs = _outputs(rng)
+  batch = {"score": jnp.asarray([3.2, 4.9]), "attention_segments": jnp.ones((2, 6), jnp.int32)}
+  objective = regression.build({"pooling": "cls"})
+  params = objective.head.init(jax.random.key(0), outputs, batch)
+  predictions = objective.head.apply(params, outputs, batch)
+  assert set(predictions) == {"score"} and set(params["params"]) == {"score"}
+  w_s, b_s = (np.asarray(params["params"]["score"][k]) for k in ("kernel", "bias"))
+  score = (np.asarray(outputs.cls) @ w_s + b_s)[:, 0]
+  loss, metrics = objective.loss(predictions, batch)
+  np.testing.assert_allclose(loss, ((score - [3.2, 4.9]) ** 2).mean(), rtol=1e-5)
+  assert set(metrics) == {"regression_loss"} and float(metrics["regression_loss"][1]) == 2
 
 
 def test_rdrop_loss_matches_numpy():
@@ -136,7 +179,7 @@ def test_rdrop_loss_matches_numpy():
   batch = {"label": jnp.asarray(labels), "example_mask": jnp.asarray(mask), "train_copy": jnp.arange(6) % 2}
   objective = classification.build({"num_labels": 3, "rdrop": 0.7})
   assert objective.train_copies == 2 and classification.build({"num_labels": 3}).train_copies == 1
-  loss, metrics = objective.loss(jnp.asarray(logits), batch)
+  loss, metrics = objective.loss({"logits": jnp.asarray(logits)}, batch)
   log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))
   cross_entropy = -(log_p[np.arange(6), labels] * mask).sum()
   p, q = np.exp(log_p[0::2]), np.exp(log_p[1::2])
@@ -145,26 +188,34 @@ def test_rdrop_loss_matches_numpy():
   np.testing.assert_allclose(loss, (cross_entropy + 0.7 * kl) / 4, rtol=1e-5)
   np.testing.assert_allclose(metrics["classification_rdrop_kl"], (kl, 2), rtol=1e-5)
   assert float(metrics["classification_loss"][1]) == 4
-  plain, plain_metrics = objective.loss(jnp.asarray(logits), {k: v for k, v in batch.items() if k != "train_copy"})
+  plain, plain_metrics = objective.loss({"logits": jnp.asarray(logits)},
+                                        {k: v for k, v in batch.items() if k != "train_copy"})
   np.testing.assert_allclose(plain, cross_entropy / 4, rtol=1e-5)
   assert "classification_rdrop_kl" not in plain_metrics
 
 
-def test_rdrop_loss_of_the_hf_reference_equals_ours():
-  """benchmarks.finetune_reference trains HF with the same R-Drop loss (same logits -> same value)."""
+@pytest.mark.parametrize("rdrop, score_weight", [(0.5, 0.0), (0.0, 0.4), (0.5, 0.4)])
+def test_classification_loss_of_the_hf_reference_equals_ours(rdrop, score_weight):
+  """benchmarks.finetune_reference trains HF with the same R-Drop and auxiliary-score losses (same outputs -> same
+  value): its model's last output is our `score` head."""
   import torch  # pylint: disable=import-outside-toplevel
   from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel
-  logits = np.random.default_rng(3).normal(size=(8, 3)).astype(np.float32)
-  labels = np.asarray([2, 0, 1, 1])
+  copies = 2 if rdrop else 1
+  outputs = np.random.default_rng(3).normal(size=(4 * copies, 3 + (score_weight > 0))).astype(np.float32)
+  labels, scores = np.asarray([2, 0, 1, 1]), np.asarray([1.5, 4.0, 3.3, 2.0], np.float32)
 
   def model(input_ids):
-    assert input_ids.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]  # Each example twice, adjacent.
-    return dataclasses.make_dataclass("Out", ["logits"])(torch.from_numpy(logits))
+    assert input_ids.tolist() == np.repeat(np.arange(4), copies).tolist()  # Each example `copies` times, adjacent.
+    return dataclasses.make_dataclass("Out", ["logits"])(torch.from_numpy(outputs))
 
-  theirs = finetune_reference.rdrop_loss(model, {"input_ids": torch.arange(4)}, torch.from_numpy(labels), 0.5)
-  ours, _ = classification.rdrop_loss(0.5)(jnp.asarray(logits), {"label": jnp.asarray(np.repeat(labels, 2)),
-                                                                 "train_copy": jnp.arange(8) % 2})
-  np.testing.assert_allclose(float(theirs), float(ours), rtol=1e-5)
+  theirs = finetune_reference.classification_loss(
+      model, {"input_ids": torch.arange(4)}, torch.from_numpy(labels), rdrop=rdrop,
+      scores=torch.from_numpy(scores), score_weight=score_weight)
+  ours = classification.build({"num_labels": 3, "rdrop": rdrop, "score_weight": score_weight}).loss
+  predictions = {"logits": jnp.asarray(outputs[:, :3]), "score": jnp.asarray(outputs[:, -1])}
+  batch = {"label": jnp.asarray(np.repeat(labels, copies)), "score": jnp.asarray(np.repeat(scores, copies))}
+  value, _ = ours(predictions, batch | ({"train_copy": jnp.arange(4 * copies) % 2} if rdrop else {}))
+  np.testing.assert_allclose(float(theirs), float(value), rtol=1e-5)
 
 
 def test_classification_mean_pooling_ignores_padding():
@@ -173,7 +224,7 @@ def test_classification_mean_pooling_ignores_padding():
   segments = jnp.asarray([[1, 1, 1, 0, 0, 0], [1] * 6])
   head = classification.ClassificationHead(3, pooling="mean", dropout=0.0)
   params = head.init(jax.random.key(0), outputs, {"attention_segments": segments})
-  logits = head.apply(params, outputs, {"attention_segments": segments})
+  logits = head.apply(params, outputs, {"attention_segments": segments})["logits"]
   mean0 = np.asarray(outputs.last[0, :3]).mean(0)
   kernel, bias = (np.asarray(params["params"]["classifier"][k]) for k in ("kernel", "bias"))
   np.testing.assert_allclose(logits[0], mean0 @ kernel + bias, rtol=1e-5, atol=1e-6)

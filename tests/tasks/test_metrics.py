@@ -1,10 +1,11 @@
-"""Metrics equal seqeval (default and strict) and scikit-learn to 1e-9, on random, ill-formed and real data."""
+"""Metrics equal seqeval (default and strict), scikit-learn and scipy to 1e-9, on random, ill-formed and real data."""
 
 import random
 import warnings
 
 import numpy as np
 import pytest
+import scipy.stats
 from seqeval.metrics import accuracy_score, classification_report, f1_score, precision_score, recall_score
 from seqeval.scheme import IOB1, IOB2, IOBES, IOE2
 from sklearn.metrics import accuracy_score as sk_accuracy
@@ -157,3 +158,26 @@ def test_real_conll_valid_against_a_corrupted_copy(conll_valid_tags, mode, schem
   ours = assert_equal_to_seqeval(gold, pred, mode, scheme)
   assert 0.5 < ours["micro"]["f1"] < 0.99
   assert metrics.entity_scores(gold, gold)["micro"]["f1"] == 1.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_regression_scores_equal_scipy(seed):
+  """Pearson from summed moments and Spearman from average ranks, against scipy, with many ties (SICK's scores
+  have one decimal)."""
+  rng = np.random.default_rng(seed)
+  gold = np.round(rng.uniform(1, 5, size=300), 1)
+  pred = gold + rng.normal(scale=0.3 + seed, size=300)
+  if seed == 4:
+    pred = np.round(pred)  # Ties on both sides.
+  ours = metrics.regression_scores(list(gold), list(pred))
+  assert abs(ours["pearson"] - scipy.stats.pearsonr(gold, pred).statistic) < TOL
+  assert abs(ours["spearman"] - scipy.stats.spearmanr(gold, pred).statistic) < TOL
+  assert abs(ours["mse"] - np.mean((gold - pred) ** 2)) < TOL
+  np.testing.assert_array_equal(metrics.average_ranks(gold), scipy.stats.rankdata(gold))
+
+
+def test_regression_edge_cases():
+  assert metrics.regression_scores([1.0, 2.0, 3.0], [5.0, 5.0, 5.0])["pearson"] == 0.0  # Constant: 0, not nan.
+  assert metrics.regression_scores([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])["spearman"] == pytest.approx(-1.0, abs=TOL)
+  with pytest.raises(ValueError, match="one number per example"):
+    metrics.pearson_moments([1.0, 2.0], [1.0])

@@ -121,6 +121,19 @@ def test_tsv_columns_by_name_or_index_crlf_and_trailing_spaces(tmp_path):
     next(read_tsv(no_header, text_a=-1, header=False))
 
 
+def test_tsv_score_column_is_a_finite_float(tmp_path):
+  text = "s1\ts2\tscore\tlabel\nA man\tA person\t4.5\tyes\nA cat\tA dog\t1\tno\n"
+  path = _write(tmp_path, "scores.tsv", text, newline="\r\n")
+  records = list(read_tsv(path, text_a="s1", text_b="s2", score="score"))
+  assert records == [{"text_a": "A man", "text_b": "A person", "label": None, "score": 4.5},
+                     {"text_a": "A cat", "text_b": "A dog", "label": None, "score": 1.0}]
+  assert "score" not in next(read_tsv(path, text_a="s1", label="label"))  # Only when a score column is named.
+  for bad in ("high", "nan", "inf"):
+    broken = _write(tmp_path, f"{bad}.tsv", text.replace("\t1\t", f"\t{bad}\t"))
+    assert _error(read_tsv, broken, text_a="s1", score="score") == (
+        f"{broken}:3: expected a finite number in score column 'score', got {bad!r}")
+
+
 def test_tsv_errors_name_file_line_and_expectation(tmp_path):
   header = "sentence_A\tsentence_B\tentailment_judgment\n"
   unknown = _write(tmp_path, "unknown.tsv", header + "a\tb\tNEUTRAL\na\tb\tneutral\n")
@@ -295,6 +308,8 @@ def test_sick_counts_labels_and_crlf_stripped():
     assert collections.Counter(r["label"] for r in records) == {
         "ENTAILMENT": entailment, "NEUTRAL": neutral, "CONTRADICTION": contradiction}
     assert not any("\r" in r["text_a"] + r["text_b"] for r in records)
+  relatedness = [r["score"] for r in read_tsv(require_data("sick/SICK_trial.txt"), **SICK, score="relatedness_score")]
+  assert len(relatedness) == 500 and min(relatedness) == 1.0 and max(relatedness) == 5.0
 
 
 UD_COUNTS = {"ud_english_ewt/en_ewt-ud": ((12544, 2001, 2077), (204577, 25147, 25094)),

@@ -16,7 +16,8 @@ SPANS = ('{"words": ["New", "York", "Times"], "spans": [{"start": 0, "end": 2, "
 CONLL = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\n-DOCSTART- -X- -X- O\n\nHi UH B-INTJ O\n"
 CONLLU = ("# newdoc\n1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n1\tdo\tdo\tAUX\tVBP\t_\t0\troot\t_\t_\n"
           "2\tn't\tnot\tPART\tRB\t_\t1\tadvmod\t_\t_\n2.1\tx\tx\tX\tX\t_\t_\t_\t0:root\t_\n")
-TSV = "s1\ts2\tgold\nA man \tA person\tyes\r\nA cat\tA dog\tno\r\n"
+TSV = "s1\ts2\tgold\tscore\nA man \tA person\tyes\t0.1\r\nA cat\tA dog\tno\t4.7\r\n"
+VERSION = str(tfds_builders.EncoderlabTasks.VERSION)
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +40,17 @@ def test_sick_round_trip_in_file_order_without_tensorflow(sick, cache):
   for source, records in sick.values():
     assert [source[i] for i in range(len(source))] == records
     assert source.config.options["label_names"] == ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
-  assert sorted(p.name for p in (cache / "encoderlab_tasks" / "sick" / "1.0.0").glob("*.array_record-*")) == [
+  assert all(isinstance(r["score"], float) for _, records in sick.values() for r in records)  # SICK relatedness.
+  assert sorted(p.name for p in (cache / "encoderlab_tasks" / "sick" / VERSION).glob("*.array_record-*")) == [
       f"encoderlab_tasks-{split}.array_record-00000-of-00001" for split in ("test", "train", "validation")]
   assert "tensorflow" not in sys.modules  # tfds imports TensorFlow lazily; nothing here needed it.
 
 
 def test_sick_reads_back_with_plain_tfds_and_split_slices(sick, cache):
   records = sick["validation"][1]
-  by_directory = tfds.builder_from_directory(cache / "encoderlab_tasks" / "sick" / "1.0.0")
-  example = by_directory.as_data_source(split="validation")[3]
-  assert {k: v.decode() for k, v in example.items()} == records[3]
+  by_directory = tfds.builder_from_directory(cache / "encoderlab_tasks" / "sick" / VERSION)
+  example = {k: v.decode() for k, v in by_directory.as_data_source(split="validation")[3].items()}
+  assert example | {"score": float(example["score"])} == records[3]  # Scores are stored as text, exactly.
   assert len(tfds.data_source("encoderlab_tasks/sick", split="test", data_dir=cache)) == 4927
   head = load_split("sick", "validation[:10]", cache_dir=cache)
   assert [head[i] for i in range(10)] == records[:10]
@@ -68,7 +70,8 @@ def test_grain_reads_a_record_source(sick):
     ("conllu", "tiny.conllu", CONLLU, {"tag_column": "xpos"}, read_conllu),
     ("tsv", "pairs.tsv", TSV, {"text_a": "s1", "text_b": "s2", "label": "gold"}, read_tsv),
     ("tsv", "single.tsv", TSV, {"text_a": 1}, read_tsv),
-], ids=["spans", "conll", "conllu", "tsv-pair", "tsv-single"])
+    ("tsv", "scores.tsv", TSV, {"text_a": "s1", "text_b": "s2", "score": "score"}, read_tsv),
+], ids=["spans", "conll", "conllu", "tsv-pair", "tsv-single", "tsv-score"])
 def test_custom_files_round_trip(tmp_path, cache, format, name, text, options, reader):
   path = tmp_path / name
   path.write_text(text, encoding="utf-8")
@@ -81,10 +84,10 @@ def test_custom_file_edits_and_malformed_lines(tmp_path, cache):
   path.write_text(TSV, encoding="utf-8")
   first = custom("tsv", {"train": path}, text_a="s1", label="gold", label_names=("yes", "no"))
   assert len(load_split(first, "train", cache_dir=cache)) == 2
-  path.write_text(TSV + "A bird\tA fish\tno\n", encoding="utf-8")
+  path.write_text(TSV + "A bird\tA fish\tno\t2.0\n", encoding="utf-8")
   second = custom("tsv", {"train": path}, text_a="s1", label="gold", label_names=("yes", "no"))
   assert second.name != first.name and len(load_split(second, "train", cache_dir=cache)) == 3
-  path.write_text(TSV + "A bird\tA fish\tmaybe\n", encoding="utf-8")
+  path.write_text(TSV + "A bird\tA fish\tmaybe\t2.0\n", encoding="utf-8")
   with pytest.raises(ReaderError, match=rf"^{path}:4: expected a label in column 'gold' that is one of"):
     load_split(custom("tsv", {"train": path}, text_a="s1", label="gold", label_names=("yes", "no")), "train",
                cache_dir=cache)

@@ -1,0 +1,27 @@
+"""Sentence(-pair) regression: a real-valued score from the [CLS] vector, e.g. SICK relatedness or STS-B similarity.
+
+score = h_CLS w_s + b: the classification head with one linear output instead of softmax (spec, "Sequence
+Classification"; GLUE's STS-B and SemEval-2014 Task 1's relatedness subtask), trained with the mean squared error
+on the raw scale of the data (1-5 for SICK; the output's bias starts at the training mean), scored by Pearson's r
+and Spearman's rho (`tasks.metrics`).
+"""
+
+from typing import Any, Mapping
+
+from objectives import layers
+from objectives.objective import Objective
+from tasks import classification
+
+
+def regression_loss(predictions, batch):
+  """Mean squared error over real examples; `regression_loss` = (sum, count) is what the engine trains on."""
+  mean, metrics = classification.squared_error(predictions, batch, "regression")
+  return mean, {"regression_loss": metrics["regression_mse"]}
+
+
+def build(config: Mapping[str, Any]) -> Objective:
+  """Task "regression": config keys pooling (cls, pooled or mean), dropout and score_mean (the initial bias)."""
+  pooling = classification.pooling_of(config)
+  head = classification.ClassificationHead(0, pooling=pooling, dropout=layers.option(config, "dropout", 0.1),
+                                           score=True, score_bias=float(layers.option(config, "score_mean", 0.0)))
+  return Objective(name="regression", head=head, loss=regression_loss, reads=classification.reads(pooling))
