@@ -2,11 +2,14 @@
 
   python -m tasks.score conll  --gold FILE --pred FILE [--mode conlleval|strict] [--scheme IOB1|IOB2|IOE|BIOES]
   python -m tasks.score labels --gold FILE --pred FILE
-  python -m tasks.score bootstrap --gold FILE --pred-a A --pred-b B [--samples 10000] [--seed 0] [--task conll|labels]
+  python -m tasks.score scores --gold FILE --pred FILE
+  python -m tasks.score bootstrap --gold FILE --pred-a A --pred-b B [--samples 10000] [--seed 0]
+                                  [--task conll|labels|scores]
 
 CoNLL files: one token per line, the tag in the LAST whitespace-separated column, blank lines between
 sentences, `-DOCSTART-` lines skipped. Label files: one example per non-blank line, the label in the last
-column. Every score (table and JSON) is a fraction in [0, 1]; the last printed line is one JSON object.
+column; score files (regression) the same with a number there. Every score (table and JSON) is a fraction in
+[0, 1] (correlations in [-1, 1]; MSE in the data's units); the last printed line is one JSON object.
 """
 
 import argparse
@@ -43,6 +46,32 @@ def read_label_column(path: str) -> Column:
   rows = [(line.split()[-1], n) for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1)
           if line.strip()]
   return [[label] for label, _ in rows], [[n] for _, n in rows]
+
+
+def read_score_column(path: str) -> tuple[list[float], list[int]]:
+  """Numbers (last column of each non-blank line) with their line numbers; a non-number names its line."""
+  labels, lines = read_label_column(path)
+  values = []
+  for (text,), (number,) in zip(labels, lines):
+    try:
+      values.append(float(text))
+    except ValueError:
+      raise ValueError(f"{path}:{number}: expected a number in the last column, got {text!r}") from None
+  return values, [n for (n,) in lines]
+
+
+def load_scores(gold_path: str, pred_paths: Sequence[str]) -> tuple[list[float], list[list[float]]]:
+  """Gold and predicted numbers, one per example; files of different lengths fail naming both."""
+  gold, _ = read_score_column(gold_path)
+  preds = []
+  for path in pred_paths:
+    pred, lines = read_score_column(path)
+    if len(pred) != len(gold):
+      raise ValueError(f"{path}: {len(pred)} scores but {gold_path} has {len(gold)}"
+                       + (f" (line {lines[len(gold)]} is the first extra)" if len(pred) > len(gold) else "")
+                       + ": the files must have the same examples")
+    preds.append(pred)
+  return gold, preds
 
 
 def check_aligned(gold_path: str, gold: Column, pred_path: str, pred: Column, unit: str = "token") -> None:
@@ -97,6 +126,14 @@ def format_table(scores: dict[str, Any], first: str) -> str:
   return "\n".join([head] + rows + [f"{'accuracy':<14}{scores['accuracy']:>10.4f}"])
 
 
+def regression_command(args: argparse.Namespace) -> dict[str, Any]:
+  """`scores`: Pearson, Spearman and MSE of predicted numbers."""
+  gold, (pred,) = load_scores(args.gold, [args.pred])
+  scores = metrics.regression_scores(gold, pred)
+  print("  ".join(f"{name} {value:.4f}" for name, value in scores.items()))
+  return dict(task="scores", **scores, examples=len(gold))
+
+
 def score_command(args: argparse.Namespace) -> dict[str, Any]:
   """`conll` / `labels`: print the table, return the summary."""
   gold, (pred,) = load(args, [args.pred], args.command)
@@ -115,11 +152,16 @@ def score_command(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def bootstrap_command(args: argparse.Namespace) -> dict[str, Any]:
-  """`bootstrap`: paired bootstrap p-value that A beats B (entity micro F1 for conll, accuracy for labels)."""
-  gold, (a, b) = load(args, [args.pred_a, args.pred_b], args.task)
+  """`bootstrap`: paired bootstrap p-value that A beats B (entity micro F1 for conll, accuracy for labels, Pearson's
+  r for scores)."""
+  if args.task == "scores":
+    gold, (a, b) = load_scores(args.gold, [args.pred_a, args.pred_b])
+    result, name = bootstrap.pearson_bootstrap(gold, a, b, args.samples, args.seed), "pearson"
+  else:
+    gold, (a, b) = load(args, [args.pred_a, args.pred_b], args.task)
   if args.task == "conll":
     result, name = bootstrap.entity_f1_bootstrap(gold, a, b, args.samples, args.seed, args.mode, args.scheme), "f1"
-  else:
+  elif args.task == "labels":
     result, name = bootstrap.accuracy_bootstrap(gold, a, b, args.samples, args.seed), "accuracy"
   print(f"{name}: A {result.metric_a:.4f}  B {result.metric_b:.4f}  delta {result.delta:+.4f}")
   print(f"p-value that A beats B: {result.p_value:.4f} ({result.samples} samples, seed {result.seed})"
@@ -132,7 +174,7 @@ def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
   root = argparse.ArgumentParser(prog="python -m tasks.score", description=__doc__.split("\n")[0])
   commands = root.add_subparsers(dest="command", required=True)
-  for name in ("conll", "labels", "bootstrap"):
+  for name in ("conll", "labels", "scores", "bootstrap"):
     sub = commands.add_parser(name)
     sub.add_argument("--gold", required=True, help="gold file")
     if name == "bootstrap":
@@ -140,10 +182,10 @@ def parser() -> argparse.ArgumentParser:
       sub.add_argument("--pred-b", required=True, help="system B's predictions")
       sub.add_argument("--samples", type=int, default=10_000, help="bootstrap samples b")
       sub.add_argument("--seed", type=int, default=0, help="seed of the resampling")
-      sub.add_argument("--task", choices=("conll", "labels"), default="conll")
+      sub.add_argument("--task", choices=("conll", "labels", "scores"), default="conll")
     else:
       sub.add_argument("--pred", required=True, help="predictions, aligned line by line with gold")
-    if name != "labels":
+    if name not in ("labels", "scores"):
       sub.add_argument("--mode", choices=("conlleval", "strict"), default="conlleval",
                        help="conlleval: lenient chunking (seqeval default); strict: only well-formed entities")
       sub.add_argument("--scheme", type=str.upper, default="IOB2", choices=sorted(tag_schemes.SCHEME_NAMES),
@@ -154,7 +196,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
   args = parser().parse_args(argv)
   try:
-    summary = bootstrap_command(args) if args.command == "bootstrap" else score_command(args)
+    commands = {"bootstrap": bootstrap_command, "scores": regression_command}
+    summary = commands.get(args.command, score_command)(args)
   except (OSError, ValueError) as err:
     sys.exit(f"python -m tasks.score: error: {err}")
   print(json.dumps(summary))

@@ -87,6 +87,34 @@ def test_labels_command(tmp_path):
     score.main(["labels", "--gold", gold, "--pred", short])
 
 
+def test_scores_command_and_its_bootstrap(tmp_path):
+  """Regression files (one number a line, last column): Pearson/Spearman/MSE against scipy; the bootstrap on
+  Pearson's r; a non-number or a missing line names the file and line."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import scipy.stats  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  gold_values = np.round(rng.uniform(1, 5, size=80), 1)
+  a_values, b_values = gold_values + rng.normal(scale=0.5, size=80), gold_values + rng.normal(scale=1.5, size=80)
+  gold = write(tmp_path, "gold.txt", "".join(f"pair{i}\t{v}\n" for i, v in enumerate(gold_values)))
+  a, b = (write(tmp_path, f"{n}.txt", "\n".join(map(repr, v.tolist())) + "\n") for n, v in (("a", a_values),
+                                                                                             ("b", b_values)))
+  done = run("scores", "--gold", gold, "--pred", a)
+  assert done.returncode == 0, done.stderr
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  assert abs(summary["pearson"] - scipy.stats.pearsonr(gold_values, a_values).statistic) < 1e-9
+  assert abs(summary["spearman"] - scipy.stats.spearmanr(gold_values, a_values).statistic) < 1e-9
+  assert summary["examples"] == 80
+  boot = run("bootstrap", "--task", "scores", "--gold", gold, "--pred-a", a, "--pred-b", b, "--samples", "500")
+  result = json.loads(boot.stdout.strip().splitlines()[-1])
+  assert result["metric"] == "pearson" and result["delta"] > 0 and result["p_value"] < 0.05
+  broken = write(tmp_path, "broken.txt", "1.0\n2.5\nhigh\n")
+  with pytest.raises(SystemExit, match=r"broken.txt:3: expected a number in the last column, got 'high'"):
+    score.main(["scores", "--gold", gold, "--pred", broken])
+  short = write(tmp_path, "short.txt", "1.0\n2.5\n")
+  with pytest.raises(SystemExit, match=r"short.txt: 2 scores but .*gold.txt has 80"):
+    score.main(["scores", "--gold", gold, "--pred", short])
+
+
 def test_bootstrap_command_is_seeded(tmp_path):
   gold = write(tmp_path, "gold.txt", "\n".join(["yes"] * 50))
   a = write(tmp_path, "a.txt", "\n".join(["yes"] * 45 + ["no"] * 5))
