@@ -1,9 +1,10 @@
 """HF PyTorch fine-tuning of the same checkpoint on the same encoded examples and batches (benchmark reference).
 
-Sequence tasks use `BertForSequenceClassification` (one output and the mean squared error for regression), word tasks
-`BertForTokenClassification` (first-subword labels, -100 elsewhere, argmax at first subwords): plain HF practice, AdamW with no decay on biases/LayerNorm, linear warmup
-and decay. Batches hold the examples `tasks.batching.length_bucketed_batches` draws for our engine, padded HF's way:
-to the longest sequence of the batch (eager PyTorch needs no fixed shapes; our jit rounds up to config.data.buckets).
+Sequence tasks use `BertForSequenceClassification` (one output and the mean squared error for regression), word
+tasks `BertForTokenClassification` (first-subword labels, -100 elsewhere, argmax at first subwords): plain HF
+practice, AdamW with no decay on biases/LayerNorm, linear warmup and decay. Batches hold the examples
+`tasks.batching.length_bucketed_batches` draws for our engine, padded HF's way: to the longest sequence of the batch
+(eager PyTorch needs no fixed shapes; our jit rounds up to config.data.buckets).
 It runs where JAX runs (benchmarks.torch_device: CUDA beside a GPU, with JAX's float32 matmul arithmetic).
 """
 

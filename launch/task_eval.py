@@ -1,8 +1,9 @@
 """Fine-tuning evaluation: predict a whole split on device, decode on the host, score, write prediction files.
 
-Device outputs per task: the class index (classification), the score (regression), word-level tag ids by argmax or Viterbi (tagging,
-`tasks.tagging.decode`), span probabilities over NULL + types (span_ner). Span NER's acceptance threshold is tuned
-on dev (`tasks.span_ner.tune_threshold`) and the dev value is used on test: choices are made on dev, never on test.
+Device outputs per task: the class index (classification), the score (regression), word-level tag ids by argmax or
+Viterbi (tagging, `tasks.tagging.decode`), span probabilities over NULL + types (span_ner). Span NER's acceptance
+threshold is tuned on dev (`tasks.span_ner.tune_threshold`) and the dev value is used on test: choices are made on
+dev, never on test.
 """
 
 import json

@@ -147,7 +147,7 @@ def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
 
 
 def test_sick_relatedness_regression_and_its_predictions_rescore(tmp_path):
-  """Task "regression" (preset sick_relatedness): dev selects on Pearson; the written test scores re-score with scipy."""
+  """Task "regression" (preset sick_relatedness): dev selects on Pearson; written test scores re-score with scipy."""
   require_data("sick/SICK_train.txt")
   results = train.train_and_evaluate(_config("task=sick_relatedness,runlocal", num_train_steps=3), tmp_path)
   assert results["metric"] == "pearson" and set(results["dev"]) == {"pearson", "spearman", "mse"}
