@@ -8,6 +8,7 @@ practice, AdamW with no decay on biases/LayerNorm, linear warmup and decay. Batc
 It runs where JAX runs (benchmarks.torch_device: CUDA beside a GPU, with JAX's float32 matmul arithmetic).
 """
 
+import re
 import time
 from typing import Any, Sequence
 
@@ -44,18 +45,16 @@ def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
 
 
 def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size: int, learning_rate: float,
-          warmup_fraction: float, weight_decay: float, seed: int, rdrop: float = 0.0,
+          warmup_fraction: float, weight_decay: float, seed: int, layer_decay: float = 1.0, rdrop: float = 0.0,
           score_weight: float = 0.0) -> dict[str, float]:
-  """Fine-tunes in place; returns train_seconds and examples_per_s. rdrop > 0 ("sequence"): R-Drop with that alpha,
-  as tasks.classification.rdrop_loss (each example twice in the batch, adjacent). score_weight > 0 ("sequence"): the
-  model's last output regresses the example's score, as tasks.classification.with_score."""
+  """Fine-tunes in place; returns train_seconds and examples_per_s. layer_decay < 1: layer-wise learning rates as
+  `parameter_groups`. rdrop > 0 ("sequence"): R-Drop with that alpha, as tasks.classification.rdrop_loss (each
+  example twice in the batch, adjacent). score_weight > 0 ("sequence"): the model's last output regresses the
+  example's score, as tasks.classification.with_score."""
   lengths = batching.lengths_of(examples)
   schedule_steps = sum(len(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=e))
                        for e in range(epochs))
-  no_decay = [p for n, p in model.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
-  decay = [p for n, p in model.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
-  optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                                 {"params": no_decay, "weight_decay": 0.0}], lr=learning_rate)
+  optimizer = torch.optim.AdamW(parameter_groups(model, learning_rate, weight_decay, layer_decay), lr=learning_rate)
   scheduler = transformers.get_linear_schedule_with_warmup(optimizer, int(warmup_fraction * schedule_steps),
                                                            schedule_steps)
   model.train()
@@ -83,6 +82,22 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
   torch_device.synchronize(device)
   seconds = time.perf_counter() - start
   return {"train_seconds": seconds, "examples_per_s": seen / seconds}
+
+
+def parameter_groups(model, learning_rate: float, weight_decay: float, layer_decay: float = 1.0) -> list[dict]:
+  """AdamW groups: no weight decay on biases and LayerNorm; learning rate * layer_decay^(num_layers + 1 - depth) with
+  depth 0 for the embeddings, i + 1 for encoder layer i and num_layers + 1 above (pooler, classifier), as
+  tasks.regimes.update_scales (which scales our AdamW updates, the same thing)."""
+  num_layers = model.config.num_hidden_layers
+  groups: dict[tuple[bool, int], list] = {}
+  for name, parameter in model.named_parameters():
+    layer = re.search(r"\.encoder\.layer\.(\d+)\.", name)
+    depth = 0 if ".embeddings." in name else int(layer.group(1)) + 1 if layer else num_layers + 1
+    decays = not (name.endswith("bias") or "LayerNorm" in name)
+    groups.setdefault((decays, depth), []).append(parameter)
+  return [{"params": params, "weight_decay": weight_decay if decays else 0.0,
+           "lr": learning_rate * layer_decay ** (num_layers + 1 - depth)}
+          for (decays, depth), params in sorted(groups.items())]
 
 
 def classification_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Tensor, *, rdrop: float = 0.0,

@@ -49,3 +49,42 @@ def test_bad_regime_names_the_choices():
     regimes.update_scales(PARAMS, num_layers=2, regime="half")
   with pytest.raises(ValueError, match="top_k"):
     regimes.update_scales(PARAMS, num_layers=2, regime="top_k", top_k=0)
+
+
+def test_hf_reference_learning_rates_and_weight_decay_match_ours():
+  """benchmarks.finetune_reference's AdamW groups give every HF tensor the learning-rate factor (layer-wise decay) and
+  weight decay that our update scales and decay mask give the same tensor of our tree."""
+  import transformers  # pylint: disable=import-outside-toplevel
+  from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel
+  from encoder import config as encoder_config, hf_checkpoint  # pylint: disable=import-outside-toplevel
+  from launch import optimizer  # pylint: disable=import-outside-toplevel
+  cfg = encoder_config.EncoderConfig(vocab_size=50, hidden_size=8, num_layers=3, num_heads=2, intermediate_size=16,
+                                     max_positions=16)
+  hf = transformers.BertForSequenceClassification(transformers.BertConfig(
+      vocab_size=50, hidden_size=8, num_hidden_layers=3, num_attention_heads=2, intermediate_size=16,
+      max_position_embeddings=16, num_labels=3))
+  groups = finetune_reference.parameter_groups(hf, 1e-3, 0.01, layer_decay=0.8)
+  of_tensor = {id(p): (g["lr"] / 1e-3, g["weight_decay"] > 0) for g in groups for p in g["params"]}
+  hf_names = dict(hf.named_parameters())
+  assert sum(len(g["params"]) for g in groups) == len(hf_names)
+  ours = {}
+  for t in hf_checkpoint._encoder_tensors(cfg):  # pylint: disable=protected-access
+    tree = ours
+    for key in ("encoder",) + t.path[:-1]:
+      tree = tree.setdefault(key, {})
+    tree[t.path[-1]] = (t.hf_names, np.zeros(t.shape))
+  ours["heads"] = {"classification": {"classifier": {"kernel": (("classifier.weight",), np.zeros((8, 3))),
+                                                     "bias": (("classifier.bias",), np.zeros(3))}}}
+  names = jax.tree.map(lambda leaf: leaf[0], ours, is_leaf=lambda x: isinstance(x, tuple))
+  params = jax.tree.map(lambda leaf: leaf[1], ours, is_leaf=lambda x: isinstance(x, tuple))
+  scales = regimes.update_scales(params, num_layers=3, layer_decay=0.8)
+  decays = optimizer.decay_mask(params)
+  checked = 0
+  for hf_group, scale, decay in zip(jax.tree.leaves(names, is_leaf=lambda x: isinstance(x, tuple)),
+                                    jax.tree.leaves(scales), jax.tree.leaves(decays)):
+    for name in hf_group:
+      factor, decayed = of_tensor[id(hf_names[name if name.startswith("classifier") else "bert." + name])]
+      np.testing.assert_allclose(factor, scale, rtol=1e-12, err_msg=name)
+      assert decayed == decay, name
+      checked += 1
+  assert checked == len(hf_names)
