@@ -45,16 +45,17 @@ def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
 
 
 def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size: int, learning_rate: float,
-          warmup_fraction: float, weight_decay: float, seed: int, layer_decay: float = 1.0, rdrop: float = 0.0,
-          score_weight: float = 0.0) -> dict[str, float]:
-  """Fine-tunes in place; returns train_seconds and examples_per_s. layer_decay < 1: layer-wise learning rates as
-  `parameter_groups`. rdrop > 0 ("sequence"): R-Drop with that alpha, as tasks.classification.rdrop_loss (each
+          warmup_fraction: float, weight_decay: float, seed: int, layer_decay: float = 1.0, regime: str = "full",
+          top_k: int = 0, rdrop: float = 0.0, score_weight: float = 0.0) -> dict[str, float]:
+  """Fine-tunes in place; returns train_seconds and examples_per_s. Learning rates per layer and frozen parameters
+  (layer_decay, regime, top_k) as `parameter_groups`. rdrop > 0 ("sequence"): R-Drop with that alpha, as tasks.classification.rdrop_loss (each
   example twice in the batch, adjacent). score_weight > 0 ("sequence"): the model's last output regresses the
   example's score, as tasks.classification.with_score."""
   lengths = batching.lengths_of(examples)
   schedule_steps = sum(len(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=e))
                        for e in range(epochs))
-  optimizer = torch.optim.AdamW(parameter_groups(model, learning_rate, weight_decay, layer_decay), lr=learning_rate)
+  optimizer = torch.optim.AdamW(parameter_groups(model, learning_rate, weight_decay, layer_decay, regime, top_k),
+                                lr=learning_rate)
   scheduler = transformers.get_linear_schedule_with_warmup(optimizer, int(warmup_fraction * schedule_steps),
                                                            schedule_steps)
   model.train()
@@ -84,17 +85,21 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
   return {"train_seconds": seconds, "examples_per_s": seen / seconds}
 
 
-def parameter_groups(model, learning_rate: float, weight_decay: float, layer_decay: float = 1.0) -> list[dict]:
-  """AdamW groups: no weight decay on biases and LayerNorm; learning rate * layer_decay^(num_layers + 1 - depth) with
-  depth 0 for the embeddings, i + 1 for encoder layer i and num_layers + 1 above (pooler, classifier), as
-  tasks.regimes.update_scales (which scales our AdamW updates, the same thing)."""
+def parameter_groups(model, learning_rate: float, weight_decay: float, layer_decay: float = 1.0,
+                     regime: str = "full", top_k: int = 0) -> list[dict]:
+  """AdamW groups as tasks.regimes.update_scales and launch.optimizer.decay_mask: learning rate *
+  layer_decay^(num_layers + 1 - depth) with depth 0 for the embeddings, i + 1 for encoder layer i and num_layers + 1
+  above (pooler, classifier); no weight decay on biases and LayerNorm; parameters the regime freezes ("frozen": the
+  encoder, "top_k": all but its top k layers) get requires_grad False and no group."""
   num_layers = model.config.num_hidden_layers
   groups: dict[tuple[bool, int], list] = {}
   for name, parameter in model.named_parameters():
     layer = re.search(r"\.encoder\.layer\.(\d+)\.", name)
     depth = 0 if ".embeddings." in name else int(layer.group(1)) + 1 if layer else num_layers + 1
-    decays = not (name.endswith("bias") or "LayerNorm" in name)
-    groups.setdefault((decays, depth), []).append(parameter)
+    frozen = {"full": False, "frozen": depth <= num_layers, "top_k": depth <= num_layers - top_k}[regime]
+    parameter.requires_grad_(not frozen)
+    if not frozen:
+      groups.setdefault((not (name.endswith("bias") or "LayerNorm" in name), depth), []).append(parameter)
   return [{"params": params, "weight_decay": weight_decay if decays else 0.0,
            "lr": learning_rate * layer_decay ** (num_layers + 1 - depth)}
           for (decays, depth), params in sorted(groups.items())]

@@ -39,7 +39,8 @@ def decay_mask(params) -> dict:
 def make_optimizer(opt: ml_collections.ConfigDict, num_train_steps: int,
                    scales: Any = None) -> optax.GradientTransformation:
   """Clipping -> AdamW/LAMB with the schedule; weight decay masked by `decay_mask`. `scales` (a tree like the params,
-  `tasks.regimes.update_scales`) zeroes frozen gradients before clipping and scales every update after."""
+  `tasks.regimes.update_scales`) zeroes frozen gradients before clipping, keeps Adam moments only for the parameters
+  that train, and scales every update after."""
   schedule = learning_rate_schedule(opt, num_train_steps)
   if opt.name == "adamw":
     base = optax.adamw(schedule, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay, mask=decay_mask)
@@ -53,9 +54,10 @@ def make_optimizer(opt: ml_collections.ConfigDict, num_train_steps: int,
     tx = optax.chain(clip, base)
   elif 0.0 not in factors:
     tx = optax.chain(clip, base, regimes.scale_updates(scales))
-  else:
-    live = jax.tree.map(lambda s: float(s > 0), scales)
-    tx = optax.chain(regimes.scale_updates(live), clip, base, regimes.scale_updates(scales))
+  else:  # Frozen parameters (factor 0): no gradient in the clipping norm, no optimizer state, no update.
+    live = jax.tree.map(lambda s: s > 0, scales)
+    tx = optax.chain(regimes.scale_updates(jax.tree.map(float, live)), clip, optax.masked(base, live),
+                     regimes.scale_updates(scales))
   decay = opt.get("ema_decay", 0.0)
   if not 0.0 <= decay < 1.0:
     raise ValueError(f"config.optimizer.ema_decay={decay} must be in [0, 1) (0 = no average)")

@@ -37,6 +37,8 @@ class StepFns:
   objectives: Sequence[Objective] = flax.struct.field(pytree_node=False)
   weights: dict = flax.struct.field(pytree_node=False)
   tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)
+  # Per-parameter bools like the params, False for frozen ones (fine-tuning regimes); None: every parameter trains.
+  trainable: Any = flax.struct.field(pytree_node=False, default=None)
 
 
 def init_state(fns: StepFns, example_batch: dict[str, jax.Array], pretrained: dict | None = None, *,
@@ -94,6 +96,8 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
     key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
 
   def loss_fn(params, micro, micro_key):
+    if fns.trainable is not None:  # Frozen parameters get a zero gradient: XLA drops the backward work for them.
+      params = jax.tree.map(lambda p, t: p if t else jax.lax.stop_gradient(p), params, fns.trainable)
     predictions = fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key})
     metrics = objective_metrics(fns.objectives, predictions, micro)
     share = weighted_loss(fns.weights, {o.name: metrics[f"{o.name}_loss"][0] for o in fns.objectives}, counts)

@@ -101,8 +101,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     abstract_params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), example, train=False))["params"]
     scales = regimes.update_scales(abstract_params, num_layers=cfg.num_layers, regime=config.regime,
                                    top_k=config.top_k, layer_decay=config.layer_decay)
+  trainable = None if scales is None or min(jax.tree.leaves(scales)) > 0 else jax.tree.map(lambda s: s > 0, scales)
   fns = steps.StepFns(model, work.objectives, work.weights, optimizer.make_optimizer(config.optimizer, total_steps,
-                                                                                     scales))
+                                                                                     scales), trainable)
   mesh = sharding.make_mesh(config.mesh_model)
   replicated = NamedSharding(mesh, P())
 

@@ -102,3 +102,40 @@ def test_rdrop_runs_each_example_twice_and_equals_the_plain_step_without_dropout
   for a, b in zip(jax.tree.leaves(rdrop.params), jax.tree.leaves(plain.params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
   assert float(train(1.0, 0.1)[1]["classification_rdrop_kl"][0]) > 1e-4
+
+
+def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
+  """A regime that freezes the embeddings and the first layer (top_k=1 of 2, layer decay 0.5): with
+  StepFns.trainable the gradient program does less arithmetic (XLA's FLOP count) and the optimizer keeps no moments
+  for frozen parameters, yet three steps give the parameters of the plain gradient with frozen updates zeroed."""
+  import optax  # pylint: disable=import-outside-toplevel
+  from tasks import regimes  # pylint: disable=import-outside-toplevel
+  cfg = preset("tiny", vocab_size=100, max_positions=32)
+  objectives = [registry.build("mlm"), registry.build("nsp")]
+  model, batch = PretrainingModel(cfg, objectives), _batch()
+  params = model.init(jax.random.PRNGKey(0), batch, train=False)["params"]
+  scales = regimes.update_scales(params, num_layers=2, regime="top_k", top_k=1, layer_decay=0.5)
+  live = jax.tree.map(lambda s: s > 0, scales)
+  opt = common.optimizer_config(warmup_steps=1)
+  lean = steps.StepFns(model, objectives, {"mlm": 1.0, "nsp": 1.0}, optimizer.make_optimizer(opt, 10, scales), live)
+  base = optax.adamw(optimizer.learning_rate_schedule(opt, 10), eps=opt.eps, weight_decay=opt.weight_decay,
+                     mask=optimizer.decay_mask)  # Every parameter through AdamW, frozen updates scaled to zero.
+  plain = steps.StepFns(model, objectives, {"mlm": 1.0, "nsp": 1.0}, optax.chain(
+      regimes.scale_updates(jax.tree.map(float, live)), optax.clip_by_global_norm(opt.clip_norm), base,
+      regimes.scale_updates(scales)))
+  flops = [jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1)).lower(
+      steps.init_state(fns, batch, seed=0), batch).compile().cost_analysis()["flops"] for fns in (lean, plain)]
+  assert flops[0] < 0.9 * flops[1]
+  states, start = [], steps.init_state(lean, batch, seed=0)
+  for fns in (lean, plain):
+    step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
+    state = steps.init_state(fns, batch, seed=0)
+    acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
+    for _ in range(3):
+      state, acc = step(state, batch, acc)
+    states.append(state)
+  assert len(jax.tree.leaves(states[0].opt_state)) < len(jax.tree.leaves(states[1].opt_state))
+  embeddings = states[0].params["encoder"]["embeddings"]["word_embeddings"]["embedding"]
+  np.testing.assert_array_equal(embeddings, start.params["encoder"]["embeddings"]["word_embeddings"]["embedding"])
+  for a, b in zip(jax.tree.leaves(states[0].params), jax.tree.leaves(states[1].params)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
