@@ -51,9 +51,11 @@ def test_bad_regime_names_the_choices():
     regimes.update_scales(PARAMS, num_layers=2, regime="top_k", top_k=0)
 
 
-def test_hf_reference_learning_rates_and_weight_decay_match_ours():
-  """benchmarks.finetune_reference's AdamW groups give every HF tensor the learning-rate factor (layer-wise decay) and
-  weight decay that our update scales and decay mask give the same tensor of our tree."""
+@pytest.mark.parametrize("regime, top_k, layer_decay", [("full", 0, 0.8), ("top_k", 2, 1.0), ("frozen", 0, 0.9)])
+def test_hf_reference_learning_rates_weight_decay_and_frozen_parameters_match_ours(regime, top_k, layer_decay):
+  """benchmarks.finetune_reference's AdamW groups give every HF tensor the learning-rate factor (layer-wise decay),
+  weight decay and freezing (no group, requires_grad off) that our update scales and decay mask give the same tensor
+  of our tree."""
   import transformers  # pylint: disable=import-outside-toplevel
   from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel
   from encoder import config as encoder_config, hf_checkpoint  # pylint: disable=import-outside-toplevel
@@ -63,10 +65,9 @@ def test_hf_reference_learning_rates_and_weight_decay_match_ours():
   hf = transformers.BertForSequenceClassification(transformers.BertConfig(
       vocab_size=50, hidden_size=8, num_hidden_layers=3, num_attention_heads=2, intermediate_size=16,
       max_position_embeddings=16, num_labels=3))
-  groups = finetune_reference.parameter_groups(hf, 1e-3, 0.01, layer_decay=0.8)
+  groups = finetune_reference.parameter_groups(hf, 1e-3, 0.01, layer_decay, regime, top_k)
   of_tensor = {id(p): (g["lr"] / 1e-3, g["weight_decay"] > 0) for g in groups for p in g["params"]}
   hf_names = dict(hf.named_parameters())
-  assert sum(len(g["params"]) for g in groups) == len(hf_names)
   ours = {}
   for t in hf_checkpoint._encoder_tensors(cfg):  # pylint: disable=protected-access
     tree = ours
@@ -77,14 +78,18 @@ def test_hf_reference_learning_rates_and_weight_decay_match_ours():
                                                      "bias": (("classifier.bias",), np.zeros(3))}}}
   names = jax.tree.map(lambda leaf: leaf[0], ours, is_leaf=lambda x: isinstance(x, tuple))
   params = jax.tree.map(lambda leaf: leaf[1], ours, is_leaf=lambda x: isinstance(x, tuple))
-  scales = regimes.update_scales(params, num_layers=3, layer_decay=0.8)
+  scales = regimes.update_scales(params, num_layers=3, regime=regime, top_k=top_k, layer_decay=layer_decay)
   decays = optimizer.decay_mask(params)
   checked = 0
   for hf_group, scale, decay in zip(jax.tree.leaves(names, is_leaf=lambda x: isinstance(x, tuple)),
                                     jax.tree.leaves(scales), jax.tree.leaves(decays)):
     for name in hf_group:
-      factor, decayed = of_tensor[id(hf_names[name if name.startswith("classifier") else "bert." + name])]
-      np.testing.assert_allclose(factor, scale, rtol=1e-12, err_msg=name)
-      assert decayed == decay, name
+      parameter = hf_names[name if name.startswith("classifier") else "bert." + name]
+      assert parameter.requires_grad == (scale > 0) == (id(parameter) in of_tensor), name
+      if scale > 0:
+        factor, decayed = of_tensor[id(parameter)]
+        np.testing.assert_allclose(factor, scale, rtol=1e-12, err_msg=name)
+        assert decayed == decay, name
       checked += 1
-  assert checked == len(hf_names)
+  assert checked == len(hf_names) and len(of_tensor) == sum(p.requires_grad for p in hf_names.values())
+  assert 0 < len(of_tensor) < len(hf_names) if regime != "full" else len(of_tensor) == len(hf_names)
