@@ -48,9 +48,9 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
           warmup_fraction: float, weight_decay: float, seed: int, layer_decay: float = 1.0, regime: str = "full",
           top_k: int = 0, rdrop: float = 0.0, score_weight: float = 0.0) -> dict[str, float]:
   """Fine-tunes in place; returns train_seconds and examples_per_s. Learning rates per layer and frozen parameters
-  (layer_decay, regime, top_k) as `parameter_groups`. rdrop > 0 ("sequence"): R-Drop with that alpha, as tasks.classification.rdrop_loss (each
-  example twice in the batch, adjacent). score_weight > 0 ("sequence"): the model's last output regresses the
-  example's score, as tasks.classification.with_score."""
+  (layer_decay, regime, top_k) as `parameter_groups`. rdrop > 0 ("sequence"): R-Drop with that alpha, as
+  tasks.classification.rdrop_loss (each example twice in the batch, adjacent). score_weight > 0 ("sequence"): the
+  model's last output regresses the example's score, as tasks.classification.with_score."""
   lengths = batching.lengths_of(examples)
   schedule_steps = sum(len(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=e))
                        for e in range(epochs))

@@ -24,7 +24,7 @@ TASK_PRESETS: dict[str, dict] = {
     "sst2": dict(name="classification", dataset="sst2", test_split="", metric="accuracy", max_length=64,
                  epochs=3, learning_rate=1e-4, layer_decay=0.8),
     "sick": dict(name="classification", dataset="sick", metric="accuracy", max_length=128, epochs=4,
-                 learning_rate=1e-4),
+                 learning_rate=1e-4, regime="top_k", top_k=6),  # Every MiniLM layer trains; the embeddings stay.
     "sick_relatedness": dict(name="regression", dataset="sick", metric="pearson", max_length=128, epochs=4,
                              learning_rate=1e-4),
     "conll2003": dict(name="tagging", dataset="conll2003", scheme="IOB2", source_scheme="IOB2", metric="f1",
@@ -36,7 +36,8 @@ TASK_PRESETS: dict[str, dict] = {
     "ud_pos": dict(name="tagging", dataset="ud_ewt_upos", scheme="", metric="accuracy", epochs=5,
                    learning_rate=1e-4, labels=UPOS, case_features=16, last_subword=True),
 }
-RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay")  # Preset keys that set training fields, not task fields.
+# Preset keys that set training fields, not task fields.
+RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay", "regime", "top_k")
 
 
 def task_block(**preset) -> ml_collections.ConfigDict:
@@ -105,8 +106,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data.prefetch = 2  # Batches prepared ahead on background threads.
 
   config.epochs = preset["epochs"]  # Passes over the training split (num_train_steps = epochs * batches/epoch).
-  config.regime = "full"  # "full", "frozen" (head only) or "top_k" (the top `top_k` layers + head).
-  config.top_k = 0  # Layers trained by regime "top_k".
+  config.regime = preset.get("regime", "full")  # "full", "frozen" (head only) or "top_k" (top `top_k` layers + head).
+  config.top_k = preset.get("top_k", 0)  # Layers trained by regime "top_k".
   # Layer-wise LR decay: layer l's LR is lr * layer_decay^(num_layers + 1 - depth) (1.0: none).
   config.layer_decay = preset.get("layer_decay", 1.0)
   config.optimizer = common.optimizer_config(learning_rate=preset["learning_rate"], eps=1e-8)  # AdamW.
@@ -130,6 +131,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.test_split = "test[:32]" if config.task.test_split else ""
     config.task.max_length = 32
     config.task.span_hidden = 32
+    config.top_k = min(config.top_k, config.model.num_layers)
     config.data.buckets = (16, 32)
     config.epochs = 2
     config.batch_size = 16
