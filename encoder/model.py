@@ -111,12 +111,17 @@ def attention_bias(attention_segments: Array, dtype) -> Array:
 
 
 class Embeddings(nn.Module):
-  """word + learned absolute position + segment embeddings -> LayerNorm -> dropout."""
+  """word + learned absolute position + segment embeddings -> LayerNorm -> dropout.
+
+  The lookups gather in the parameters' dtype and cast after: the gradient of a gather is a scatter-add into the
+  table, and in bfloat16 on a GPU that is an atomic compare-and-swap loop; every row of a batch adds into the same
+  few position rows, so the MiniLM bf16 backward took 126 ms instead of 13 ms per 256 x 128 batch on an H100.
+  """
   cfg: EncoderConfig
 
   def setup(self):
     cfg = self.cfg
-    embed = lambda n, name: nn.Embed(n, cfg.hidden_size, embedding_init=_init(cfg), dtype=cfg.dtype,
+    embed = lambda n, name: nn.Embed(n, cfg.hidden_size, embedding_init=_init(cfg), dtype=cfg.param_dtype,
                                      param_dtype=cfg.param_dtype, name=name)
     self.word_embeddings = embed(cfg.vocab_size, "word_embeddings")
     self.position_embeddings = embed(cfg.max_positions, "position_embeddings")
@@ -126,13 +131,15 @@ class Embeddings(nn.Module):
 
   def __call__(self, input_ids, type_ids, positions, train: bool):
     x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(type_ids)
+    x = x.astype(self.cfg.dtype)
     if not self.cfg.pre_layer_norm:  # Pre-LN normalizes inside each block instead.
       x = self.layer_norm(x)
     return dropout(x, self.cfg.hidden_dropout, _dropout_key(self, self.cfg.hidden_dropout, train))
 
   def attend(self, hidden: Array) -> Array:
-    """hidden [..., hidden] -> logits [..., vocab] with the tied word embeddings (MLM decoders)."""
-    return self.word_embeddings.attend(hidden)
+    """hidden [..., hidden] -> logits [..., vocab] with the tied word embeddings (MLM decoders), in compute dtype."""
+    table = self.word_embeddings.embedding.astype(self.cfg.dtype)
+    return jnp.dot(hidden.astype(self.cfg.dtype), table.T)
 
 
 class SelfAttention(nn.Module):
