@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from configs import common, finetune
-from launch import finetune_data, host_memory, metrics_writer, train, xla_flags
+from launch import cli, config_checks, finetune_data, host_memory, metrics_writer, train, xla_flags
 from tasks import bootstrap, evaluation
 from tasks import examples as task_examples
 
@@ -28,8 +28,13 @@ WORD_TASKS = ("tagging", "span_ner")
 
 
 def _set(config, assignment: str) -> None:
-  """'optimizer.learning_rate=5e-5' -> the config field (the value parsed as a Python literal when it is one)."""
-  key, _, text = assignment.partition("=")
+  """'optimizer.learning_rate=5e-5' -> the config field (the value parsed as a Python literal when it is one); a
+  mistyped key or a value of the wrong type is a ConfigError naming it."""
+  key, equals, text = assignment.partition("=")
+  if not equals:
+    raise config_checks.ConfigError(f"--set {assignment!r}: expected key=value (--set optimizer.learning_rate=5e-5)")
+  config_checks.check_overrides(config, [(key, text)], f"task={config.task.dataset or config.task.name}",
+                                flag="--set ")
   try:
     value = ast.literal_eval(text)
   except (ValueError, SyntaxError):
@@ -158,4 +163,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

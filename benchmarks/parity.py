@@ -24,10 +24,12 @@ from encoder import Encoder
 from encoder.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
+from launch import cli
+from tasks.readers.lines import numbered_lines
 
 
 def read_lines(path: Path, count: int) -> list[str]:
-  lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines()]
+  lines = [line.strip() for _, line in numbered_lines(path)]  # A non-UTF-8 line is an error naming it.
   lines = [line for line in lines if line]
   if len(lines) < count:
     raise SystemExit(f"{path}: only {len(lines)} non-empty lines, {count} requested")
@@ -110,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

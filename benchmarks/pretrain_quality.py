@@ -34,7 +34,7 @@ import ml_collections
 import numpy as np
 
 from configs import pretrain
-from launch import demo, host_memory, input_pipeline, metrics_writer, train, xla_flags
+from launch import cli, demo, host_memory, input_pipeline, metrics_writer, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
 
@@ -203,4 +203,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -18,12 +18,16 @@ Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 
   + 6 * (H^2 + H V) * masked                            MLM transform + tied vocabulary projection, masked tokens only
   + 6 * (H^2 + 2 H) * rows                              pooler + NSP classifier on [CLS]
 mfu = useful_flops / median step time / ceiling, ceiling = FLOP/s of a jitted 2048^3 (CPU) or 8192^3 (GPU) matmul in
-the run's compute dtype measured in the same run (launch.flops.matmul_ceiling, best of 3, once per round; the median
+the run's compute dtype, float32 result, measured in the same run (launch.flops.matmul_ceiling, best of 3, once per
+round; the median
 over rounds).
 
 On a GPU, HF runs on CUDA beside us (benchmarks.torch_device). --precision sets both frameworks' arithmetic: `default`
 is JAX's float32 default (full float32 on CPU, TF32 on recent NVIDIA GPUs; the reference mirrors it), `float32` forces
 full float32 matmuls, `bfloat16` is mixed precision (our EncoderConfig.dtype, HF under torch.autocast; float32 params).
+With `bfloat16` our float32 step runs in the same rounds too (`f32_step_s`, beside `bf16_step_s`), and both matmul
+ceilings are measured (`f32_ceiling_gflops`, `bf16_ceiling_gflops`): bf16 can pay only where the second is well above
+the first.
 
   python -m benchmarks.pretrain_throughput [--rounds 5] [--steps 2] [--gelu exact|tanh] [--precision P] [--no-hf]
 Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).
@@ -45,9 +49,10 @@ from configs import common, paths
 from encoder.config import preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
-from launch import flops, host_memory, optimizer, steps, xla_flags
+from launch import cli, flops, host_memory, optimizer, steps, xla_flags
 from launch.model import PretrainingModel
 from objectives import masking, registry
+from tasks.readers.lines import numbered_lines
 
 
 def useful_flops(cfg, rows: int, length: int, masked: int) -> float:
@@ -61,7 +66,7 @@ def nsp_batch(text: Path, tokenizer, rows: int, length: int, seed: int) -> dict[
   """`rows` full-length [CLS] A [SEP] B [SEP] pairs from WikiText paragraphs: B is the paragraph's second half
   (label 0, IsNext) or another paragraph's second half (label 1, NotNext); no padding."""
   rng = np.random.default_rng(seed)
-  paragraphs = [line.strip() for line in text.read_text(encoding="utf-8").splitlines()]
+  paragraphs = [line.strip() for _, line in numbered_lines(text)]  # A non-UTF-8 line is an error naming it.
   paragraphs = [p.split(" . ") for p in paragraphs if p and not p.startswith("=") and p.count(" . ") >= 3]
   halves = [(" . ".join(s[:len(s) // 2]) + " .", " . ".join(s[len(s) // 2:])) for s in paragraphs]
   ids, types, labels = [], [], []
@@ -221,6 +226,8 @@ def main() -> None:
   total_steps = 2 + args.rounds * args.steps
 
   runners = {"ours": OurStep(cfg, batch, total_steps)}
+  if dtype == jnp.bfloat16:
+    runners["ours_f32"] = OurStep(cfg.replace(dtype=jnp.float32), batch, total_steps)
   if not args.no_dense:
     runners["ours_dense_head"] = OurStep(cfg, dense_head_batch(batch), total_steps)
   if not args.no_hf:
@@ -231,12 +238,14 @@ def main() -> None:
   for name in reversed(runners):  # One untimed alternation: the shared heap settles to every runner's blocks.
     runners[name]()
   times = {name: [] for name in runners}
-  ceilings = []
+  ceilings, f32_ceilings = [], []
   for round_index in range(args.rounds):
     order = list(runners) if round_index % 2 == 0 else list(reversed(runners))
     for name in order:
       times[name] += timed(runners[name], args.steps)
     ceilings.append(flops.matmul_ceiling(repeats=3, dtype=dtype))
+    if dtype == jnp.bfloat16:
+      f32_ceilings.append(flops.matmul_ceiling(repeats=3))
     print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
         f"{name} {statistics.median(t[-args.steps:]):.2f} s/step" for name, t in times.items())
         + f", matmul {ceilings[-1] / 1e9:.0f} GFLOP/s", flush=True)
@@ -263,6 +272,11 @@ def main() -> None:
       "note": "HF projects onto the vocabulary at every position, ours at the masked ones only (DESIGN); "
               "tokens_per_s_dense_head is ours with the dense projection",
   }
+  if dtype == jnp.bfloat16:
+    result.update(bf16_step_s=round(step_s["ours"], 3), f32_step_s=round(step_s["ours_f32"], 3),
+                  bf16_speedup=round(step_s["ours_f32"] / step_s["ours"], 3),
+                  bf16_ceiling_gflops=round(ceiling / 1e9, 1),
+                  f32_ceiling_gflops=round(statistics.median(f32_ceilings) / 1e9, 1))
   print(f"{'':16s} {'s/step':>8s} {'tokens/s':>9s} {'min s':>7s} {'max s':>7s} {'warm-up s':>9s}")
   for name in runners:
     print(f"{name:16s} {step_s[name]:8.3f} {per_s[name]:9.1f} {min(times[name]):7.3f} {max(times[name]):7.3f} "
@@ -276,4 +290,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  cli.run(main)

@@ -5,6 +5,7 @@ one place; size presets come from encoder.config.PRESETS.
 """
 
 import dataclasses
+import difflib
 import json
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import ml_collections
 
 from encoder import hf_checkpoint, pretrained
 from encoder.config import preset
+from launch.config_checks import ConfigError
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
@@ -21,14 +23,23 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   for item in filter(None, (arg or "").split(",")):
     key, has_value, value = item.partition("=")
     if key not in defaults:
-      raise ValueError(f"unknown config argument {key!r} in {arg!r}; known: {sorted(defaults)}")
+      close = difflib.get_close_matches(key, defaults, n=1)
+      raise ConfigError(f"unknown config argument {key!r} in {arg!r}{f'; did you mean {close[0]!r}?' if close else ''}"
+                        f" (known: {', '.join(sorted(defaults))})")
     default = defaults[key]
     if not has_value:
       parsed[key] = True
     elif isinstance(default, bool):
+      if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
+        raise ConfigError(f"config argument {key}={value!r} in {arg!r}: expected true or false")
       parsed[key] = value.lower() in ("1", "true", "yes")
     else:
-      parsed[key] = type(default)(value)
+      try:
+        parsed[key] = type(default)(value)
+      except ValueError:
+        kind = {int: "an integer", float: "a number"}.get(type(default), type(default).__name__)
+        raise ConfigError(f"config argument {key}={value!r} in {arg!r}: expected {kind} (e.g. {key}={default})"
+                          ) from None
   return parsed
 
 
@@ -86,14 +97,21 @@ def model_from_init(init: str) -> tuple[ml_collections.ConfigDict, str]:
   """(config.model, tokenizer) of the checkpoint named by `init` ("hf:..." or "run:..."), read from its config."""
   kind, _, where = init.partition(":")
   if kind == "hf":
-    directory = pretrained.resolve_checkpoint(where)
-    cfg = hf_checkpoint.config_from_hf(json.loads((directory / "config.json").read_text()), str(directory))
+    try:
+      directory = pretrained.resolve_checkpoint(where)
+    except (ValueError, FileNotFoundError) as err:
+      raise ConfigError(f"init={init!r}: {err}") from None
+    cfg = hf_checkpoint.checked_config(directory)  # A CheckpointError naming the file, before any data is read.
     fields = dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32"}
     return ml_collections.ConfigDict(fields), str(directory)
   if kind == "run":
     saved = Path(where) / "config.json"
     if not saved.is_file():
-      raise FileNotFoundError(f"init={init!r}: {saved} does not exist; give the workdir of a training run")
-    run = json.loads(saved.read_text())
-    return ml_collections.ConfigDict(run["model"]), run["data"]["tokenizer"]
-  raise ValueError(f"init={init!r} must start with 'hf:' or 'run:' (or be '' for random init)")
+      raise ConfigError(f"init={init!r}: {saved} does not exist; expected the workdir of a training run")
+    try:
+      run = json.loads(saved.read_text(encoding="utf-8"))
+      return ml_collections.ConfigDict(run["model"]), run["data"]["tokenizer"]
+    except (ValueError, KeyError, TypeError) as err:
+      raise ConfigError(f"init={init!r}: {saved} is not a run's config.json (expected JSON with model and "
+                        f"data.tokenizer; {type(err).__name__}: {err})") from None
+  raise ConfigError(f"init={init!r} must start with 'hf:' or 'run:' (or be '' for random init)")

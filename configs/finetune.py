@@ -11,9 +11,12 @@ need only config: --config.task.format=tsv --config.task.files=train:a.tsv,valid
 --config.task.columns=text_a:sentence1,text_b:sentence2,label:label --config.task.labels=... (see `task_block`).
 """
 
+import difflib
+
 import ml_collections
 
 from configs import common
+from launch.config_checks import ConfigError
 
 UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
         "SYM", "VERB", "X")  # The 17 Universal POS tags.
@@ -81,7 +84,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The fine-tuning config for `arg` ('task=conll2003,init=hf:all-MiniLM-L6-v2,runlocal')."""
   arg = common.parse_arg(arg, task="sick", init="hf:all-MiniLM-L6-v2", runlocal=False)
   if arg.task not in TASK_PRESETS:
-    raise ValueError(f"task={arg.task!r} is not one of {sorted(TASK_PRESETS)} (configs/finetune.py TASK_PRESETS)")
+    close = difflib.get_close_matches(arg.task, TASK_PRESETS, n=1)
+    raise ConfigError(f"task={arg.task!r} is not a task{f'; did you mean {close[0]!r}?' if close else ''} (known: "
+                      f"{', '.join(sorted(TASK_PRESETS))}; configs/finetune.py TASK_PRESETS)")
   preset = TASK_PRESETS[arg.task]
   config = ml_collections.ConfigDict()  # Locked before it is returned.
   config.objectives = ""  # Unused by fine-tuning (the task is the only objective).

@@ -227,12 +227,27 @@ def _read_config(directory: Path) -> EncoderConfig:
     raise MissingConfigError(f"{path} not found: a HuggingFace checkpoint directory needs {CONFIG_FILE} beside "
                              f"{WEIGHTS_FILE}")
   try:
-    hf_config = json.loads(path.read_text())
+    hf_config = json.loads(path.read_text(encoding="utf-8"))
   except json.JSONDecodeError as err:
-    raise CorruptCheckpointError(f"{path}, line {err.lineno}: not valid JSON ({err.msg})") from err
+    raise CorruptCheckpointError(f"{path}:{err.lineno}: expected JSON, found an error at column {err.colno} "
+                                 f"({err.msg})") from err
+  except UnicodeDecodeError as err:
+    raise CorruptCheckpointError(f"{path}: expected UTF-8 JSON, found byte {err.object[err.start]:#x} at offset "
+                                 f"{err.start}") from err
   if not isinstance(hf_config, dict):
-    raise CorruptCheckpointError(f"{path}: expected a JSON object")
+    raise CorruptCheckpointError(f"{path}: expected a JSON object, found a {type(hf_config).__name__}")
   return config_from_hf(hf_config, str(path))
+
+
+def checked_config(directory: str | os.PathLike) -> EncoderConfig:
+  """The EncoderConfig of a checkpoint directory, once it is known to hold a usable config.json and safetensors
+  weights (not read): what a config file needs to fail early, naming the file, instead of when the weights load."""
+  directory = Path(directory)
+  if not directory.is_dir():
+    raise MissingConfigError(f"{directory} is not a directory: expected a HuggingFace checkpoint directory")
+  cfg = _read_config(directory)
+  _weight_files(directory)
+  return cfg
 
 
 def _weight_files(directory: Path) -> list[Path]:

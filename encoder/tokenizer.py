@@ -137,6 +137,10 @@ class Tokenizer:
     return directory
 
 
+class TokenizerError(ValueError):
+  """A tokenizer file that is not loaded (a pickle, an unknown format); the message names the file."""
+
+
 def load_tokenizer(path: str | Path, *, lowercase: bool | None = None) -> Tokenizer:
   """A tokenizer from a directory (tokenizer.json, else vocab.txt, else one *.model) or one of those files.
 
@@ -156,7 +160,7 @@ def load_tokenizer(path: str | Path, *, lowercase: bool | None = None) -> Tokeni
   with open(path, "rb") as handle:
     head = handle.read(4)
   if head.startswith(_PICKLE_MAGIC):
-    raise ValueError(f"{path}: looks like a pickle/zip archive, which is not loaded (it can run code); "
+    raise TokenizerError(f"{path}: looks like a pickle/zip archive, which is not loaded (it can run code); "
                      "give a tokenizer.json, vocab.txt or SentencePiece .model")
   if path.suffix == ".json":
     return Tokenizer(wordpiece.load_tokenizer_json(path, SPECIAL_TOKENS))
@@ -164,8 +168,8 @@ def load_tokenizer(path: str | Path, *, lowercase: bool | None = None) -> Tokeni
     return Tokenizer(wordpiece.load_vocab_txt(path, SPECIAL_TOKENS, lowercase))
   if path.suffix == ".model":
     return Tokenizer(sentencepiece_tokenizer.load_model(path, SPECIAL_TOKENS))
-  raise ValueError(f"{path}: unknown tokenizer format {path.suffix!r}; give a tokenizer.json, a vocab.txt "
-                   "or a SentencePiece .model (or a directory holding one)")
+  raise TokenizerError(f"{path}: unknown tokenizer format {path.suffix!r}; give a tokenizer.json, a vocab.txt "
+                       "or a SentencePiece .model (or a directory holding one)")
 
 
 def train_wordpiece(files: Iterable[str | Path], vocab_size: int, *, lowercase: bool = True,

@@ -59,23 +59,24 @@ def _parses_as(value: str, default: Any) -> bool:
 
 
 def check_overrides(config: ml_collections.ConfigDict, overrides: Sequence[tuple[str, str | None]],
-                    source: str) -> None:
+                    source: str, flag: str = "--config.") -> None:
   """Raises ConfigError for an override whose key is not in `config` (naming close matches) or whose value does
-  not parse as the field's type. `overrides`: (dotted key, string value or None for a bare boolean flag)."""
+  not parse as the field's type. `overrides`: (dotted key, string value or None for a bare boolean flag); `flag`:
+  how the command line spells an override before its key."""
   leaves = leaf_paths(config)
   for key, value in overrides:
     if key not in leaves:
       close = difflib.get_close_matches(key, leaves, n=3, cutoff=0.6)
       hint = f"; did you mean {' or '.join(close)}?" if close else "; run with --helpfull to list the keys"
-      raise ConfigError(f"unknown config key {key!r} (--config.{key} on the command line, config {source}){hint}")
+      raise ConfigError(f"unknown config key {key!r} ({flag}{key} on the command line, config {source}){hint}")
     default = leaves[key]
     if value is None:
       if not isinstance(default, bool):
-        raise ConfigError(f"--config.{key} needs a value: the field expects {type(default).__name__} "
+        raise ConfigError(f"{flag}{key} needs a value: the field expects {type(default).__name__} "
                           f"(default {default!r}, config {source})")
     elif not _parses_as(value, default):
       raise ConfigError(f"config key {key!r} got {value!r}, which is not a valid {type(default).__name__} "
-                        f"(default {default!r}, config {source}); pass e.g. --config.{key}={default!r}")
+                        f"(default {default!r}, config {source}); pass e.g. {flag}{key}={default!r}")
 
 
 def command_line_overrides(argv: Sequence[str]) -> tuple[str | None, list[tuple[str, str | None]]]:

@@ -4,8 +4,12 @@ The batch of step s is a pure function of (config, s): epoch = s // steps_per_ep
 `tasks.batching.length_bucketed_batches(lengths, B, seed, epoch)`; each batch is padded (dynamic padding to a few
 length buckets) and filled to B rows with example_mask = 0, so shapes are few and fixed in the batch dimension, and a
 resumed run sees exactly the batches it would have seen. Process p of P keeps rows [p*B/P, (p+1)*B/P) of each batch.
+
+Data files are checked before tfds prepares them (`check_splits`): a malformed line, a split without examples or a
+label outside the task's labels is one error naming the file and line.
 """
 
+import difflib
 import functools
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
@@ -16,9 +20,12 @@ import ml_collections
 import numpy as np
 
 from configs import paths
-from launch import config_checks
+from launch import cli, config_checks
 from launch.input_pipeline import tokenizer_for
-from tasks import batching, examples, tfds_builders
+from tasks import batching, examples, readers, tag_schemes, tfds_builders
+
+
+LABELLED_TASKS = ("classification", "tagging", "span_ner")  # Tasks whose files' labels are checked (file_labels).
 
 
 class Split(NamedTuple):
@@ -65,13 +72,25 @@ def _options(columns: str) -> dict[str, Any]:
 def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetConfig:
   """A tfds_builders preset name, or a custom dataset from task.format/files/columns."""
   if task.dataset:
+    if task.dataset not in tfds_builders.PRESETS:
+      close = difflib.get_close_matches(task.dataset, tfds_builders.PRESETS, n=1)
+      raise config_checks.ConfigError(
+          f"config.task.dataset={task.dataset!r} is not a dataset{f'; did you mean {close[0]!r}?' if close else ''} "
+          f"(known: {', '.join(sorted(tfds_builders.PRESETS))}; or set it to '' and give config.task.files)")
     return task.dataset
   if not task.files:
     raise config_checks.ConfigError("config.task.dataset is empty and config.task.files is too: name a dataset of "
                                     f"tasks.tfds_builders.PRESETS {sorted(tfds_builders.PRESETS)} or give files")
+  if task.format not in readers.READERS:
+    raise config_checks.ConfigError(f"config.task.format={task.format!r} is not one of {', '.join(readers.READERS)}")
   files = {}
   for item in task.files.split(","):
-    split, _, path = item.partition(":")
+    split, colon, path = item.partition(":")
+    if not colon or not split or not path:
+      raise config_checks.ConfigError(f"config.task.files={task.files!r}: expected split:path items such as "
+                                      f"train:a.tsv,validation:b.tsv, got {item!r}")
+    if Path(path).is_absolute() and not Path(path).is_file():
+      raise config_checks.ConfigError(f"config.task.files: the {split} file {path} does not exist")
     files[split] = path if Path(path).is_absolute() or Path(path).exists() else str(paths.data_file(path))
   options = _options(task.columns)
   if task.labels and task.format == "tsv":
@@ -79,18 +98,84 @@ def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetCo
   return tfds_builders.custom(task.format, files, **options)
 
 
-def _records(dataset, split: str, cache_dir: str) -> list[dict]:
-  source = tfds_builders.load_split(dataset, split, cache_dir=cache_dir or None)
+def _records(dataset, split: str, cache_dir: str, key: str) -> list[dict]:
+  """Every record of a (prepared) split; `key` names the config field that asked for it in an error."""
+  try:
+    source = tfds_builders.load_split(dataset, split, cache_dir=cache_dir or None)
+  except tfds_builders.SplitError as err:
+    raise config_checks.ConfigError(f"config.task.{key}={split!r}: {err}") from None
   return source.__getitems__(list(range(len(source)))) if len(source) else []
 
 
+def file_labels(task: ml_collections.ConfigDict, labels: Sequence[str], data_format: str) -> list[str] | None:
+  """The task's labels as the data files write them: tags in the files' scheme (`source_scheme`), span labels of a
+  spans file; None when there is nothing to check (regression, other tasks, no labels)."""
+  if task.name not in LABELLED_TASKS or not labels:
+    return None
+  if task.name == "classification" or (task.name == "tagging" and not task.scheme):
+    return list(labels)
+  types = list(labels) if task.name == "span_ner" else tag_schemes.entity_types(labels)
+  return types if data_format == "spans" else tag_schemes.tag_vocab(types, task.source_scheme or task.scheme)
+
+
+def _format(dataset: str | tfds_builders.DatasetConfig) -> str:
+  return (tfds_builders.PRESETS[dataset] if isinstance(dataset, str) else dataset).format
+
+
+def _labels_of(record: dict) -> list[str]:
+  """A reader record's labels: its class label, tags or span labels."""
+  if "tags" in record:
+    return record["tags"]
+  if "spans" in record:
+    return [span["label"] for span in record["spans"]]
+  return [] if record.get("label") is None else [record["label"]]
+
+
+def _check_labels(dataset, split: str, records: Sequence[dict], allowed: Sequence[str] | None) -> None:
+  """A label outside `allowed` (file terms) fails at its line: the split's files are read again, checking labels."""
+  known = set(allowed or ())
+  unknown = next((label for record in records for label in _labels_of(record) if label not in known), None)
+  if allowed is None or unknown is None:
+    return
+  names = tfds_builders.split_names(split)
+  for name in names:
+    for _ in tfds_builders.read_file(dataset, name, label_names=allowed):  # Raises a ReaderError at the line.
+      pass
+  files = ", ".join(str(tfds_builders.split_file(dataset, name)) for name in names)
+  raise cli.UserError(f"{files}: expected the task's labels ({', '.join(allowed)}), found {unknown!r}")
+
+
+def check_splits(task: ml_collections.ConfigDict, dataset, splits: dict[str, str]) -> None:
+  """Reads each split's files once, before tfds prepares them: a malformed line, a split without examples or a label
+  outside the task's labels (config.task.labels, else the training split's) fails naming the file and line."""
+  records = {}
+  for role, split in splits.items():
+    records[role] = []
+    for name in tfds_builders.split_names(split):
+      try:
+        found = list(tfds_builders.read_file(dataset, name))
+      except tfds_builders.SplitError as err:
+        raise config_checks.ConfigError(f"config.task.{role}_split={split!r}: {err}") from None
+      if not found:
+        raise cli.UserError(f"{tfds_builders.split_file(dataset, name)}: expected examples for the {role} split "
+                            f"(config.task.{role}_split={split!r}), found none")
+      records[role] += found
+  if task.name in LABELLED_TASKS:
+    labels = examples.label_vocabulary(task_mapping(task, task.labels), records["train"])
+    for role, split in splits.items():
+      _check_labels(dataset, split, records[role], file_labels(task, labels, _format(dataset)))
+
+
 def load(config: ml_collections.ConfigDict) -> TaskData:
-  """Reads and encodes the train, dev and (optional) test splits of config.task."""
+  """Reads and encodes the train, dev and (optional) test splits of config.task; checks the files first."""
   task = config.task
   dataset = dataset_of(task)
+  splits = {"train": task.train_split, "eval": task.eval_split} | ({"test": task.test_split} if task.test_split else {})
+  if not tfds_builders.is_prepared(dataset, cache_dir=config.data.cache_dir or None):
+    check_splits(task, dataset, splits)
   tokenizer = tokenizer_for(config.data.tokenizer)
-  read = lambda split: _records(dataset, split, config.data.cache_dir)
-  train_records = read(task.train_split)
+  read = lambda key: _records(dataset, task[key], config.data.cache_dir, key)
+  train_records = read("train_split")
   if not train_records:
     raise config_checks.ConfigError(f"config.task.train_split={task.train_split!r} of {task.dataset or task.files} "
                                     "has no records")
@@ -102,15 +187,19 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
           f"{task.train_split!r} of {task.dataset or task.files} has none: give the TSV reader a score column "
           "(config.task.columns=...,score:<column>)")
     mapping["score_mean"] = float(np.mean([r["score"] for r in train_records]))  # The score output's initial bias.
-  split = lambda name, records: Split(name, records, examples.encode(mapping, tokenizer, records, mapping["labels"]))
-  test = split("test", read(task.test_split)) if task.test_split else None
-  train = split("train", train_records)
+  allowed = file_labels(task, mapping["labels"], _format(dataset))
+
+  def split(name: str, records: list[dict], split_string: str) -> Split:  # A prepared split: its labels checked.
+    _check_labels(dataset, split_string, records, allowed)
+    return Split(name, records, examples.encode(mapping, tokenizer, records, mapping["labels"]))
+  test = split("test", read("test_split"), task.test_split) if task.test_split else None
+  train = split("train", train_records, task.train_split)
   buckets = tuple(sorted({min(b, task.max_length) for b in config.data.buckets} | {task.max_length}))
   per_epoch = steps_per_epoch(len(train.examples), config.batch_size)
   epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs
   longest = [n for _, n in _longest_per_batch(train, config.batch_size, config.seed, range(max(epochs, 1)))]
   buckets = batching.prune_buckets(longest, buckets, config.data.compile_cost)
-  return TaskData(mapping, tokenizer, train, split("dev", read(task.eval_split)), test, buckets,
+  return TaskData(mapping, tokenizer, train, split("dev", read("eval_split"), task.eval_split), test, buckets,
                   examples.list_widths(mapping))
 
 

@@ -1,16 +1,15 @@
 """Command line: `python -m launch.main --config configs/pretrain.py:size=mini --workdir runs/mini [--config.x=v]`.
 
 Overrides are checked before they are applied: a mistyped key names its close matches, a wrong type names the
-expected one. Multi-host: pass --coordinator_address/--num_processes/--process_id (or set JAX_COORDINATOR_ADDRESS,
-JAX_NUM_PROCESSES, JAX_PROCESS_ID) on every host.
+expected one. Every user error (config, data, checkpoint, corpus) is one line `error: ...` (launch.cli; --debug or
+ENCODERLAB_DEBUG=1 shows the traceback). Multi-host: pass --coordinator_address/--num_processes/--process_id (or set
+JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID) on every host.
 """
-
-import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from launch import config_checks, distributed, host_memory, xla_flags
+from launch import cli, config_checks, distributed, host_memory, xla_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=mini.",
                                           lock_config=True)
@@ -23,12 +22,14 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl parsing after the override check, so config errors are one clear line, not a traceback."""
+  """absl parsing after the override check. The check builds the config once, so an error of get_config (an
+  `init=hf:` directory without config.json, an unknown task) surfaces as itself, not wrapped in an absl flag error;
+  absl's own errors (a missing --workdir, an unknown flag) become a ConfigError."""
+  config_checks.check_command_line(argv)
   try:
-    config_checks.check_command_line(argv)
-  except config_checks.ConfigError as err:
-    sys.exit(f"error: {err}")
-  return flags.FLAGS(argv)
+    return flags.FLAGS(argv)
+  except flags.Error as err:
+    raise config_checks.ConfigError(f"{err} (python -m launch.main --helpshort lists the flags)") from None
 
 
 def main(argv: list[str]) -> None:
@@ -39,11 +40,8 @@ def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.WARNING)  # Orbax and grain log every save/read at INFO.
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value)
   from launch import train  # pylint: disable=import-outside-toplevel  (after jax.distributed is set up)
-  try:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
-  except (config_checks.ConfigError, FileNotFoundError, train.NonFiniteLossError) as err:
-    sys.exit(f"error: {err}")
+  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == "__main__":
-  app.run(main, flags_parser=parse_flags)
+  cli.run(app.run, main, flags_parser=parse_flags)

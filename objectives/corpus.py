@@ -3,7 +3,8 @@
 Reading rules. WikiText raw files: a line ` = Title = ` (one '=' each side) starts a new document; section headings
 (` = = Sub = = ` and deeper) are dropped, as BERT's Wikipedia extraction drops them; WikiText's ` @-@ `, ` @,@ `,
 ` @.@ ` are joined back to `-`, `,`, `.`. Plain text files: blank lines separate documents. In both, each line is a
-paragraph, split into sentences by `split_sentences`.
+paragraph, split into sentences by `split_sentences`. A file without usable text (empty, whitespace only, binary,
+not UTF-8) or a corpus the tokenizer maps entirely to [UNK] is a CorpusError naming the file (and line).
 """
 
 import hashlib
@@ -16,6 +17,11 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 Document = list[str]  # Sentences in order.
+
+
+class CorpusError(ValueError):
+  """Pretraining text without usable content; the message names the file (and line) and what was found."""
+
 
 _TITLE = re.compile(r"^ ?= ([^=].*) = ?$")
 _HEADING = re.compile(r"^ ?(= ){2,}.*(= )*=? ?$")
@@ -64,12 +70,18 @@ def _read_lines(path: Path) -> list[str]:
   if not path.is_file():
     raise FileNotFoundError(f"corpus file {path} does not exist")
   data = path.read_bytes()
+  line_of = lambda offset: data.count(b"\n", 0, offset) + 1
+  nul = data.find(b"\0")
+  if nul >= 0:
+    raise CorpusError(f"{path}:{line_of(nul)}: a NUL byte: expected UTF-8 text, found a binary file")
   try:
     text = data.decode("utf-8")
   except UnicodeDecodeError as err:
-    line = data.count(b"\n", 0, err.start) + 1
-    raise ValueError(f"{path}:{line}: not valid UTF-8 ({err.reason} at byte {err.start}); convert the file to UTF-8 "
-                     "(e.g. iconv -f latin1 -t utf-8)") from None
+    raise CorpusError(f"{path}:{line_of(err.start)}: not valid UTF-8 (byte {data[err.start]:#04x}: {err.reason}); "
+                      "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+  if not text.strip():
+    raise CorpusError(f"{path}: empty corpus file: expected text, found "
+                      + (f"only whitespace ({len(data)} bytes)" if data else "no bytes"))
   return text.splitlines()
 
 
@@ -128,14 +140,14 @@ def read_documents(paths: Sequence[str | Path], *, min_document_sentences: int =
       if len(document) >= min_document_sentences:
         documents.append(document)
       elif short_documents == "error":
-        raise ValueError(f"{path}:{line}: document {document[0][:60]!r} has {len(document)} sentence(s), fewer than "
+        raise CorpusError(f"{path}:{line}: document {document[0][:60]!r} has {len(document)} sentence(s), fewer than "
                          f"min_document_sentences={min_document_sentences}; remove it or pass short_documents='skip'")
       else:
         skipped += 1
   if skipped:
     logging.info("read_documents: skipped %d documents shorter than %d sentences", skipped, min_document_sentences)
   if not documents:
-    raise ValueError(f"empty corpus: no document with at least {min_document_sentences} sentence(s) in "
+    raise CorpusError(f"empty corpus: no document with at least {min_document_sentences} sentence(s) in "
                      f"{[str(p) for p in paths]}")
   return documents
 
@@ -196,20 +208,32 @@ def _tokenize(documents: Sequence[Document], tokenizer: Any) -> EncodedCorpus:
       document_offsets=np.concatenate([[0], np.cumsum(doc_lengths)]))
 
 
+def _check_usable(corpus: EncodedCorpus, tokenizer: Any, source: str) -> None:
+  """A corpus whose tokens are all [UNK] (or none) teaches nothing: a CorpusError naming `source`."""
+  special = np.asarray(sorted(getattr(tokenizer, "special_ids", ())), np.int32)
+  if not np.count_nonzero(~np.isin(corpus.tokens, special)):
+    raise CorpusError(f"{source}: no usable text: {tokenizer!r} maps all {len(corpus.tokens)} tokens of it to [UNK]; "
+                      "expected text in the tokenizer's vocabulary")
+
+
 def encode_documents(documents: Sequence[Document], tokenizer: Any, cache_dir: str | Path | None = None,
-                     key: str | None = None) -> EncodedCorpus:
+                     key: str | None = None, source: str = "the corpus") -> EncodedCorpus:
   """Tokenizes every sentence once (no special tokens); cached in cache_dir/<key>/*.npy (np.save, no pickle).
 
   key defaults to a hash of (the documents' text, the tokenizer's vocabulary); a second call reloads the arrays.
+  Text that tokenizes to nothing but [UNK] is a CorpusError naming `source` (the files, for load_corpus).
   """
   if cache_dir is None:
-    return _tokenize(documents, tokenizer)
+    corpus = _tokenize(documents, tokenizer)
+    _check_usable(corpus, tokenizer, source)
+    return corpus
   key = key or hashlib.sha256(
       (documents_fingerprint(documents) + tokenizer_fingerprint(tokenizer)).encode()).hexdigest()[:32]
   folder = Path(cache_dir) / key
   if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
     return EncodedCorpus(*(np.load(folder / f"{name}.npy", allow_pickle=False) for name in _FIELDS))
   corpus = _tokenize(documents, tokenizer)
+  _check_usable(corpus, tokenizer, source)
   folder.mkdir(parents=True, exist_ok=True)
   for name, array in zip(_FIELDS, corpus):
     tmp = folder / f"{name}.{os.getpid()}.tmp.npy"  # Per process: hosts sharing a cache never mix their writes.
@@ -235,13 +259,14 @@ def load_corpus(paths: Sequence[str | Path], tokenizer: Any, cache_dir: str | Pa
                 min_document_sentences: int = 1, short_documents: str = "skip") -> EncodedCorpus:
   """read_documents + encode_documents, keyed by (files' content, reading options, tokenizer vocabulary): a second
   call with the same inputs loads the cached arrays without reading or tokenizing."""
+  source = ", ".join(map(str, paths))
   if cache_dir is None:
     documents = read_documents(paths, min_document_sentences=min_document_sentences, short_documents=short_documents)
-    return encode_documents(documents, tokenizer)
+    return encode_documents(documents, tokenizer, source=source)
   key = hashlib.sha256(f"{files_fingerprint(paths)}|{min_document_sentences}|{short_documents}|"
                        f"{tokenizer_fingerprint(tokenizer)}".encode()).hexdigest()[:32]
   folder = Path(cache_dir) / key
   if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
     return EncodedCorpus(*(np.load(folder / f"{name}.npy", allow_pickle=False) for name in _FIELDS))
   documents = read_documents(paths, min_document_sentences=min_document_sentences, short_documents=short_documents)
-  return encode_documents(documents, tokenizer, cache_dir, key)
+  return encode_documents(documents, tokenizer, cache_dir, key, source)

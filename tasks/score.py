@@ -10,23 +10,28 @@ CoNLL files: one token per line, the tag in the LAST whitespace-separated column
 sentences, `-DOCSTART-` lines skipped. Label files: one example per non-blank line, the label in the last
 column; score files (regression) the same with a number there. Every score (table and JSON) is a fraction in
 [0, 1] (correlations in [-1, 1]; MSE in the data's units); the last printed line is one JSON object.
+
+Nothing is scored from a file that is not UTF-8, holds no sentences (labels), is misaligned with gold, or has a tag
+that is not O or B-, I-, E-, S- + a type (in --mode strict: a tag of --scheme): one line `error: path:line: ...`
+on stderr and exit status 1 instead.
 """
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any, Sequence
 
+from launch import cli
 from tasks import bootstrap, metrics, tag_schemes
+from tasks.readers.lines import ReaderError, numbered_lines
 
 Column = tuple[list[list[str]], list[list[int]]]  # (sentences of tags, their 1-based line numbers)
+LENIENT_SCHEME = "BIOES"  # conlleval mode reads any scheme: O or B-, I-, E-, S- + a type.
 
 
 def read_tag_column(path: str) -> Column:
-  """Sentences of last-column tags from a CoNLL file, with the line number of every tag."""
+  """Sentences of last-column tags from a CoNLL file, with the line number of every tag; none is an error."""
   sentences, lines, tags, numbers = [], [], [], []
-  for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+  for number, line in numbered_lines(path):
     fields = line.split()
     if fields and not fields[0].startswith("-DOCSTART-"):
       tags.append(fields[-1])
@@ -38,13 +43,18 @@ def read_tag_column(path: str) -> Column:
   if tags:
     sentences.append(tags)
     lines.append(numbers)
+  if not sentences:
+    raise cli.UserError(f"{path}: expected sentences (token lines 'word ... TAG', a blank line between "
+                        "sentences), found none")
   return sentences, lines
 
 
 def read_label_column(path: str) -> Column:
-  """Labels (last column of each non-blank line) as one-token 'sentences', with their line numbers."""
-  rows = [(line.split()[-1], n) for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1)
-          if line.strip()]
+  """Labels (last column of each non-blank line) as one-token 'sentences', with their line numbers; none is an
+  error."""
+  rows = [(line.split()[-1], n) for n, line in numbered_lines(path) if line.strip()]
+  if not rows:
+    raise cli.UserError(f"{path}: expected one example per line (the label or score in the last column), found none")
   return [[label] for label, _ in rows], [[n] for _, n in rows]
 
 
@@ -56,7 +66,7 @@ def read_score_column(path: str) -> tuple[list[float], list[int]]:
     try:
       values.append(float(text))
     except ValueError:
-      raise ValueError(f"{path}:{number}: expected a number in the last column, got {text!r}") from None
+      raise ReaderError(path, number, f"a number in the last column, got {text!r}") from None
   return values, [n for (n,) in lines]
 
 
@@ -67,51 +77,54 @@ def load_scores(gold_path: str, pred_paths: Sequence[str]) -> tuple[list[float],
   for path in pred_paths:
     pred, lines = read_score_column(path)
     if len(pred) != len(gold):
-      raise ValueError(f"{path}: {len(pred)} scores but {gold_path} has {len(gold)}"
-                       + (f" (line {lines[len(gold)]} is the first extra)" if len(pred) > len(gold) else "")
-                       + ": the files must have the same examples")
+      raise cli.UserError(f"{path}: {len(pred)} scores but {gold_path} has {len(gold)}"
+                          + (f" (line {lines[len(gold)]} is the first extra)" if len(pred) > len(gold) else "")
+                          + ": the files must have the same examples")
     preds.append(pred)
   return gold, preds
 
 
 def check_aligned(gold_path: str, gold: Column, pred_path: str, pred: Column, unit: str = "token") -> None:
-  """Raises ValueError at the first sentence (or label) boundary where pred does not line up with gold."""
+  """Raises a UserError at the first sentence (or label) boundary where pred does not line up with gold."""
   (gold_tags, gold_lines), (pred_tags, pred_lines) = gold, pred
   for i, (g, p) in enumerate(zip(gold_lines, pred_lines)):
     if len(g) != len(p):
       j = min(len(g), len(p))
       at = lambda lines: lines[j] if j < len(lines) else lines[-1] + 1
-      raise ValueError(f"{pred_path}:{at(p)}: sentence {i + 1} has {len(p)} {unit}s but in {gold_path} "
-                       f"(line {at(g)}) it has {len(g)}: pred needs the same {unit}s and blank lines as gold")
+      raise cli.UserError(f"{pred_path}:{at(p)}: sentence {i + 1} has {len(p)} {unit}s but in {gold_path} "
+                          f"(line {at(g)}) it has {len(g)}: pred needs the same {unit}s and blank lines as gold")
   if len(gold_tags) != len(pred_tags):
     longer, lines = (gold_path, gold_lines) if len(gold_tags) > len(pred_tags) else (pred_path, pred_lines)
     short, groups = min(len(gold_tags), len(pred_tags)), "sentences" if unit == "token" else "labels"
-    raise ValueError(f"{longer}:{lines[short][0]}: {gold_path} has {len(gold_tags)} {groups} and "
-                     f"{pred_path} has {len(pred_tags)}: the files must have the same {groups}")
+    raise cli.UserError(f"{longer}:{lines[short][0]}: {gold_path} has {len(gold_tags)} {groups} and "
+                        f"{pred_path} has {len(pred_tags)}: the files must have the same {groups}")
 
 
-def check_scheme(path: str, column: Column, scheme: str) -> None:
-  """Strict scoring needs scheme tags: raises ValueError naming the file and line of the first other tag."""
+def check_scheme(path: str, column: Column, scheme: str, mode: str = "strict") -> None:
+  """Raises a ReaderError at the first tag that is not of the scheme: strict mode needs `scheme`'s tags, conlleval
+  mode O or B-, I-, E-, S- + a type (any scheme); a word ('Peter') or another prefix ('X-PER') is never scored."""
   for tags, lines in zip(*column):
     for tag, line in zip(tags, lines):
-      if not tag_schemes.is_scheme_tag(tag, scheme):
-        raise ValueError(f"{path}:{line}: tag {tag!r} is not a {tag_schemes.canonical_scheme(scheme)} tag; "
-                         "use --mode conlleval or the --scheme the file is written in")
+      if mode == "strict" and not tag_schemes.is_scheme_tag(tag, scheme):
+        raise ReaderError(path, line, f"a tag of the {tag_schemes.canonical_scheme(scheme)} scheme in the last column, "
+                          f"got {tag!r}; use --mode conlleval or the --scheme the file is written in")
+      if mode != "strict" and not tag_schemes.is_scheme_tag(tag, LENIENT_SCHEME):
+        raise ReaderError(path, line, f"a tag in the last column: O or B-, I-, E-, S- + a type (e.g. B-PER), got "
+                          f"{tag!r}")
 
 
 def load(args: argparse.Namespace, pred_paths: Sequence[str], task: str) -> tuple[list[list[str]], list]:
   """Gold and each prediction file (tags per sentence, or [label] per example), checked against gold."""
   read, unit = (read_tag_column, "token") if task == "conll" else (read_label_column, "label")
-  strict = task == "conll" and args.mode == "strict"
   gold = read(args.gold)
-  if strict:
-    check_scheme(args.gold, gold, args.scheme)
+  if task == "conll":
+    check_scheme(args.gold, gold, args.scheme, args.mode)
   preds = []
   for path in pred_paths:
     pred = read(path)
     check_aligned(args.gold, gold, path, pred, unit)
-    if strict:
-      check_scheme(path, pred, args.scheme)
+    if task == "conll":
+      check_scheme(path, pred, args.scheme, args.mode)
     preds.append(pred[0])
   return gold[0], preds
 
@@ -193,14 +206,16 @@ def parser() -> argparse.ArgumentParser:
   return root
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def score_files(argv: Sequence[str] | None = None) -> None:
+  """Parses the command line, scores, prints the table and the JSON summary."""
   args = parser().parse_args(argv)
-  try:
-    commands = {"bootstrap": bootstrap_command, "scores": regression_command}
-    summary = commands.get(args.command, score_command)(args)
-  except (OSError, ValueError) as err:
-    sys.exit(f"python -m tasks.score: error: {err}")
-  print(json.dumps(summary))
+  commands = {"bootstrap": bootstrap_command, "scores": regression_command}
+  print(json.dumps(commands.get(args.command, score_command)(args)))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """`score` with user errors (a missing file, a bad tag, misaligned files) as one line `error: path:line: ...`."""
+  cli.run(score_files, argv)
 
 
 if __name__ == "__main__":

@@ -24,14 +24,16 @@ def column_index(column: str | int, columns: Sequence[str]) -> int:
 
 
 def read_conll(path: str | os.PathLike, *, columns: Sequence[str] = CONLL2003_COLUMNS, tag_column: str | int = "ner",
-               delimiter: str | None = None) -> Iterator[dict]:
+               delimiter: str | None = None, label_names: Sequence[str] | None = None) -> Iterator[dict]:
   """Yields one record per sentence: words (first column), tags (`tag_column`) and the 0-based document index.
 
   `delimiter=None` splits on any run of whitespace (CoNLL-2003); pass "\\t" for tab-separated files whose words may
   contain spaces. A document starts at the first sentence and at each `-DOCSTART-` line that follows a sentence, so a
   file with its first `-DOCSTART-` moved to the end (the IOB1 copy of CoNLL-2003) numbers documents the same way.
+  With `label_names`, a tag outside them is an error at its line.
   """
   tag_at = column_index(tag_column, columns)
+  allowed = None if label_names is None else set(label_names)
   words, tags, doc_index, doc_has_sentences = [], [], 0, False
   for number, line in numbered_lines(path):
     fields = line.split(delimiter)
@@ -47,6 +49,9 @@ def read_conll(path: str | os.PathLike, *, columns: Sequence[str] = CONLL2003_CO
                         f"{'whitespace' if delimiter is None else repr(delimiter)}, got {len(fields)}: {line!r}")
     if not fields[0].strip() or not fields[tag_at].strip():
       raise ReaderError(path, number, f"a non-empty word and {columns[tag_at]} tag, got {line!r}")
+    if allowed is not None and fields[tag_at] not in allowed:
+      raise ReaderError(path, number, f"a {columns[tag_at]} tag of the task ({', '.join(sorted(allowed))}), got "
+                        f"{fields[tag_at]!r}")
     words.append(fields[0])
     tags.append(fields[tag_at])
   if words:

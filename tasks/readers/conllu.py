@@ -5,7 +5,7 @@ Words are the FORM column of the integer-ID lines; multiword-token ranges (`N-M`
 (Vietnamese-VTB "chủ tịch").
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 import os
 import re
 
@@ -16,15 +16,18 @@ _RANGE = re.compile(r"[1-9][0-9]*-[1-9][0-9]*")
 _EMPTY_NODE = re.compile(r"[0-9]+\.[1-9][0-9]*")
 
 
-def read_conllu(path: str | os.PathLike, *, tag_column: str = "upos") -> Iterator[dict]:
+def read_conllu(path: str | os.PathLike, *, tag_column: str = "upos",
+                label_names: Sequence[str] | None = None) -> Iterator[dict]:
   """Yields one record per sentence: FORMs and the `tag_column` values ("upos", "xpos", "deprel", ...).
 
-  Checks 10 tab-separated columns, word IDs 1, 2, 3, ... in each sentence and a non-empty FORM and tag. Documents
-  are counted from `# newdoc` comments (0-based; sentences before the first one are in document 0).
+  Checks 10 tab-separated columns, word IDs 1, 2, 3, ... in each sentence, a non-empty FORM and tag, and with
+  `label_names` that the tag is one of them. Documents are counted from `# newdoc` comments (0-based; sentences
+  before the first one are in document 0).
   """
   if tag_column not in CONLLU_COLUMNS[2:]:
     raise ValueError(f"tag_column {tag_column!r} is not one of {list(CONLLU_COLUMNS[2:])}")
   tag_at = CONLLU_COLUMNS.index(tag_column)
+  allowed = None if label_names is None else set(label_names)
   words, tags, doc_index, doc_has_sentences = [], [], 0, False
   for number, line in numbered_lines(path):
     if not line.strip():
@@ -47,6 +50,9 @@ def read_conllu(path: str | os.PathLike, *, tag_column: str = "upos") -> Iterato
                         f"got {token_id!r}")
     if not fields[1] or not fields[tag_at]:
       raise ReaderError(path, number, f"a non-empty FORM and {tag_column.upper()}, got {line!r}")
+    if allowed is not None and fields[tag_at] not in allowed:
+      raise ReaderError(path, number, f"a {tag_column.upper()} of the task ({', '.join(sorted(allowed))}) in column "
+                        f"{tag_at + 1}, got {fields[tag_at]!r}")
     words.append(fields[1])
     tags.append(fields[tag_at])
   if words:

@@ -28,4 +28,5 @@ def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
       try:
         yield number, raw.decode("utf-8")
       except UnicodeDecodeError as err:
-        raise ReaderError(path, number, f"UTF-8 text ({err.reason} at byte {err.start}); re-encode the file") from None
+        raise ReaderError(path, number, f"UTF-8 text, found byte {raw[err.start]:#04x} at column {err.start + 1} "
+                          f"({err.reason}); re-encode the file (e.g. iconv -f latin1 -t utf-8)") from None

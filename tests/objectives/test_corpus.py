@@ -56,7 +56,10 @@ def test_plain_text_documents_and_short_documents(tmp_path):
 def test_empty_corpus_names_files(tmp_path):
   path = tmp_path / "empty.txt"
   path.write_text("\n  \n\n", encoding="utf-8")
-  with pytest.raises(ValueError, match=r"empty corpus.*empty.txt"):
+  with pytest.raises(corpus.CorpusError, match=r"empty.txt: empty corpus file: expected text, found only whitespace"):
+    corpus.read_documents([path])
+  path.write_bytes(b"text\n\0\0\n")
+  with pytest.raises(corpus.CorpusError, match=r"empty.txt:2: a NUL byte: expected UTF-8 text, found a binary file"):
     corpus.read_documents([path])
   with pytest.raises(FileNotFoundError, match="missing.txt"):
     corpus.read_documents([tmp_path / "missing.txt"])
@@ -83,6 +86,15 @@ def test_encode_documents_and_cache(tmp_path, tokenizer, monkeypatch):
   again = corpus.encode_documents(documents, tokenizer, tmp_path)
   for a, b in zip(encoded, again):
     np.testing.assert_array_equal(a, b)
+
+
+def test_text_of_only_unknown_tokens_names_the_file(tmp_path, tokenizer):
+  path = tmp_path / "emoji.txt"
+  path.write_text("\u2603\ufe0f \U0001F600\U0001F600\n", encoding="utf-8")
+  assert set(tokenizer.encode(path.read_text()).input_ids[1:-1]) == {tokenizer.unk_id}
+  with pytest.raises(corpus.CorpusError, match=r"emoji.txt: no usable text: .* maps all 2 tokens of it to \[UNK\]"):
+    corpus.load_corpus([path], tokenizer, tmp_path / "cache")
+  assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.npy"))  # Nothing cached.
 
 
 def test_load_corpus_cache_keyed_by_file_content(tmp_path, tokenizer):

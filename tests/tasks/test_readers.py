@@ -96,7 +96,17 @@ def test_conll_errors_name_file_line_and_expectation(tmp_path):
   assert (str(error), error.path, error.line, error.expected) == (f"{path}:2: expected x", str(path), 2, "x")
   latin1 = tmp_path / "latin1.txt"
   latin1.write_bytes("EU NNP B-NP B-ORG\n\nM\xfcnchen NNP B-NP B-LOC\n".encode("latin-1"))
-  assert _error(read_conll, latin1).startswith(f"{latin1}:3: expected UTF-8 text")
+  assert _error(read_conll, latin1).startswith(f"{latin1}:3: expected UTF-8 text, found byte 0xfc at column 2")
+
+
+def test_conll_and_conllu_label_names_refuse_other_tags_at_their_line(tmp_path):
+  conll = _write(tmp_path, "a.conll", "EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nPeter NNP B-NP Peter\n")
+  assert _error(read_conll, conll, label_names=("O", "B-ORG", "I-ORG")) == (
+      f"{conll}:4: expected a ner tag of the task (B-ORG, I-ORG, O), got 'Peter'")
+  assert len(list(read_conll(conll, label_names=("O", "B-ORG", "Peter")))) == 2
+  conllu = _write(tmp_path, "a.conllu", "1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n"
+                                        "2\tdog\tdog\tNOUN\tNN\t_\t0\troot\t_\t_\n")
+  assert _error(read_conllu, conllu, label_names=("DET",)).startswith(f"{conllu}:2: expected a UPOS of the task (DET)")
 
 
 # --- TSV (GLUE style) ------------------------------------------------------------------------------------------------

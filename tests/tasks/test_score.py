@@ -68,7 +68,7 @@ def test_misaligned_files_name_the_file_and_line(tmp_path, capsys):
   with pytest.raises(SystemExit, match=r"extra.txt:11: .* has 2 sentences and .* has 3"):
     score.main(["conll", "--gold", gold, "--pred", extra])
   bad_tag = write(tmp_path, "bad.txt", PRED.replace("rejects VBZ B-VP O", "rejects VBZ B-VP E-PER"))
-  with pytest.raises(SystemExit, match=r"bad.txt:4: tag 'E-PER' is not a IOB2 tag"):
+  with pytest.raises(SystemExit, match=r"bad.txt:4: expected a tag of the IOB2 scheme .*, got 'E-PER'"):
     score.main(["conll", "--gold", gold, "--pred", bad_tag, "--mode", "strict"])
   with pytest.raises(SystemExit, match="No such file"):
     score.main(["conll", "--gold", gold, "--pred", str(tmp_path / "absent.txt")])

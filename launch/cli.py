@@ -1,0 +1,79 @@
+"""Every command's entry point: a user mistake is one line `error: <message>` on stderr and exit status 1, not a
+traceback; a programming error keeps its traceback. `--debug` anywhere on the command line (removed before the
+command parses it) or ENCODERLAB_DEBUG=1 shows the traceback of user errors too.
+
+  if __name__ == "__main__":
+    cli.run(main)               # or cli.run(app.run, main, flags_parser=...) for absl commands
+
+A user error is a `UserError` (raise it from command code: `raise cli.UserError(f"{path}: expected ..., got ...")`),
+one of the library errors in `_LIBRARY_ERRORS` (each names the file and line, key or field), a missing or
+unreadable file, or undecodable text / JSON. Plain ValueError, KeyError and TypeError are not: numpy and JAX raise
+them for bugs, so the input check that knows the file must raise one of the above. This module imports only the
+standard library, so every command (tasks.score included) can use it without loading JAX.
+"""
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "ENCODERLAB_DEBUG"
+
+# (module, class) of the library's own user-error types; matched only when the module is already imported (an error
+# of that type can only have been raised if it is), so this module stays free of heavy imports.
+_LIBRARY_ERRORS = (
+    ("tasks.readers.lines", "ReaderError"),         # path:line: expected ...
+    ("launch.config_checks", "ConfigError"),        # config key / file
+    ("encoder.hf_checkpoint", "CheckpointError"),   # init=hf:<dir> without config.json, pickle-only, non-BERT, ...
+    ("encoder.tokenizer", "TokenizerError"),        # config.data.tokenizer: a pickle or an unknown format
+    ("objectives.corpus", "CorpusError"),           # pretraining text without usable lines
+    ("tasks.tfds_builders", "SplitError"),          # a split name or slice the data does not have
+    ("launch.train", "NonFiniteLossError"),         # the run diverged: says from which step to resume
+)
+_FILE_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+class UserError(ValueError):
+  """A mistake in what the user gave (a file, flag or config value); the message names where, what was found and
+  what was expected."""
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+  """The exception types reported as one line (see the module docstring)."""
+  library = tuple(getattr(sys.modules[module], name) for module, name in _LIBRARY_ERRORS
+                  if module in sys.modules and hasattr(sys.modules[module], name))
+  return (UserError, *library, *_FILE_ERRORS, UnicodeDecodeError, json.JSONDecodeError)
+
+
+def message(err: BaseException) -> str:
+  """The one-line text of a user error (OSErrors as `path: reason`, without `[Errno n]`)."""
+  if isinstance(err, OSError) and err.filename is not None and err.strerror:
+    text = f"{err.filename}: {err.strerror}"
+  elif isinstance(err, UnicodeDecodeError):
+    text = f"expected UTF-8 text, found byte {err.object[err.start]:#04x} at offset {err.start} ({err.reason})"
+  else:
+    text = str(err) or type(err).__name__
+  return " ".join(text.split())
+
+
+def debug_enabled() -> bool:
+  """Whether --debug was given or ENCODERLAB_DEBUG is set to a true value."""
+  return DEBUG_FLAG in sys.argv[1:] or os.environ.get(DEBUG_ENV, "").lower() not in ("", "0", "false", "no")
+
+
+def run(main: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+  """Calls main(*args, **kwargs); a user error exits with `error: <message>` (status 1), or with its traceback under
+  --debug / ENCODERLAB_DEBUG=1. Removes --debug from sys.argv first, so the command's parser never sees it."""
+  debug = debug_enabled()
+  sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != DEBUG_FLAG]
+  try:
+    return main(*args, **kwargs)
+  except user_error_types() as err:  # pylint: disable=catching-non-exception  (a tuple of exception types)
+    if debug:
+      traceback.print_exc()
+    raise SystemExit(f"error: {message(err)}") from None
