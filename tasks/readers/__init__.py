@@ -1,18 +1,25 @@
-"""Readers for the fine-tuning formats: plain-dict records, lazily, with `path:line:` errors for malformed input.
+"""Readers for the fine-tuning and embedding formats: plain-dict records, with `path:line:` errors for malformed input.
 
 Records: classification {"text_a", "text_b", "label"}; tagging {"words", "tags", "doc_index"}; spans {"words",
-"spans": [{"start", "end", "label"}]} (token offsets, end exclusive).
+"spans": [{"start", "end", "label"}]} (token offsets, end exclusive). Contextual embeddings: WiC pairs, SemCor
+sentences with sense keys, WordNet 3.0's index.sense and relations, the Raganato et al. (2017) WSD XML + gold keys.
 """
 
 from tasks.readers.conll import CONLL2003_COLUMNS, read_conll
 from tasks.readers.conllu import CONLLU_COLUMNS, read_conllu
 from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.readers.raganato import read_all, read_dataset, read_key_file, read_raganato_xml
+from tasks.readers.semcor import read_semcor, read_semcor_file
 from tasks.readers.spans import read_spans_jsonl, spans_to_tagging, tagging_to_spans
 from tasks.readers.tsv import read_tsv
+from tasks.readers.wic import WIC_POS, read_wic, read_wic_split, wic_files
+from tasks.readers.wordnet import WordNet, load_wordnet, parse_sense_key, read_index_sense
 
 READERS = {"conll": read_conll, "tsv": read_tsv, "conllu": read_conllu, "spans": read_spans_jsonl}
 
 __all__ = [
-    "CONLL2003_COLUMNS", "CONLLU_COLUMNS", "READERS", "ReaderError", "numbered_lines", "read_conll", "read_conllu",
-    "read_spans_jsonl", "read_tsv", "spans_to_tagging", "tagging_to_spans",
+    "CONLL2003_COLUMNS", "CONLLU_COLUMNS", "READERS", "ReaderError", "WIC_POS", "WordNet", "load_wordnet",
+    "numbered_lines", "parse_sense_key", "read_all", "read_conll", "read_conllu", "read_dataset", "read_index_sense",
+    "read_key_file", "read_raganato_xml", "read_semcor", "read_semcor_file", "read_spans_jsonl", "read_tsv",
+    "read_wic", "read_wic_split", "spans_to_tagging", "tagging_to_spans", "wic_files",
 ]
