@@ -266,6 +266,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
              "stopped_early": bool(stop_requested.is_set())}
   if finetuning and not results["stopped_early"]:
     results |= _task_results(config, workdir, target, final_state, final_evaluation)
+    # What launch.predict needs to encode new inputs as this run did, without reading its training data again.
+    results |= {"labels": list(data.task["labels"]), "buckets": list(data.buckets)}
   task_eval.write_results(workdir, results)
   return results
 

@@ -1,5 +1,6 @@
-"""The demo config resolves, finds its packaged sample corpus (whole WikiText articles, split with no overlap), and
-the demo's [MASK] batches and fill-in step are right (a hand-made model, not the 3-minute training)."""
+"""The demo's MLM config resolves, finds its packaged sample corpus (whole WikiText articles, split with no overlap),
+and the demo's [MASK] batches and fill-in step are right (a hand-made model, not the demo's training). The POS part:
+tests/launch/test_demo.py."""
 
 import re
 

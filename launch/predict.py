@@ -1,0 +1,406 @@
+"""Label new data with a fine-tuned run: its config.json, the parameters of its best-dev (or latest) checkpoint, and
+the evaluation's own code paths.
+
+  python -m launch.predict --workdir runs/conll --input new.txt                 # JSON lines, one per input line
+  echo "EU rejects German call" | python -m launch.predict --workdir runs/conll --input - --output conll
+  python -m launch.predict --workdir runs/sick --input pairs.tsv --format tsv --out predictions.jsonl
+
+  from launch.predict import Predictor
+  Predictor.from_workdir("runs/conll").predict(["EU rejects German call to boycott British lamb ."])
+
+Inputs are encoded as the run encoded its data (`tasks.examples.encode`), batched into the run's length buckets with
+its evaluation batch size (`launch.finetune_data.eval_batches`: a handful of jit shapes, each compiled once), run
+through the same jitted outputs and decoded by the same functions as the run's evaluation
+(`launch.task_eval.device_outputs` and `decode`: argmax or CRF Viterbi as trained, tags in the trained scheme, span
+NER with the threshold tuned on dev). So the dev split gives back the run's own `predictions/dev.*` (tested).
+
+Raw text for word tasks is split into words the way CoNLL-2003 and UD English were tokenized (`split_words`).
+"""
+
+import argparse
+import dataclasses
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+import orbax.checkpoint as ocp
+
+from launch import checkpointing, cli, finetune_data, task_eval
+from launch.input_pipeline import tokenizer_for
+from launch.model import PretrainingModel, encoder_config
+from tasks import alignment, evaluation, examples, tfds_builders
+from tasks import registry as task_registry
+from tasks.readers import ReaderError, numbered_lines, read_conllu, read_tsv
+
+FORMATS = ("text", "words", "tsv", "conll", "conllu")
+WORD_TASKS = ("tagging", "span_ner")
+STDIN = "-"
+
+# Words as CoNLL-2003 and UD English-EWT have them (Penn Treebank conventions): abbreviations and initials (U.S., e.g.,
+# J., Mr., Inc.) and numbers with inner punctuation (1,000.5 10:30 1996-08-30) stay whole, the clitics n't 's 're 've
+# 'll 'm 'd are split off ("don't" -> "do n't"), a run of one punctuation character is a word ("...", "!!!"), every
+# other non-alphanumeric character is a word of its own. Hyphenated words stay whole for CoNLL-2003 and are split for
+# UD, which tokenizes "Al-Zaman" as "Al - Zaman". (On the sentences of tasks/sample_ud, split_words(`# text`) gives
+# exactly the treebank's words for 280 of the 314 training sentences and 182 of the 208 held-out ones.)
+_CLITIC = r"n['’]t\b|['’](?:s|re|ve|ll|m|d)\b"
+_WORD_PARTS = (r"(?:[^\W\d_]\.)+|(?:Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Inc|Ltd|Co|Corp|vs|etc)\.", r"\d+(?:[.,:/-]\d+)*",
+               r"\w+(?=n['’]t\b)", _CLITIC)
+_WORDS = {hyphens: re.compile("|".join(_WORD_PARTS + ((r"\w+",) if hyphens else (r"\w+(?:-\w+)*",))
+                                       + (r"([^\w\s])\1*",)), re.IGNORECASE)
+          for hyphens in (True, False)}
+
+
+def split_words(text: str, split_hyphens: bool = False) -> list[str]:
+  """'I don't like U.S. fast-food.' -> ['I', 'do', "n't", 'like', 'U.S.', 'fast-food', '.'] (UD: split_hyphens)."""
+  return [match.group(0) for match in _WORDS[split_hyphens].finditer(text)]
+
+
+def read_config(workdir: Path) -> ml_collections.ConfigDict:
+  """The resolved config a fine-tuning run saved in workdir/config.json."""
+  path = workdir / "config.json"
+  if not path.is_file():
+    raise cli.UserError(f"{path} does not exist: {workdir} is not a run directory (give the --workdir of a "
+                        "fine-tuning run: python -m launch.main --config configs/finetune.py:... --workdir DIR)")
+  try:
+    config = ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+  except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    raise cli.UserError(f"{path}: expected the JSON config the run wrote, found unreadable text ({err})") from None
+  if not isinstance(config.get("task"), ml_collections.ConfigDict):
+    raise cli.UserError(f"{path}: expected a fine-tuning run (a config with a task block); this is a pretraining run, "
+                        "which has no task head to predict with")
+  return config
+
+
+def _results(workdir: Path) -> dict[str, Any]:
+  path = workdir / "results.json"
+  return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def labels_and_buckets(config: ml_collections.ConfigDict, results: dict[str, Any]
+                       ) -> tuple[list[str], tuple[int, ...]]:
+  """The run's label vocabulary (index order) and evaluation length buckets: from results.json when it records them,
+  else rebuilt from the training split exactly as the run built them (`launch.finetune_data.load`)."""
+  if "labels" in results and "buckets" in results:
+    return list(results["labels"]), tuple(results["buckets"])
+  try:
+    data = finetune_data.load(config)
+  except (OSError, ValueError) as err:
+    raise cli.UserError(f"the run's results.json does not record its labels and length buckets, and reading its "
+                        f"training data to rebuild them failed: {err}") from None
+  return data.task["labels"], data.buckets
+
+
+def restore_params(workdir: Path, config: ml_collections.ConfigDict, checkpoint: str = "best") -> tuple[int, Any]:
+  """(step, evaluation parameters) of the best-dev checkpoint (as the run's test predictions) or the latest one.
+
+  Only the parameters are read (orbax partial restore): the moving average when the run kept one
+  (`launch.optimizer.evaluation_params`), else the trained parameters.
+  """
+  if checkpoint not in ("best", "latest"):
+    raise cli.UserError(f"checkpoint={checkpoint!r}: expected 'best' or 'latest'")
+  directory = (workdir / "checkpoints").absolute()
+  if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
+    raise cli.UserError(f"{directory} holds no checkpoint: train the run first (python -m launch.main ... "
+                        f"--workdir {workdir})")
+  manager = checkpointing.create_manager(workdir, config)
+  best = checkpointing.best_step(manager, config.best_metric, config.best_mode) if checkpoint == "best" else None
+  step = best if best is not None else manager.latest_step()
+  manager.close()
+  reader = ocp.CheckpointManager(directory, item_handlers=ocp.PyTreeCheckpointHandler())
+  metadata = reader.item_metadata(step)
+  opt_state = metadata["opt_state"]
+  ema = isinstance(opt_state, dict) and "ema" in opt_state  # launch.optimizer.EmaState, saved as a dict.
+  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                        opt_state["ema"] if ema else metadata["params"])
+  target = {"opt_state": {"ema": target}} if ema else {"params": target}
+  restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), target)
+  restored = reader.restore(step, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args,
+                                                              partial_restore=True))
+  reader.close()
+  return step, restored["opt_state"]["ema"] if ema else restored["params"]
+
+
+def _reader_options(task: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The run's reader options (TSV columns, header) and format: its tfds preset's or its task.columns."""
+  if task.dataset:
+    preset = tfds_builders.PRESETS[task.dataset]
+    return dict(preset.options) | {"format": preset.format}
+  return finetune_data._options(task.columns) | {"format": task.format}  # pylint: disable=protected-access
+
+
+@dataclasses.dataclass(frozen=True)
+class Predictor:
+  """A fine-tuned run ready to label new inputs (build it with `Predictor.from_workdir`)."""
+  task: dict[str, Any]  # The task mapping the run's heads and decoders read (launch.finetune_data.task_mapping).
+  tokenizer: Any
+  params: Any  # On the default device.
+  outputs: Callable  # jitted (params, batch) -> per-row outputs (classification: logits).
+  batch_size: int  # The run's evaluation batch (rows per jit call).
+  buckets: tuple[int, ...]  # The run's padded token lengths (jit shapes).
+  threshold: float | None  # Span NER: the acceptance threshold tuned on dev (results.json).
+  reader_options: dict[str, Any]  # The run's data format and reader options (TSV columns, header).
+  step: int  # The checkpoint's step.
+
+  @classmethod
+  def from_workdir(cls, workdir: str | Path, checkpoint: str = "best") -> "Predictor":
+    """The run in `workdir` with its best-dev ("best") or newest ("latest") checkpoint."""
+    workdir = Path(workdir)
+    config = read_config(workdir)
+    step, params = restore_params(workdir, config, checkpoint)
+    results = _results(workdir)
+    labels, buckets = labels_and_buckets(config, results)
+    task = finetune_data.task_mapping(config.task, labels)
+    tokenizer = tokenizer_for(config.data.tokenizer)
+    model = PretrainingModel(encoder_config(config.model, tokenizer.vocab_size),
+                             (task_registry.get(task["name"])(task),))
+    return cls(task, tokenizer, params, jax.jit(_device_outputs(model, task["name"])),
+               config.batch_size // config.grad_accum_steps, buckets, results.get("threshold"),
+               _reader_options(config.task), step)
+
+  @property
+  def word_task(self) -> bool:
+    """Whether the run labels words (tagging, span NER) rather than whole texts."""
+    return self.task["name"] in WORD_TASKS
+
+  @property
+  def pairs(self) -> bool:
+    """Whether the run classifies (or scores) sentence pairs ([CLS] A [SEP] B [SEP])."""
+    return self.reader_options.get("text_b") is not None
+
+  @property
+  def split_hyphens(self) -> bool:
+    """Whether raw text is split UD-style (the run trained on CoNLL-U)."""
+    return self.reader_options["format"] == "conllu"
+
+  def words_kept(self, words: Sequence[str]) -> int:
+    """How many of `words` get a prediction: those whose first subword fits the run's task.max_length."""
+    encoding = self.tokenizer.encode(list(words), max_length=self.task["max_length"])
+    return len(alignment.first_subword_positions(encoding.word_ids))
+
+  def record(self, item: str | Sequence[str] | dict) -> dict:
+    """One input as a reader record: text (split into words for word tasks), a word list, a (text_a, text_b) pair,
+    or a record dict ({"words": [...]} or {"text_a": ..., "text_b": ...})."""
+    if isinstance(item, dict):
+      return item
+    if self.word_task:
+      return {"words": split_words(item, self.split_hyphens) if isinstance(item, str) else list(item)}
+    text_a, text_b = (item, None) if isinstance(item, str) else (list(item) + [None])[:2]
+    return {"text_a": text_a, "text_b": text_b}
+
+  def predict(self, inputs: Iterable[str | Sequence[str] | dict]) -> list[dict]:
+    """One output dict per input: {"label", "probabilities"} (classification), {"score"} (regression),
+    {"words", "tags"} (tagging; None for words past max_length), {"words", "entities": [{"start", "end" (exclusive),
+    "label", "score", "text"}]} (span NER); classification and regression outputs also hold their texts."""
+    return self.predict_records([self.record(item) for item in inputs])
+
+  def predict_records(self, records: Sequence[dict]) -> list[dict]:
+    """`predict` for reader records."""
+    records = [self._checked(i, r) for i, r in enumerate(records)]
+    if not records:
+      return []
+    placeholder = "O" if self.task.get("scheme") else self.task["labels"][0]  # Gold is unknown; never read.
+    gold = [{"words": r["words"], "tags": [placeholder] * len(r["words"]), "spans": []} if self.word_task
+            else {"text_a": r["text_a"], "text_b": r.get("text_b"), "label": None} for r in records]
+    split = finetune_data.Split("input", gold, examples.encode(self.task, self.tokenizer, gold, self.task["labels"]))
+    raw = task_eval.raw_predictions(self.outputs, self.params, split, batch_size=self.batch_size,
+                                    buckets=self.buckets, widths=examples.list_widths(self.task),
+                                    to_device=lambda batch: batch)
+    if self.task["name"] == "classification":  # Argmax of the logits, as the evaluation's device_outputs.
+      decoded = task_eval.decode(self.task, split, [int(np.argmax(r)) for r in raw])
+    else:
+      decoded = task_eval.decode(self.task, split, raw, self.threshold)
+    return [self._output(record, example, r, d) for record, example, r, d in zip(records, split.examples, raw, decoded)]
+
+  def _checked(self, index: int, record: dict) -> dict:
+    """The record, or a UserError naming input `index` when it cannot be labelled by this run."""
+    if self.word_task:
+      words = record.get("words")
+      if not words or not all(isinstance(w, str) and w.strip() for w in words):
+        raise cli.UserError(f"input {index}: expected a list of words (non-empty strings), got {words!r}")
+    else:
+      if not isinstance(record.get("text_a"), str) or not record["text_a"].strip():
+        raise cli.UserError(f"input {index}: expected a non-empty text, got {record.get('text_a')!r}")
+      if self.pairs != bool(record.get("text_b")):
+        raise cli.UserError(f"input {index}: expected {'two texts (a sentence pair)' if self.pairs else 'one text'}: "
+                            f"the run was trained on {'pairs' if self.pairs else 'single texts'}")
+    return record
+
+  def _output(self, record: dict, example: dict, raw: np.ndarray, decoded: Any) -> dict:
+    name, labels = self.task["name"], self.task["labels"]
+    if name == "classification":
+      probs = np.exp(raw.astype(np.float64) - raw.max())
+      probs /= probs.sum()
+      return _texts(record) | {"label": decoded, "probabilities": dict(zip(labels, probs.round(6).tolist()))}
+    if name == "regression":
+      return _texts(record) | {"score": decoded}
+    words = list(record["words"])
+    if name == "tagging":
+      return {"words": words, "tags": list(decoded) + [None] * (len(words) - len(decoded))}
+    index = {(int(s), int(e)): i for i, (s, e) in enumerate(example["span_words"].reshape(-1, 2))}
+    return {"words": words, "entities": [
+        {"start": start, "end": end, "label": label, "score": round(float(raw[index[start, end - 1],
+                                                                            1 + labels.index(label)]), 6),
+         "text": " ".join(words[start:end])} for start, end, label in decoded]}
+
+  def conll(self, output: dict) -> str:
+    """A word task's output as CoNLL lines `word tag` (tags in the trained scheme; untagged words "O", as the run's
+    own .conll files), a blank line after the sentence: what `python -m tasks.score` reads."""
+    words = output["words"]
+    prediction = ([t for t in output["tags"] if t is not None] if self.task["name"] == "tagging"
+                  else [(e["start"], e["end"], e["label"]) for e in output["entities"]])
+    return "".join(f"{w} {t}\n" for w, t in zip(words, evaluation.tags_of(self.task, prediction, len(words)))) + "\n"
+
+
+def _texts(record: dict) -> dict:
+  return {"text_a": record["text_a"]} | ({"text_b": record["text_b"]} if record.get("text_b") else {})
+
+
+def _device_outputs(model: PretrainingModel, task_name: str) -> Callable:
+  """The evaluation's device outputs; classification returns its logits instead of their argmax, so one pass gives
+  the label (their argmax, on the host) and the probabilities."""
+  if task_name == "classification":
+    return lambda params, batch: model.apply({"params": params}, batch, train=False)["classification"]["logits"]
+  return task_eval.device_outputs(model, task_name)
+
+
+def read_inputs(path: str, input_format: str, predictor: Predictor) -> tuple[list[dict], list[int]]:
+  """(records, the input line of each) from `path` ("-": stdin) in `input_format` (FORMATS); malformed lines raise
+  ReaderError naming the file and line."""
+  source = "/dev/stdin" if path == STDIN else path
+  try:
+    if input_format == "tsv":
+      records, lines = _tsv(source, predictor)
+    elif input_format in ("conll", "conllu"):
+      records, lines = _sentences(source, input_format)
+    else:
+      records, lines = _lines(source, input_format, predictor)
+  except ReaderError as err:
+    raise ReaderError("<stdin>" if path == STDIN else err.path, err.line, err.expected) from None
+  if not records:
+    raise cli.UserError(f"{'<stdin>' if path == STDIN else path}: expected at least one input "
+                        f"({'a sentence' if predictor.word_task else 'a line'}), found none")
+  return records, lines
+
+
+def _lines(path: str, input_format: str, predictor: Predictor) -> tuple[list[dict], list[int]]:
+  """text: one example per non-blank line (a pair: two texts separated by a tab); words: whitespace-separated
+  words per line."""
+  records, lines = [], []
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      continue
+    if input_format == "words":
+      record = {"words": line.split()}
+    elif predictor.word_task:
+      record = {"words": split_words(line, predictor.split_hyphens)}
+    else:
+      texts = [text.strip() for text in line.split("\t")]
+      if len(texts) != (2 if predictor.pairs else 1) or not all(texts):
+        raise ReaderError(path, number, f"{'two non-empty texts separated by a tab' if predictor.pairs else 'one text'}"
+                          f" (the run was trained on {'sentence pairs' if predictor.pairs else 'single texts'}), got "
+                          f"{len(texts)} tab-separated field{'s' * (len(texts) != 1)}")
+      record = {"text_a": texts[0], "text_b": texts[1] if predictor.pairs else None}
+    if predictor.word_task and not record["words"]:
+      raise ReaderError(path, number, f"words, got {line!r}")
+    records.append(record)
+    lines.append(number)
+  return records, lines
+
+
+def _tsv(path: str, predictor: Predictor) -> tuple[list[dict], list[int]]:
+  """The run's own TSV columns (by header name or index; label and score columns are not needed)."""
+  options = predictor.reader_options
+  records = list(read_tsv(path, text_a=options["text_a"], text_b=options.get("text_b"),
+                          header=options.get("header", True)))
+  # read_tsv skips the header and blank lines; number the records by their lines for the output.
+  numbers = [n for n, line in numbered_lines(path) if line.strip()][1 if options.get("header", True) else 0:]
+  return records, numbers
+
+
+def _sentences(path: str, input_format: str) -> tuple[list[dict], list[int]]:
+  """conll: the first column of each token line, blank lines between sentences, -DOCSTART- skipped; conllu: the FORMs
+  of the word lines (multiword ranges and empty nodes skipped, as the CoNLL-U reader does for training)."""
+  if input_format == "conllu":
+    return [{"words": r["words"]} for r in read_conllu(path)], _block_starts(path)
+  records, lines, words, start = [], [], [], 0
+  for number, line in numbered_lines(path):
+    fields = line.split()
+    if fields and fields[0] != "-DOCSTART-":
+      words.append(fields[0])
+      start = start or number
+    elif words:
+      records.append({"words": words})
+      lines.append(start)
+      words, start = [], 0
+  if words:
+    records.append({"words": words})
+    lines.append(start)
+  return records, lines
+
+
+def _block_starts(path: str) -> list[int]:
+  """The line of the first word line of each CoNLL-U sentence block (comments skipped)."""
+  starts, inside = [], False
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      inside = False
+    elif not line.startswith("#") and not inside:
+      starts.append(number)
+      inside = True
+  return starts
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+  parser = argparse.ArgumentParser(prog="python -m launch.predict", description=__doc__.split("\n\n")[0])
+  parser.add_argument("--workdir", required=True, help="the fine-tuning run's directory (config.json, checkpoints/)")
+  parser.add_argument("--checkpoint", choices=("best", "latest"), default="best",
+                      help="best-dev checkpoint (what the run's test predictions used) or the newest one")
+  parser.add_argument("--input", required=True, help="input file, or - for stdin")
+  parser.add_argument("--format", choices=FORMATS, default="text",
+                      help="text: one example per line (pairs: two texts separated by a tab; word tasks: split into "
+                           "words); words: whitespace-separated words per line; tsv: the run's TSV columns (header "
+                           "as in its data); conll: word in the first column, blank line between sentences; conllu: "
+                           "CoNLL-U FORMs")
+  parser.add_argument("--output", choices=("jsonl", "conll"), default="jsonl",
+                      help="jsonl: one JSON object per input; conll: `word tag` lines (word tasks), what "
+                           "`python -m tasks.score` reads")
+  parser.add_argument("--out", default=STDIN, help="output file (default: stdout)")
+  return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
+  predictor = Predictor.from_workdir(args.workdir, args.checkpoint)
+  kind = "word-level" if predictor.word_task else "text"
+  if (args.format in ("words", "conll", "conllu")) != predictor.word_task and args.format != "text":
+    raise cli.UserError(f"--format {args.format} is for {'text' if predictor.word_task else 'word'}-level tasks; "
+                        f"{args.workdir} is a {kind} task ({predictor.task['name']}): use --format "
+                        f"{'text, words, conll or conllu' if predictor.word_task else 'text or tsv'}")
+  if args.output == "conll" and not predictor.word_task:
+    raise cli.UserError(f"--output conll is for word-level tasks; {args.workdir} is a {predictor.task['name']} task: "
+                        "use --output jsonl")
+  records, lines = read_inputs(args.input, args.format, predictor)
+  outputs = predictor.predict_records(records)
+  name = "<stdin>" if args.input == STDIN else args.input
+  cut = [line for line, record in zip(lines, records)
+         if predictor.word_task and predictor.words_kept(record["words"]) < len(record["words"])]
+  if cut:
+    print(f"warning: {len(cut)} of {len(records)} inputs are longer than the run's task.max_length "
+          f"({predictor.task['max_length']} subwords): their last words get no prediction (first: {name}:{cut[0]})",
+          file=sys.stderr)
+  text = "".join(predictor.conll(o) if args.output == "conll" else json.dumps({"line": n} | o, ensure_ascii=False)
+                 + "\n" for n, o in zip(lines, outputs))
+  if args.out == STDIN:
+    sys.stdout.write(text)
+  else:
+    Path(args.out).write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+  cli.run(main)
