@@ -1,0 +1,58 @@
+"""Which pretraining objectives help? MLM, MLM+NSP, MLM+SBO and MLM+NSP+SBO pretrained on WikiText-2 with the same
+steps, batch and row length, each then fine-tuned on SICK (NLI) and CoNLL-2003 (NER, BIO tagging) with 2 seeds.
+
+  python -m launch.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/objectives   # 2-core CPU
+  python -m launch.sweep --sweep configs/sweeps/objectives.py:budget=base --root runs/objectives_base --print
+  python -m launch.report runs/objectives --baseline objectives-mlm__task-sick   # and __task-conll2003
+
+String arguments: budget: "small" (mini encoder L4/H256, 1,000 steps of batch 32; the 2-core CPU), "base" (base
+encoder L12/H768, 10,000 steps of batch 256; accelerators) or "tiny" (a 2x64 encoder, 20 steps, fine-tuning on
+slices: checks the chain in a few minutes). NSP rows are sentence pairs (packing nsp_pairs), the others packed full
+sentences; SBO brings SpanBERT's span masking (configs/pretrain.py). Fine-tuning trains every layer (regime full):
+the presets' top_k=6 assumes MiniLM's 6 layers.
+"""
+
+from configs import common
+from launch.config_checks import ConfigError
+from launch.sweep import grid, seeds
+
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sbo", "mlm+nsp+sbo")
+TASKS = ("sick", "conll2003")
+SEEDS = (0, 1)
+# Pretraining: the config-file size and the engine fields shared by the four objectives (the same compute budget).
+PRETRAIN = {
+    "tiny": ("tiny", {"num_train_steps": 20, "batch_size": 8, "optimizer.learning_rate": 1e-3,
+                      "optimizer.warmup_steps": 4, "log_every_steps": 5, "eval_every_steps": 10, "eval_steps": 2,
+                      "checkpoint_every_steps": 10, "measure_mfu": False}),
+    "small": ("mini", {"num_train_steps": 1000, "batch_size": 32, "optimizer.learning_rate": 5e-4,
+                       "optimizer.warmup_steps": 100, "log_every_steps": 50, "eval_every_steps": 250,
+                       "eval_steps": 20, "checkpoint_every_steps": 250, "measure_mfu": False}),
+    "base": ("base", {"num_train_steps": 10_000, "batch_size": 256, "optimizer.learning_rate": 1e-4,
+                      "optimizer.warmup_steps": 1000, "log_every_steps": 100, "eval_every_steps": 1000,
+                      "eval_steps": 20, "checkpoint_every_steps": 1000}),
+}
+TINY_DATA = {"data.train_files": "wikitext-2/raw/wiki.valid.raw", "data.eval_files": "wikitext-2/raw/wiki.test.raw",
+             "data.max_length": 32, "masking.max_predictions": 4, "model.max_positions": 64}
+# Fine-tuning fields per budget (the presets' learning rates and batch 32 otherwise).
+FINETUNE = {
+    "tiny": {"regime": "full", "epochs": 1, "batch_size": 16, "task.train_split": "train[:64]",
+             "task.eval_split": "validation[:32]", "task.test_split": "test[:32]", "task.max_length": 32,
+             "data.buckets": (16, 32)},
+    "small": {"regime": "full", "epochs": 3},
+    "base": {"regime": "full"},
+}
+
+
+def get_sweep(arg: str | None = None) -> dict:
+  """4 pretraining points, each followed by 2 tasks x 2 seeds of fine-tuning (20 runs)."""
+  budget = common.parse_arg(arg, budget="small").budget
+  if budget not in PRETRAIN:
+    raise ConfigError(f"configs/sweeps/objectives.py: budget={budget!r}; expected one of {', '.join(PRETRAIN)}")
+  size, fields = PRETRAIN[budget]
+  if budget == "tiny":  # configs/pretrain.py's runlocal model, spelled out (runlocal would fix the step count).
+    size, fields = "tiny", fields | TINY_DATA | {"model.num_layers": 2, "model.hidden_size": 64,
+                                                 "model.num_heads": 4, "model.intermediate_size": 256}
+  return {"config": f"configs/pretrain.py:size={size}", "common": fields,
+          "points": grid(**{":objectives": OBJECTIVES}),
+          "then": {"config": "configs/finetune.py", "common": FINETUNE[budget],
+                   "points": seeds(grid(**{":task": TASKS}), SEEDS)}}

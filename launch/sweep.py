@@ -1,0 +1,296 @@
+"""Sweeps: many `launch.main` runs from one small Python file, run one after another or printed for a scheduler.
+
+  python -m launch.sweep --sweep configs/sweeps/example.py --root runs/example           # run every point
+  python -m launch.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/objectives --print
+  python -m launch.sweep --sweep configs/sweeps/example.py --root runs/example --only 'seed-1*'
+
+A sweep file defines `get_sweep(arg: str | None) -> dict` (arg: the text after the file's ':'):
+
+  {"config": "configs/finetune.py:task=sick",           # the base config spec, as launch.main's --config
+   "common": {"epochs": 2},                              # optional: overrides of every point (not in the names)
+   "points": [{"seed": 0}, {":task": "conll2003", "optimizer.learning_rate": 2e-4}, ...],
+   "then": {"config": "configs/finetune.py", "points": [...]}}   # optional: a chain (see below)
+
+A point is a dict of overrides: a key starting with ':' is a string argument of the config file (`:task` ->
+`configs/finetune.py:task=...`), any other key a config field (`optimizer.learning_rate` ->
+`--config.optimizer.learning_rate=2e-4`); a point's own overrides win over "common". `grid`, `product` and `seeds`
+below build lists of points. With "then",
+every point of the chain's stage runs after each point of this stage, with `:init=run:<that point's workdir>` (a
+pretraining point then its fine-tunings). Every point runs in ROOT/NAME, NAME made of its overrides (`task-sick_seed-1`;
+a chained point: `<parent>__<its own>`). A point whose results.json says it finished is skipped; any other resumes
+(the engine restores its workdir's newest checkpoint). Each point runs as its own `python -m launch.main` process, so
+a crash stays in its point: it is recorded in ROOT/sweep.jsonl and the sweep goes on (its chained points are
+skipped). ROOT/NAME/sweep_point.json holds the point's overrides, group (its name without the seed, for
+`launch.report`), command and wall time.
+"""
+
+import argparse
+import dataclasses
+import fnmatch
+import hashlib
+import importlib.util
+import itertools
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from launch import cli
+
+ARG_PREFIX = ":"  # Point keys starting with it are the config file's string arguments.
+SEED_KEY = "seed"  # The override that `launch.report` averages over.
+CHAIN_SEPARATOR = "__"  # Between a chained point's parent name and its own.
+MAX_NAME = 120  # Longer names are cut and end with a hash of the whole name.
+LOG_NAME = "sweep.jsonl"
+POINT_FILE = "sweep_point.json"
+SWEEP_KEYS = ("config", "common", "points", "then")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+  """One run of a sweep."""
+  name: str  # The workdir's name under the sweep root (filesystem- and config-argument-safe).
+  group: str  # The name without the seed override: the runs `launch.report` averages.
+  config: str  # The --config spec, with the point's string arguments merged in.
+  overrides: dict[str, Any]  # Config fields -> --config.KEY=VALUE.
+  parent: str | None  # The name of the point this one starts from (a chain), or None.
+
+
+def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
+  """Every combination of the axes' values: grid(seed=[0, 1], lr=[1, 2]) -> 4 points (keys as in a point)."""
+  keys = list(axes)
+  return [dict(zip(keys, values)) for values in itertools.product(*(axes[k] for k in keys))]
+
+
+def product(*point_lists: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Every combination of one point from each list, merged (later lists win on shared keys)."""
+  return [dict(itertools.chain.from_iterable(p.items() for p in combo)) for combo in itertools.product(*point_lists)]
+
+
+def seeds(points: Sequence[dict[str, Any]], values: Sequence[int]) -> list[dict[str, Any]]:
+  """Each point once per seed (config.seed)."""
+  return product(points, [{SEED_KEY: s} for s in values])
+
+
+def _value_text(value: Any) -> str:
+  """A value as config_flags parses it from the command line."""
+  if isinstance(value, bool):
+    return "true" if value else "false"
+  if isinstance(value, (list, tuple)):
+    return repr(tuple(value))
+  return str(value)
+
+
+def _name_part(key: str, value: Any) -> str:
+  text = f"{key.removeprefix(ARG_PREFIX)}-{_value_text(value)}"
+  return re.sub(r"[^A-Za-z0-9._+-]", "-", text)
+
+
+def point_name(overrides: dict[str, Any]) -> str:
+  """The workdir name of a point: its `key-value` pairs joined by '_', unsafe characters as '-' ('base' if none)."""
+  name = "_".join(_name_part(k, v) for k, v in overrides.items()) or "base"
+  if len(name) > MAX_NAME:
+    name = f"{name[:MAX_NAME - 9]}-{hashlib.sha1(name.encode()).hexdigest()[:8]}"
+  return name
+
+
+def merge_spec(spec: str, args: dict[str, Any]) -> str:
+  """'configs/f.py:task=sick,runlocal' + {'task': 'sst2'} -> 'configs/f.py:task=sst2,runlocal' (True: a bare word)."""
+  path, _, arg = spec.partition(":")
+  items: dict[str, str | None] = {}
+  for item in filter(None, arg.split(",")):
+    key, has_value, value = item.partition("=")
+    items[key] = value if has_value else None
+  for key, value in args.items():
+    items[key] = None if value is True else _value_text(value)
+  arg = ",".join(k if v is None else f"{k}={v}" for k, v in items.items())
+  return f"{path}:{arg}" if arg else path
+
+
+def _check_stage(stage: Any, where: str) -> None:
+  if not isinstance(stage, dict) or not isinstance(stage.get("config"), str) or not stage["config"]:
+    raise cli.UserError(f"{where}: expected a dict with 'config' (a config spec such as 'configs/finetune.py:task="
+                        f"sick') and 'points' (a list of dicts), got {stage!r:.200}")
+  unknown = sorted(set(stage) - set(SWEEP_KEYS))
+  if unknown:
+    raise cli.UserError(f"{where}: unknown key(s) {unknown}; expected {', '.join(SWEEP_KEYS)}")
+  points = stage.get("points")
+  if not isinstance(points, list) or not points or not all(isinstance(p, dict) for p in points):
+    raise cli.UserError(f"{where}: 'points' must be a non-empty list of override dicts, got {points!r:.200}")
+  if not isinstance(stage.get("common", {}), dict):
+    raise cli.UserError(f"{where}: 'common' must be a dict of overrides, got {stage['common']!r:.200}")
+  for i, point in enumerate([stage.get("common", {})] + points):
+    for key, value in point.items():
+      if not isinstance(key, str) or not key.strip(ARG_PREFIX) or value is None:
+        raise cli.UserError(f"{where}: {f'point {i - 1}' if i else 'common'} {point!r:.200}: expected "
+                            "'field': value or ':argument': value")
+  if "then" in stage:
+    _check_stage(stage["then"], f"{where} then")
+
+
+def expand(sweep: dict[str, Any], root: str | Path, where: str = "sweep") -> list[Point]:
+  """The sweep's points in running order (each chained point right after its parent's stage point)."""
+  _check_stage(sweep, where)
+  root = Path(root)
+
+  def stage_points(stage: dict[str, Any], parent: Point | None) -> list[Point]:
+    out = []
+    for overrides in stage["points"]:
+      merged = stage.get("common", {}) | overrides
+      args = {k[len(ARG_PREFIX):]: v for k, v in merged.items() if k.startswith(ARG_PREFIX)}
+      if parent is not None:
+        args["init"] = f"run:{root / parent.name}"
+      fields = {k: v for k, v in merged.items() if not k.startswith(ARG_PREFIX)}
+      own = point_name(overrides)
+      group = point_name({k: v for k, v in overrides.items() if k != SEED_KEY})
+      prefix = "" if parent is None else parent.name + CHAIN_SEPARATOR
+      point = Point(name=prefix + own, group=prefix + group, config=merge_spec(stage["config"], args),
+                    overrides=fields, parent=None if parent is None else parent.name)
+      out.append(point)
+      if "then" in stage:
+        out.extend(stage_points(stage["then"], point))
+    return out
+
+  points = stage_points(sweep, None)
+  seen: dict[str, Point] = {}
+  for point in points:
+    if point.name in seen:
+      raise cli.UserError(f"{where}: two points are both named {point.name!r} ({seen[point.name].config} and "
+                          f"{point.config}); give them different overrides")
+    seen[point.name] = point
+  return points
+
+
+def load_sweep(spec: str) -> dict[str, Any]:
+  """Calls get_sweep(arg) of 'path/to/sweep.py[:arg]'."""
+  path, _, arg = spec.partition(":")
+  if not Path(path).is_file():
+    raise cli.UserError(f"--sweep {spec}: {path} is not a file (expected a sweep file such as "
+                        "configs/sweeps/example.py)")
+  module_spec = importlib.util.spec_from_file_location(f"sweep_{Path(path).stem}", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not callable(getattr(module, "get_sweep", None)):
+    raise cli.UserError(f"{path}: expected a function get_sweep(arg) returning the sweep dict, found none")
+  return module.get_sweep(arg or None)
+
+
+def command(point: Point, root: str | Path, python: str = "python") -> list[str]:
+  """The `launch.main` command line of a point."""
+  return [python, "-m", "launch.main", f"--config={point.config}", f"--workdir={Path(root) / point.name}",
+          *(f"--config.{k}={_value_text(v)}" for k, v in point.overrides.items())]
+
+
+def is_finished(workdir: Path) -> bool:
+  """Whether the workdir holds the results of a run that trained to the end (not stopped by SIGTERM)."""
+  try:
+    return not json.loads((workdir / "results.json").read_text()).get("stopped_early", False)
+  except (OSError, ValueError):
+    return False
+
+
+def _last_error(lines: list[str]) -> str:
+  errors = [line for line in lines if line.startswith("error:") or "Error" in line.split(":")[0]]
+  return (errors or lines or ["(no output)"])[-1].strip()
+
+
+def run_point(point: Point, root: Path) -> dict[str, Any]:
+  """Runs one point as a subprocess (its output streamed and kept in ROOT/NAME/sweep.log); returns its record."""
+  workdir = root / point.name
+  workdir.mkdir(parents=True, exist_ok=True)
+  argv = command(point, root, python=sys.executable)
+  info_path = workdir / POINT_FILE
+  info = json.loads(info_path.read_text()) if info_path.is_file() else {"wall_s": 0.0, "attempts": 0}
+  info |= {"name": point.name, "group": point.group, "config": point.config, "overrides": point.overrides,
+           "parent": point.parent, "command": shlex.join(command(point, root))}
+  start = time.time()
+  tail: list[str] = []
+  with open(workdir / "sweep.log", "a", encoding="utf-8") as log:
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    for line in process.stdout:
+      sys.stdout.write(line)
+      sys.stdout.flush()
+      log.write(line)
+      tail = (tail + [line])[-20:]
+    returncode = process.wait()
+  wall = time.time() - start
+  info["wall_s"] += wall
+  info["attempts"] += 1
+  info_path.write_text(json.dumps(info, indent=2) + "\n")
+  status = "finished" if returncode == 0 and is_finished(workdir) else ("stopped" if returncode == 0 else "failed")
+  record = {"name": point.name, "status": status, "returncode": returncode, "wall_s": round(wall, 3)}
+  if status == "failed":
+    record["error"] = _last_error(tail)
+  return record
+
+
+def run_sweep(points: Sequence[Point], root: str | Path) -> list[dict[str, Any]]:
+  """Runs the unfinished points one after another; each outcome is appended to ROOT/sweep.jsonl."""
+  root = Path(root)
+  root.mkdir(parents=True, exist_ok=True)
+  records, done = [], {}
+  with open(root / LOG_NAME, "a", encoding="utf-8") as log:
+    for point in points:
+      if is_finished(root / point.name):
+        record = {"name": point.name, "status": "skipped", "reason": "finished before (results.json)"}
+      elif point.parent is not None and not done.get(point.parent, is_finished(root / point.parent)):
+        record = {"name": point.name, "status": "blocked", "reason": f"{point.parent} did not finish"}
+      else:
+        print(f"=== sweep point {point.name}", flush=True)
+        record = run_point(point, root)
+      done[point.name] = record["status"] in ("finished", "skipped")
+      record["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+      log.write(json.dumps(record) + "\n")
+      log.flush()
+      records.append(record)
+  return records
+
+
+def select(points: Sequence[Point], patterns: Sequence[str]) -> list[Point]:
+  """The points whose name matches one of the glob patterns (all points when there are none)."""
+  chosen = [p for p in points if not patterns or any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns)]
+  if not chosen:
+    raise cli.UserError(f"--only {' '.join(patterns)}: no point matches; the points are "
+                        f"{', '.join(p.name for p in points)}")
+  return chosen
+
+
+def parser() -> argparse.ArgumentParser:
+  """The command-line interface (see the module docstring)."""
+  root = argparse.ArgumentParser(prog="python -m launch.sweep", description=__doc__.split("\n")[0])
+  root.add_argument("--sweep", required=True, help="sweep file, optionally with its argument: path.py[:arg]")
+  root.add_argument("--root", help="directory of the points' workdirs (default runs/<sweep file name>)")
+  root.add_argument("--print", action="store_true", help="print one launch.main command per point, run nothing")
+  root.add_argument("--only", action="append", default=[], help="run only points whose name matches this glob")
+  return root
+
+
+def sweep_main(argv: Sequence[str] | None = None) -> None:
+  """Parses the command line, then prints or runs the points; exits 1 naming the failed points."""
+  args = parser().parse_args(argv)
+  root = Path(args.root or Path("runs") / Path(args.sweep.partition(":")[0]).stem)
+  points = select(expand(load_sweep(args.sweep), root, where=args.sweep), args.only)
+  if args.print:
+    for point in points:
+      print(shlex.join(command(point, root)))
+    return
+  records = run_sweep(points, root)
+  counts = {s: sum(r["status"] == s for r in records) for s in ("finished", "skipped", "stopped", "failed", "blocked")}
+  print(f"sweep {root}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" (log: {root / LOG_NAME})")
+  failed = [r["name"] for r in records if r["status"] in ("failed", "stopped", "blocked")]
+  if failed:
+    raise cli.UserError(f"{len(failed)} of {len(records)} points did not finish: {', '.join(failed)} (reasons in "
+                        f"{root / LOG_NAME}; run the same command again to retry them)")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """`sweep_main` with user errors as one line `error: ...`."""
+  cli.run(sweep_main, argv)
+
+
+if __name__ == "__main__":
+  main()

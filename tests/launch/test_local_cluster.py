@@ -1,0 +1,69 @@
+"""launch.local_cluster: 2 processes on 127.0.0.1, stopped by SIGTERM and resumed, train the tiny pretraining run
+with the same losses as 1 process with the same global batch, only process 0 writing; a failing process stops the
+launcher with one error line."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from launch import local_cluster
+from tests.conftest import require_data
+
+REPO = Path(__file__).resolve().parents[2]
+# Tiny MLM run, 6 steps of global batch 8, a loss line every step, dropout off, no evaluation.
+TINY = ["--config=configs/pretrain.py:runlocal", "--config.num_train_steps=6", "--config.log_every_steps=1",
+        "--config.checkpoint_every_steps=6", "--config.data.eval_files=", "--config.measure_mfu=false",
+        "--config.model.hidden_dropout=0.0", "--config.model.attention_dropout=0.0"]
+
+
+def _cluster(processes: int, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "launch.local_cluster", f"--processes={processes}", "--", *TINY,
+                         f"--workdir={workdir}", *extra], cwd=REPO, capture_output=True, text=True, timeout=600,
+                        check=False)
+
+
+def _losses(workdir: Path) -> list[tuple[int, float]]:
+  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  return [(r["step"], r["train/loss"]) for r in records if "train/loss" in r]
+
+
+def test_commands_and_environment():
+  commands = local_cluster.process_commands(["--config=c.py", "--workdir=w"], 2, 1234, python="py")
+  assert commands[1] == ["py", "-m", "launch.main", "--config=c.py", "--workdir=w",
+                         "--coordinator_address=127.0.0.1:1234", "--num_processes=2", "--process_id=1"]
+  env = local_cluster.process_env("cpu", 4)
+  assert env["JAX_PLATFORMS"] == "cpu" and "--xla_force_host_platform_device_count=4" in env["XLA_FLAGS"]
+  assert local_cluster.workdir_of(["--workdir", "runs/x"]) == Path("runs/x")
+
+
+def test_two_processes_train_like_one_and_resume(tmp_path):
+  require_data("wikitext-2/raw/wiki.valid.raw")
+  one = _cluster(1, tmp_path / "one")
+  assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
+  # Every process gets SIGTERM after step 3: they agree to stop, save step 3 together, and the same command resumes.
+  kill = ("--config.debug_kill_at_step=3", "--config.debug_kill_signal=SIGTERM")
+  stopped = _cluster(2, tmp_path / "two", *kill)
+  assert stopped.returncode == 0, stopped.stdout[-2000:] + stopped.stderr[-2000:]
+  assert "2 processes" in stopped.stdout  # The engine saw the cluster.
+  assert json.loads((tmp_path / "two" / "results.json").read_text())["stopped_early"]
+  two = _cluster(2, tmp_path / "two", *kill)
+  assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-2000:]
+  assert "resuming from checkpoint step 3" in two.stdout
+  losses_one, losses_two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+  assert [s for s, _ in losses_two] == [1, 2, 3, 4, 5, 6]  # Written once, by process 0.
+  np.testing.assert_allclose([l for _, l in losses_two], [l for _, l in losses_one], rtol=1e-5)
+  assert json.loads((tmp_path / "two" / "results.json").read_text())["step"] == 6
+  assert (tmp_path / "two.logs" / "process1.log").is_file()
+
+
+def test_a_failing_process_is_one_error_line(tmp_path):
+  result = subprocess.run([sys.executable, "-m", "launch.local_cluster", "--processes=2", "--",
+                           "--config=configs/pretrain.py:runlocal", f"--workdir={tmp_path / 'w'}",
+                           "--config.batch_size=oops"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          check=False)
+  assert result.returncode == 1 and result.stderr.startswith("error: process 0 (exit 1") and "Traceback" not in \
+      result.stderr
+  assert "batch_size" in (tmp_path / "w.logs" / "process0.log").read_text()

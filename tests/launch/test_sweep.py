@@ -1,0 +1,182 @@
+"""launch.sweep: names, config specs and chains of a sweep file; a real 4-point sweep of tiny SICK relatedness runs
+(two seeds, a point stopped once by SIGTERM, a point that always fails) finishes what it can, records the failure,
+and a rerun skips the finished points and resumes the stopped one; --print's commands reproduce a point; the report
+of the sweep holds its results.json numbers and the `tasks.score bootstrap` p-value of its prediction files."""
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from launch import cli, report, sweep
+from launch.config_checks import ConfigError
+from tests.conftest import require_data
+
+REPO = Path(__file__).resolve().parents[2]
+SWEEP_FILE = """
+from launch.sweep import seeds
+
+def get_sweep(arg=None):
+  stopped_once = {"optimizer.learning_rate": 0.003, "debug_kill_at_step": 6, "debug_kill_signal": "SIGTERM"}
+  return {"config": "configs/finetune.py:task=sick_relatedness,runlocal",
+          "points": seeds([{}], [0, 1]) + [dict(stopped_once, seed=0), {"optimizer.learning_rate": "fast"}]}
+"""
+STOPPED = "optimizer.learning_rate-0.003_debug_kill_at_step-6_debug_kill_signal-SIGTERM_seed-0"
+FAILING = "optimizer.learning_rate-fast"
+
+
+def _sweep(args: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "launch.sweep", *args], cwd=cwd, capture_output=True, text=True,
+                        timeout=900, check=False)
+
+
+def _log(root: Path) -> list[dict]:
+  return [json.loads(line) for line in (root / "sweep.jsonl").read_text().splitlines()]
+
+
+# Fast checks of the sweep file format.
+
+def test_names_and_specs():
+  assert sweep.point_name({":objectives": "mlm+nsp", "optimizer.learning_rate": 2e-4, "seed": 1}) == \
+      "objectives-mlm+nsp_optimizer.learning_rate-0.0002_seed-1"
+  assert sweep.point_name({"task.train_split": "train[:64]", "data.buckets": (16, 32)}) == \
+      "task.train_split-train--64-_data.buckets--16--32-"
+  assert sweep.point_name({}) == "base"
+  long = sweep.point_name({"x": "y" * 300})
+  assert len(long) == sweep.MAX_NAME and long != sweep.point_name({"x": "y" * 301})
+  assert sweep.merge_spec("configs/finetune.py:task=sick,runlocal", {"task": "sst2", "init": "run:r/a"}) == \
+      "configs/finetune.py:task=sst2,runlocal,init=run:r/a"
+  assert sweep.merge_spec("configs/pretrain.py", {"runlocal": True}) == "configs/pretrain.py:runlocal"
+  assert sweep.grid(a=[1, 2], b=["x"]) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
+  assert sweep.seeds([{"a": 1}, {"a": 2}], [0, 1]) == [{"a": 1, "seed": 0}, {"a": 1, "seed": 1},
+                                                         {"a": 2, "seed": 0}, {"a": 2, "seed": 1}]
+
+
+def test_objectives_sweep_chains_finetuning_to_its_pretraining():
+  points = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=small")), "runs/obj")
+  pretraining = [p for p in points if p.parent is None]
+  assert [p.name for p in pretraining] == ["objectives-mlm", "objectives-mlm+nsp", "objectives-mlm+sbo",
+                                           "objectives-mlm+nsp+sbo"]
+  assert len(points) == 4 + 4 * 2 * 2
+  steps = {p.overrides["num_train_steps"] for p in pretraining}
+  batches = {p.overrides["batch_size"] for p in pretraining}
+  assert steps == {1000} and batches == {32}  # The same compute budget for every objective combination.
+  for i, parent in enumerate(pretraining):
+    children = points[5 * i + 1:5 * i + 5]  # Each pretraining point is followed by its fine-tunings.
+    assert [c.parent for c in children] == [parent.name] * 4
+    assert {c.name for c in children} == {f"{parent.name}__task-{t}_seed-{s}" for t in ("sick", "conll2003")
+                                          for s in (0, 1)}
+    assert all(f"init=run:runs/obj/{parent.name}" in c.config for c in children)
+    assert {c.group for c in children} == {f"{parent.name}__task-sick", f"{parent.name}__task-conll2003"}
+  base = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=base")), "r")
+  assert base[0].config == "configs/pretrain.py:size=base,objectives=mlm"
+  with pytest.raises(ConfigError, match="budget='huge'"):
+    sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=huge"))
+
+
+def test_bad_sweeps_are_one_line_errors(tmp_path):
+  with pytest.raises(cli.UserError, match="both named 'seed-0'"):
+    sweep.expand({"config": "c.py", "points": [{"seed": 0}, {"seed": 0}]}, tmp_path)
+  with pytest.raises(cli.UserError, match="unknown key"):
+    sweep.expand({"config": "c.py", "points": [{}], "pionts": []}, tmp_path)
+  with pytest.raises(cli.UserError, match="non-empty list"):
+    sweep.expand({"config": "c.py", "points": []}, tmp_path)
+  result = _sweep(["--sweep", str(tmp_path / "missing.py"), "--print"])
+  assert result.returncode == 1 and result.stderr.strip().startswith("error:") and "missing.py" in result.stderr
+  assert "Traceback" not in result.stderr
+
+
+# A real sweep (one run shared by the tests below).
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+  """The sweep run twice: (root, first run's log, log of both runs, seed-0's files before the rerun)."""
+  require_data("sick/SICK_train.txt")
+  root = tmp_path_factory.mktemp("sweep") / "runs"
+  sweep_file = root.parent / "tiny_sweep.py"
+  sweep_file.write_text(SWEEP_FILE)
+  first = _sweep(["--sweep", str(sweep_file), "--root", str(root)])
+  assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+  assert f"{STOPPED}, {FAILING}" in first.stderr  # The points that did not finish, in one error line.
+  first_log = _log(root)
+  before = {name: (root / "seed-0" / name).read_bytes() for name in ("metrics.jsonl", "results.json")}
+  second = _sweep(["--sweep", str(sweep_file), "--root", str(root)])
+  assert second.returncode == 1 and FAILING in second.stderr and STOPPED not in second.stderr, second.stderr[-3000:]
+  return root, sweep_file, first_log, _log(root)[len(first_log):], before
+
+
+def test_sweep_runs_points_and_records_failures(swept):
+  root, _, first, _, _ = swept
+  assert {r["name"]: r["status"] for r in first} == {"seed-0": "finished", "seed-1": "finished", STOPPED: "stopped",
+                                                     FAILING: "failed"}
+  failure = next(r for r in first if r["name"] == FAILING)
+  assert failure["returncode"] == 1 and "optimizer.learning_rate" in failure["error"]
+  assert not (root / FAILING / "results.json").exists()
+  stopped = json.loads((root / STOPPED / "sweep_point.json").read_text())
+  assert stopped["attempts"] == 2 and stopped["group"] == STOPPED.removesuffix("_seed-0")
+
+
+def test_rerun_skips_finished_points_and_resumes_the_stopped_one(swept):
+  root, _, _, second, before = swept
+  assert {r["name"]: r["status"] for r in second} == {"seed-0": "skipped", "seed-1": "skipped", STOPPED: "finished",
+                                                      FAILING: "failed"}
+  assert {name: (root / "seed-0" / name).read_bytes() for name in before} == before  # Not run again.
+  results = json.loads((root / STOPPED / "results.json").read_text())
+  assert results["step"] == 8 and not results["stopped_early"]
+  steps = [r["step"] for r in map(json.loads, (root / STOPPED / "metrics.jsonl").read_text().splitlines())
+           if "train/loss" in r]
+  assert steps == [2, 4, 6, 8]  # Stopped after step 6, resumed from its checkpoint: no step trained twice.
+
+
+def test_print_gives_commands_that_reproduce_a_point(swept, tmp_path):
+  root, sweep_file, _, _, _ = swept
+  printed = _sweep(["--sweep", str(sweep_file), "--root", str(root), "--print"])
+  lines = printed.stdout.splitlines()
+  assert len(lines) == 4 and all(line.startswith("python -m launch.main --config=") for line in lines)
+  argv = shlex.split(lines[0])
+  assert argv[4] == f"--workdir={root / 'seed-0'}"
+  assert json.loads((root / "seed-0" / "sweep_point.json").read_text())["command"] == lines[0]
+  argv[4] = f"--workdir={tmp_path / 'again'}"
+  subprocess.run([sys.executable, *argv[1:]], cwd=REPO, check=True, capture_output=True, timeout=600)
+  for name in ("predictions/test.labels", "predictions/dev.labels"):  # Bitwise (the engine is deterministic).
+    assert (tmp_path / "again" / name).read_text() == (root / "seed-0" / name).read_text(), name
+  untimed = lambda path: {k: v for k, v in json.loads(path.read_text()).items() if k != "train"} | {
+      "train": {k: v for k, v in json.loads(path.read_text())["train"].items() if not k.endswith("_per_second")}}
+  assert untimed(tmp_path / "again" / "results.json") == untimed(root / "seed-0" / "results.json")
+
+
+def test_report_of_the_sweep(swept, tmp_path):
+  root = swept[0]
+  summary = report.write_report([root], tmp_path / "report", baselines=["base"], samples=2000)
+  results = {name: json.loads((root / name / "results.json").read_text()) for name in ("seed-0", "seed-1", STOPPED)}
+  runs = {r["name"]: r for r in summary["runs"]}
+  for name, result in results.items():
+    assert runs[name]["scores"] == {f"{s} {k}": v for s in ("dev", "test") for k, v in result[s].items()}
+    assert runs[name]["steps"] == result["step"] == 8
+  (table,) = summary["tables"]
+  base = table["groups"]["base"]["cells"]["test pearson"]
+  values = [results[n]["test"]["pearson"] for n in ("seed-0", "seed-1")]
+  assert base["values"] == values and base["mean"] == pytest.approx(np.mean(values))
+  assert base["std"] == pytest.approx(np.std(values, ddof=1))
+  assert f"| base (baseline) | 2/2 | " in (tmp_path / "report" / "report.md").read_text()
+  assert FAILING not in table["groups"]  # It never wrote config.json: listed below the tables with its error.
+  assert summary["unfinished"] == {FAILING: next(r for r in swept[3] if r["name"] == FAILING)["status"] + ": " +
+                                   next(r for r in swept[3] if r["name"] == FAILING)["error"]}
+  assert f"- {FAILING}: failed: error: " in (tmp_path / "report" / "report.md").read_text()
+  # The p-value of the stopped-then-resumed point (seed 0) against seed-0 equals the command line's on the same
+  # files, with a gold file written here from the test split's records.
+  (test,) = table["bootstrap"][STOPPED.removesuffix("_seed-0")]
+  gold = tmp_path / "gold.txt"
+  records = (root / "seed-0" / "predictions" / "test.jsonl").read_text().splitlines()
+  gold.write_text("".join(f"{json.loads(line)['score']}\n" for line in records))
+  command = subprocess.run([sys.executable, "-m", "tasks.score", "bootstrap", "--gold", str(gold), "--pred-a",
+                            str(root / STOPPED / "predictions/test.labels"), "--pred-b",
+                            str(root / "seed-0" / "predictions/test.labels"), "--task", "scores", "--samples", "2000"],
+                           cwd=REPO, check=True, capture_output=True, text=True)
+  expected = json.loads(command.stdout.splitlines()[-1])
+  assert test["p_value"] == expected["p_value"] and test["delta"] == expected["delta"]
+  assert test["split"] == "test" and test["seed"] == 0 and 0 < expected["p_value"] < 1
