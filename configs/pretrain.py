@@ -30,6 +30,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data = ml_collections.ConfigDict()  # Corpus files, tokenizer and row layout.
   config.data.train_files = "wikitext-2/raw/wiki.train.raw"  # Comma-separated; relative to the data dir or absolute.
   config.data.eval_files = "wikitext-2/raw/wiki.valid.raw"  # Comma-separated evaluation files ("" = no eval).
+  config.data.prepared = ""  # A directory of objectives.prepare: train rows read from its shards (not train_files).
   config.data.tokenizer = "all-MiniLM-L6-v2"  # A tokenizer path or a packaged checkpoint name (encoder.pretrained).
   config.data.max_length = 128  # Tokens per example row.
   # Row layout (objectives.pipeline.PACKINGS): "full_sentences" (RoBERTa), "nsp_pairs" (BERT, for NSP), "segments".

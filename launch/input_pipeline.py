@@ -48,6 +48,14 @@ def resolve_files(spec: str, what: str) -> list[Path]:
   return files
 
 
+def resolve_prepared(spec: str) -> Path:
+  """config.data.prepared -> the directory (absolute or relative to the working directory)."""
+  path = Path(spec)
+  if not path.is_dir():
+    raise FileNotFoundError(f"prepared: {path} is not a directory written by objectives.prepare (config.data.prepared)")
+  return path
+
+
 def tokenizer_for(name: str) -> Any:
   """A packaged checkpoint's tokenizer by name (encoder.pretrained.PACKAGED), else a tokenizer file/directory."""
   return load_tokenizer(pretrained.pretrained_path(name) if name in pretrained.PACKAGED else name)
@@ -59,9 +67,13 @@ def load_data(config: ml_collections.ConfigDict, cache_dir: Path) -> Data:
   names = config.objectives.split("+")
   pipeline.validate(names, data.packing, config.masking.mode)
   tokenizer = tokenizer_for(data.tokenizer)
-  rows = lambda files: pipeline.pretraining_examples(files=files, tokenizer=tokenizer, max_length=data.max_length,
-                                                     packing=data.packing, cache_dir=cache_dir, seed=config.seed)
-  train = rows(resolve_files(data.train_files, "train_files"))
+  rows = lambda files, prepared=None: pipeline.pretraining_examples(
+      files=files, tokenizer=tokenizer, max_length=data.max_length, packing=data.packing, cache_dir=cache_dir,
+      seed=config.seed, prepared=prepared)
+  if data.get("prepared"):  # A directory of objectives.prepare replaces train_files: no tokenizing or token pass.
+    train = rows((), resolve_prepared(data.prepared))
+  else:
+    train = rows(resolve_files(data.train_files, "train_files"))
   eval_files = resolve_files(data.eval_files, "eval_files")
   m = config.masking
   options = pipeline.mask_options(tokenizer, max_predictions=m.max_predictions, rate=m.rate, mode=m.mode,

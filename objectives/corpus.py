@@ -8,11 +8,12 @@ not UTF-8) or a corpus the tokenizer maps entirely to [UNK] is a CorpusError nam
 """
 
 import hashlib
+import itertools
 import logging
 import os
 import re
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -85,42 +86,74 @@ def _read_lines(path: Path) -> list[str]:
   return text.splitlines()
 
 
-def _is_wikitext(lines: list[str]) -> bool:
-  first = next((line for line in lines if line.strip()), "")
-  return bool(_TITLE.match(first))
+def stream_lines(path: Path) -> Iterator[str]:
+  """The lines of a UTF-8 file read one at a time (never the whole file); the errors of `_read_lines`, at the first
+  bad line."""
+  path = Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"corpus file {path} does not exist")
+  size, has_text = 0, False
+  with path.open("rb") as f:
+    for number, raw in enumerate(f, 1):  # Split at b"\n" only: UTF-8 never has 0x0A inside a character.
+      if b"\0" in raw:
+        raise CorpusError(f"{path}:{number}: a NUL byte: expected UTF-8 text, found a binary file")
+      try:
+        text = raw.decode("utf-8")
+      except UnicodeDecodeError as err:
+        raise CorpusError(f"{path}:{number}: not valid UTF-8 (byte {raw[err.start]:#04x}: {err.reason}); "
+                          "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+      size += len(raw)
+      has_text = has_text or bool(text.strip())
+      yield from text.splitlines()
+  if not has_text:
+    raise CorpusError(f"{path}: empty corpus file: expected text, found "
+                      + (f"only whitespace ({size} bytes)" if size else "no bytes"))
+
+
+def paragraph_documents(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]:
+  """(first line number, paragraphs) of each document of a file's lines, read as a stream (one line of lookahead);
+  split_sentences of the paragraphs gives the document's sentences."""
+  lines = iter(lines)
+  leading = []
+  for line in lines:
+    leading.append(line)
+    if line.strip():
+      break
+  wikitext = bool(leading) and bool(_TITLE.match(leading[-1]))
+  stream = itertools.chain(leading, lines)
+  current: list[str] = []
+  start, previous, line = 1, "", next(stream, None)
+  number = 1
+  while line is not None:
+    following = next(stream, None)
+    # WikiText headings stand between blank lines; a table row such as " = Goals ; A = " is text.
+    alone = not previous.strip() and (following is None or not following.strip())
+    if wikitext and alone and _TITLE.match(line):
+      if current:
+        yield start, current
+      current, start = [], number
+    elif wikitext and alone and _HEADING.match(line):
+      pass
+    elif not line.strip():
+      if not wikitext and current:  # Plain text: a blank line ends the document.
+        yield start, current
+        current = []
+    else:
+      if not current and not wikitext:
+        start = number
+      if wikitext:
+        for old, new in _WIKITEXT_JOINS:
+          line = line.replace(old, new)
+      current.append(line)
+    previous, line, number = line, following, number + 1
+  if current:
+    yield start, current
 
 
 def _documents_of(path: Path) -> list[tuple[int, Document]]:
   """(first line number, sentences) for each document of one file."""
-  lines = _read_lines(path)
-  wikitext = _is_wikitext(lines)
-  # WikiText headings stand between blank lines; a table row such as " = Goals ; A = " is text.
-  alone = lambda n: (n == 0 or not lines[n - 1].strip()) and (n + 1 == len(lines) or not lines[n + 1].strip())
-  documents: list[tuple[int, Document]] = []
-  current: Document = []
-  start = 1
-  for number, line in enumerate(lines, 1):
-    if wikitext and _TITLE.match(line) and alone(number - 1):
-      if current:
-        documents.append((start, current))
-      current, start = [], number
-      continue
-    if wikitext and _HEADING.match(line) and alone(number - 1):
-      continue
-    if not line.strip():
-      if not wikitext and current:  # Plain text: a blank line ends the document.
-        documents.append((start, current))
-        current = []
-      continue
-    if not current and not wikitext:
-      start = number
-    if wikitext:
-      for old, new in _WIKITEXT_JOINS:
-        line = line.replace(old, new)
-    current.extend(split_sentences(line))
-  if current:
-    documents.append((start, current))
-  return documents
+  return [(line, [s for paragraph in paragraphs for s in split_sentences(paragraph)])
+          for line, paragraphs in paragraph_documents(_read_lines(path))]
 
 
 def read_documents(paths: Sequence[str | Path], *, min_document_sentences: int = 1,
@@ -189,7 +222,8 @@ def documents_fingerprint(documents: Sequence[Document]) -> str:
   return digest.hexdigest()
 
 
-def _tokenize(documents: Sequence[Document], tokenizer: Any) -> EncodedCorpus:
+def tokenize_documents(documents: Sequence[Document], tokenizer: Any) -> EncodedCorpus:
+  """Token ids and word starts of every sentence (no special tokens), unchecked and uncached."""
   sentences = [s for document in documents for s in document]
   encoded = tokenizer.encode_batch(sentences, add_special_tokens=False)
   ids = [np.asarray(e.input_ids, np.int32) for e in encoded]
@@ -224,7 +258,7 @@ def encode_documents(documents: Sequence[Document], tokenizer: Any, cache_dir: s
   Text that tokenizes to nothing but [UNK] is a CorpusError naming `source` (the files, for load_corpus).
   """
   if cache_dir is None:
-    corpus = _tokenize(documents, tokenizer)
+    corpus = tokenize_documents(documents, tokenizer)
     _check_usable(corpus, tokenizer, source)
     return corpus
   key = key or hashlib.sha256(
@@ -232,7 +266,7 @@ def encode_documents(documents: Sequence[Document], tokenizer: Any, cache_dir: s
   folder = Path(cache_dir) / key
   if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
     return EncodedCorpus(*(np.load(folder / f"{name}.npy", allow_pickle=False) for name in _FIELDS))
-  corpus = _tokenize(documents, tokenizer)
+  corpus = tokenize_documents(documents, tokenizer)
   _check_usable(corpus, tokenizer, source)
   folder.mkdir(parents=True, exist_ok=True)
   for name, array in zip(_FIELDS, corpus):

@@ -18,6 +18,7 @@ import numpy as np
 
 from objectives import corpus as corpus_lib
 from objectives import masking, pairs
+from objectives import prepared as prepared_lib
 
 PACKINGS = ("full_sentences", "nsp_pairs", "segments")
 # Chunks: [C, 4] rows (token start, token end, type id, sequence number in the row 1..k); each chunk is followed
@@ -137,19 +138,26 @@ def segment_layout(corpus: corpus_lib.EncodedCorpus, max_length: int) -> tuple[n
 
 def pretraining_examples(*, files: Sequence[str | Path], tokenizer: Any, max_length: int,
                          packing: str = "full_sentences", cache_dir: str | Path | None = None, seed: int = 0,
-                         short_seq_prob: float = 0.1, short_documents: str = "error") -> PackedExamples:
+                         short_seq_prob: float = 0.1, short_documents: str = "error",
+                         prepared: str | Path | None = None) -> PackedExamples:
   """Fixed-length unmasked rows from text files (WikiText or plain text; see objectives.corpus), tokenized once.
 
   `seed` drives only the NSP pairing (which sentences pair, truncation sides); masking is seeded separately per
   example (objectives.masking.example_rng). short_documents applies to nsp_pairs, which needs >= 2 sentences.
+  `prepared`: a directory of objectives.prepare read instead of `files` (documents read on demand, same rows).
   """
   if packing not in PACKINGS:
     raise ValueError(f"packing {packing!r} is not one of {PACKINGS}")
   if max_length < 8:
     raise ValueError(f"max_length {max_length} is too small for pretraining rows (at least 8)")
   minimum = 2 if packing == "nsp_pairs" else 1
-  corpus = corpus_lib.load_corpus(files, tokenizer, cache_dir, min_document_sentences=minimum,
-                                  short_documents=short_documents if packing == "nsp_pairs" else "skip")
+  short = short_documents if packing == "nsp_pairs" else "skip"
+  if prepared:  # A prepared directory (objectives.prepare): offsets in memory, tokens read from its shards.
+    corpus = prepared_lib.open_prepared(prepared, tokenizer, min_document_sentences=minimum, short_documents=short)
+    files = [prepared]
+  else:
+    corpus = corpus_lib.load_corpus(files, tokenizer, cache_dir, min_document_sentences=minimum,
+                                    short_documents=short)
   labels = None
   if packing == "full_sentences":
     chunks, row_offsets = full_sentence_layout(corpus, max_length)
@@ -178,6 +186,8 @@ def mask_options(tokenizer: Any, **overrides) -> dict[str, Any]:
 
 def corpus_unigram_probs(examples: PackedExamples, tokenizer: Any) -> np.ndarray:
   """The unigram distribution of the corpus's tokens (spec's random-replacement distribution), specials zeroed."""
+  if isinstance(examples.corpus, prepared_lib.PreparedCorpus):  # From the shards' counts, not a pass over tokens.
+    return examples.corpus.unigram_probs(tokenizer.vocab_size, tokenizer.special_ids)
   return masking.unigram_probs([examples.corpus.tokens], tokenizer.vocab_size, tokenizer.special_ids)
 
 

@@ -1,0 +1,163 @@
+"""Corpus preparation at scale (objectives.prepare) vs HF `tokenizers` encode_batch, and reading from the shards.
+
+Builds a corpus of about --words words from WikiText-2 train repeated (whole copies, the last one cut at a document
+title, so documents are kept) as one file per copy in a temporary directory, then in one run:
+  1. prepares it with --processes workers (default: all cores): words_per_s = words / wall seconds, where words is
+     metadata.json's count (the words of the sentences after the reading rules);
+  2. HF `tokenizers` (tokenizer.json of all-MiniLM-L6-v2, TOKENIZERS_PARALLELISM=true: all cores) encode_batch on the
+     same files' lines, streamed in batches of 4,096 lines: hf_tokenizers_words_per_s = the same words / seconds;
+  3. peak_rss_bytes: the peak over steps 1-2 of the summed RSS of this process and all its children (psutil, sampled
+     every 20 ms);
+  4. pretrain_read_ratio: tokens/s of launch.input_pipeline.train_batches (shuffle, unigram masking, batching: the
+     default pretraining config, rows of 128, batch 256) over rows read from the prepared shards, divided by the same
+     over the same rows held in memory (the EncodedCorpus the .npy cache holds, built from the shards: identical rows,
+     as tests/objectives/test_prepare.py checks); --rounds alternating rounds of --batches batches, medians.
+
+  python -m benchmarks.corpus_prepare [--words 100000000] [--processes N] [--shard-documents 256]
+Last line: one JSON object (words, words_per_s, hf_tokenizers_words_per_s, peak_rss_bytes, pretrain_read_ratio, ...).
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from configs import paths
+from encoder import pretrained
+from launch import cli
+from objectives import corpus as corpus_lib
+from objectives import prepare
+
+TRAIN = "wikitext-2/raw/wiki.train.raw"
+
+
+class PeakRss:
+  """Samples the summed RSS of this process and its descendants on a thread; `peak` is the maximum seen."""
+
+  def __init__(self, interval: float = 0.02):
+    self.interval, self.peak, self._stop = interval, 0, threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+
+  def _run(self) -> None:
+    me = psutil.Process()
+    while not self._stop.is_set():
+      total = 0
+      for process in [me, *me.children(recursive=True)]:
+        try:
+          total += process.memory_info().rss
+        except psutil.Error:  # A worker that just exited.
+          pass
+      self.peak = max(self.peak, total)
+      self._stop.wait(self.interval)
+
+  def __enter__(self) -> "PeakRss":
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self._stop.set()
+    self._thread.join()
+
+
+def build_corpus(words: int, directory: Path) -> list[Path]:
+  """Copies of WikiText-2 train (one file each) until `words` whitespace words, the last cut before a title line."""
+  lines = paths.data_file(TRAIN).read_text(encoding="utf-8").splitlines(keepends=True)
+  counts = np.cumsum([len(line.split()) for line in lines])
+  titles = [i for i, line in enumerate(lines) if i > 0 and re.match(r" = [^=]", line)]  # Document titles.
+  files, left = [], words
+  while left > 0:
+    cut = len(lines)
+    if counts[-1] > left:  # The first title after `left` words: the copy ends with whole documents.
+      cut = next((t for t in titles if counts[t - 1] >= left), len(lines)) if titles else len(lines)
+    path = directory / f"part-{len(files):05d}.txt"
+    path.write_text("".join(lines[:cut]), encoding="utf-8")
+    files.append(path)
+    left -= int(counts[cut - 1])
+  return files
+
+
+def hf_encode_seconds(files: list[Path], batch_lines: int = 4096) -> float:
+  """Seconds for HF tokenizers' encode_batch (all cores) over the files' lines, streamed in batches."""
+  import tokenizers  # pylint: disable=import-outside-toplevel  (only the benchmark's reference)
+  os.environ["TOKENIZERS_PARALLELISM"] = "true"
+  hf = tokenizers.Tokenizer.from_file(str(pretrained.minilm_path() / "tokenizer.json"))
+  start = time.perf_counter()
+  for path in files:
+    with path.open(encoding="utf-8") as f:
+      while batch := [line for _, line in zip(range(batch_lines), f)]:
+        hf.encode_batch(batch, add_special_tokens=False)
+  return time.perf_counter() - start
+
+
+def read_ratio(out: Path, rounds: int, batches: int) -> dict[str, float]:
+  """train_batches tokens/s from the shards and from memory (same rows), alternating rounds; medians."""
+  # pylint: disable=import-outside-toplevel  (JAX and grain only for this part)
+  from configs import pretrain
+  from launch import input_pipeline
+  from objectives import pipeline, prepared
+  config = pretrain.get_config()
+  tokenizer = input_pipeline.tokenizer_for(config.data.tokenizer)
+  view = prepared.open_prepared(out, tokenizer)
+  chunks, row_offsets = pipeline.full_sentence_layout(view, config.data.max_length)
+  memory = corpus_lib.EncodedCorpus(view.tokens[:], view.word_starts[:], view.sentence_offsets, view.document_offsets)
+  rows = {name: pipeline.PackedExamples(c, chunks, row_offsets, config.data.max_length, tokenizer.cls_id,
+                                        tokenizer.sep_id, tokenizer.pad_id) for name, c in (("shards", view),
+                                                                                             ("memory", memory))}
+  m = config.masking
+  options = pipeline.mask_options(tokenizer, max_predictions=m.max_predictions, rate=m.rate, mode=m.mode,
+                                  replacement=m.replacement, mask_prob=m.mask_prob, random_prob=m.random_prob)
+  options["unigram_probs"] = pipeline.corpus_unigram_probs(rows["shards"], tokenizer)
+  times: dict[str, list[float]] = {"shards": [], "memory": []}
+  for r in range(rounds):
+    for name in ("shards", "memory") if r % 2 == 0 else ("memory", "shards"):
+      iterator = input_pipeline.train_batches(rows[name], options, global_batch=config.batch_size, seed=r,
+                                              start_step=r * batches, prefetch=config.data.prefetch)
+      next(iterator)  # Threads started, first batch ready.
+      start = time.perf_counter()
+      for _ in range(batches):
+        next(iterator)
+      times[name].append(time.perf_counter() - start)
+  tokens = batches * config.batch_size * config.data.max_length
+  rate = {name: tokens / statistics.median(t) for name, t in times.items()}
+  return {"pretrain_tokens_per_s_shards": rate["shards"], "pretrain_tokens_per_s_memory": rate["memory"],
+          "pretrain_read_ratio": rate["shards"] / rate["memory"]}
+
+
+def main() -> None:
+  """Command line: module docstring."""
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--words", type=int, default=100_000_000)
+  parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+  parser.add_argument("--shard-documents", type=int, default=256)
+  parser.add_argument("--rounds", type=int, default=8, help="alternating rounds of the read comparison")
+  parser.add_argument("--batches", type=int, default=8, help="batches timed per round")
+  args = parser.parse_args()
+  with tempfile.TemporaryDirectory(prefix="corpus_prepare_") as tmp:
+    files = build_corpus(args.words, Path(tmp))
+    out = Path(tmp) / "prepared"
+    with PeakRss() as rss:
+      start = time.perf_counter()
+      metadata = prepare.prepare([str(f) for f in files], "all-MiniLM-L6-v2", out, processes=args.processes,
+                                 shard_documents=args.shard_documents)
+      prepare_s = time.perf_counter() - start
+      hf_s = hf_encode_seconds(files)
+    result = {"words": metadata["words"], "words_per_s": metadata["words"] / prepare_s,
+              "hf_tokenizers_words_per_s": metadata["words"] / hf_s, "peak_rss_bytes": rss.peak,
+              "processes": args.processes, "prepare_s": prepare_s, "hf_tokenizers_s": hf_s,
+              "documents": metadata["documents"], "tokens": metadata["tokens"], "shards": len(metadata["shards"]),
+              "input_bytes": sum(f.stat().st_size for f in files)}
+    result["ratio_to_hf"] = result["words_per_s"] / result["hf_tokenizers_words_per_s"]
+    result.update(read_ratio(out, args.rounds, args.batches))
+  print(json.dumps(result))
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,276 @@
+"""Corpus preparation at scale: text files -> sharded array_record files of tokenized documents + metadata.json.
+
+  python -m objectives.prepare --input 'corpus/*.txt' --tokenizer all-MiniLM-L6-v2 --out DIR --processes N
+
+The files are streamed (objectives.corpus.stream_lines / paragraph_documents: the reading rules of load_corpus, never
+a whole file in memory); worker processes split sentences and tokenize (objectives.corpus.tokenize_documents, so the
+ids are those of the in-memory path). Shard i holds documents [i*K, (i+1)*K) (K = --shard-documents), so the bytes
+are the same whatever the number of processes. Each finished shard gets a completion marker (written atomically after
+its files); a rerun skips the shards whose marker and checksums match and rewrites any partial one. objectives.prepared
+reads the directory. Layout of DIR:
+  shard-00000.array_record   one record per document (encode_document)
+  shard-00000.index.npy      int64 [2 + 3D + S]: D, S, sentences per document, file number and first line of each
+                             document, token count of each sentence (what packing needs without reading tokens)
+  shard-00000.counts.npy     int64 [vocab_size]: token id counts (the unigram law for random replacements)
+  shard-00000.done.json      completion marker: the settings, counts and sha256 of the three files
+  metadata.json              written last: settings, totals and the shard list
+"""
+
+import argparse
+import collections
+import glob
+import hashlib
+import itertools
+import json
+import multiprocessing
+import multiprocessing.pool
+import os
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+from array_record.python import array_record_module
+
+from encoder import pretrained
+from encoder.tokenizer import load_tokenizer
+from launch import cli
+from objectives import corpus as corpus_lib
+
+FORMAT = "encoderlab-prepared-v1"
+WRITER_OPTIONS = "group_size:1,uncompressed"  # One document per chunk: random access reads only that document.
+SUFFIXES = (".array_record", ".index.npy", ".counts.npy")
+_TOKENIZE_SENTENCES = 4096  # Sentences per encode_batch call in a worker (bounds its Python objects).
+_worker_tokenizer: Any = None
+
+
+def shard_name(index: int) -> str:
+  """The file stem of shard `index`."""
+  return f"shard-{index:05d}"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+  """uint16 ids when the vocabulary fits, else int32."""
+  return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.int32)
+
+
+def encode_document(sentence_lengths: np.ndarray, tokens: np.ndarray, word_starts: np.ndarray,
+                    dtype: np.dtype) -> bytes:
+  """One record: int32 sentence count S, int32 [S] sentence token counts, ids [T] (dtype), int8 word starts [T]."""
+  return b"".join((np.int32(len(sentence_lengths)).tobytes(), sentence_lengths.astype(np.int32).tobytes(),
+                   tokens.astype(dtype).tobytes(), word_starts.astype(np.int8).tobytes()))
+
+
+def decode_document(record: bytes, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """encode_document's inverse: (sentence lengths int32 [S], ids int32 [T], word starts int8 [T])."""
+  count = int(np.frombuffer(record, np.int32, 1)[0])
+  at = 4 + 4 * count
+  total = (len(record) - at) // (dtype.itemsize + 1)
+  return (np.frombuffer(record, np.int32, count, 4), np.frombuffer(record, dtype, total, at).astype(np.int32),
+          np.frombuffer(record, np.int8, total, at + total * dtype.itemsize))
+
+
+def tokenizer_path(name: str) -> str:
+  """A packaged checkpoint's directory by name (encoder.pretrained.PACKAGED), else the name as a path."""
+  return str(pretrained.pretrained_path(name)) if name in pretrained.PACKAGED else name
+
+
+def expand_inputs(patterns: Sequence[str]) -> list[Path]:
+  """Files matching the glob patterns, each pattern's matches sorted, in pattern order (duplicates once)."""
+  files: list[Path] = []
+  for pattern in patterns:
+    matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
+    if not matches:
+      raise corpus_lib.CorpusError(f"--input {pattern!r}: no file matches it; expected text files "
+                                   "(e.g. 'corpus/*.txt')")
+    files += [m for m in matches if m not in files]
+  return files
+
+
+def _sha256(path: Path) -> str:
+  with path.open("rb") as f:
+    return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _documents(files: Sequence[Path]) -> Iterator[tuple[int, int, list[str]]]:
+  """(file number, first line, paragraphs) of every document of the files, streamed."""
+  for number, path in enumerate(files):
+    for line, paragraphs in corpus_lib.paragraph_documents(corpus_lib.stream_lines(path)):
+      yield number, line, paragraphs
+
+
+def _batches(items: Iterator, size: int) -> Iterator[list]:
+  while batch := list(itertools.islice(items, size)):
+    yield batch
+
+
+def _init_worker(tokenizer_dir: str, single_threaded: bool) -> None:
+  if single_threaded:  # N worker processes each tokenizing: HF tokenizers' thread pools would oversubscribe the cores.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+  global _worker_tokenizer  # pylint: disable=global-statement  (one tokenizer per worker process)
+  _worker_tokenizer = load_tokenizer(tokenizer_dir)
+
+
+def _save_npy(path: Path, array: np.ndarray) -> None:
+  with path.open("wb") as f:
+    np.save(f, array, allow_pickle=False)
+
+
+def _atomic_write(path: Path, write) -> None:
+  tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+  write(tmp)
+  tmp.replace(path)
+
+
+def _encode(documents: list[corpus_lib.Document], tokenizer: Any) -> corpus_lib.EncodedCorpus:
+  """corpus.tokenize_documents's arrays (the tests check it) from one native call, without per-sentence arrays."""
+  # Tokenizer.encode_batch(add_special_tokens=False) returns the backend's segments unchanged.
+  segments = tokenizer.backend.segments([s for document in documents for s in document], False)
+  lengths = np.fromiter((len(ids) for ids, _ in segments), np.int64, len(segments))
+  total = int(lengths.sum())
+  tokens = np.fromiter(itertools.chain.from_iterable(ids for ids, _ in segments), np.int32, total)
+  words = np.fromiter(itertools.chain.from_iterable(w for _, w in segments), np.int64, total)
+  offsets = np.concatenate([[0], np.cumsum(lengths)])
+  starts = np.ones(total, np.int8)
+  starts[1:] = words[1:] != words[:-1]
+  starts[offsets[:-1][lengths > 0]] = 1  # Each sentence's first token starts a word.
+  document_offsets = np.concatenate([[0], np.cumsum([len(d) for d in documents])])
+  return corpus_lib.EncodedCorpus(tokens, starts, offsets, document_offsets)
+
+
+def _write_shard(out: str, index: int, documents: list[tuple[int, int, list[str]]]) -> dict[str, Any]:
+  """Splits, tokenizes and writes one shard (in a worker); returns its counts and checksums."""
+  tokenizer, directory, stem = _worker_tokenizer, Path(out), shard_name(index)
+  dtype = token_dtype(tokenizer.vocab_size)
+  sentences = [[s for p in paragraphs for s in corpus_lib.split_sentences(p)] for _, _, paragraphs in documents]
+  counts = np.zeros(tokenizer.vocab_size, np.int64)
+  lengths_all, words = [], 0
+  tmp = directory / f"{stem}.array_record.{os.getpid()}.tmp"
+  writer = array_record_module.ArrayRecordWriter(str(tmp), WRITER_OPTIONS)
+  batch_start = 0
+  while batch_start < len(sentences):  # Groups of whole documents of about _TOKENIZE_SENTENCES sentences.
+    batch_end, size = batch_start, 0
+    while batch_end < len(sentences) and (
+        batch_end == batch_start or size + len(sentences[batch_end]) <= _TOKENIZE_SENTENCES):
+      size += len(sentences[batch_end])
+      batch_end += 1
+    encoded = _encode(sentences[batch_start:batch_end], tokenizer)
+    counts += np.bincount(encoded.tokens, minlength=tokenizer.vocab_size)[:tokenizer.vocab_size]
+    lengths = np.diff(encoded.sentence_offsets)
+    for d in range(batch_end - batch_start):
+      first, last = encoded.document_offsets[d], encoded.document_offsets[d + 1]
+      start, end = encoded.sentence_offsets[first], encoded.sentence_offsets[last]
+      writer.write(encode_document(lengths[first:last], encoded.tokens[start:end], encoded.word_starts[start:end],
+                                   dtype))
+    lengths_all.append(lengths)
+    words += sum(len(s.split()) for document in sentences[batch_start:batch_end] for s in document)
+    batch_start = batch_end
+  writer.close()
+  tmp.replace(directory / f"{stem}.array_record")
+  sentence_lengths = np.concatenate(lengths_all) if lengths_all else np.zeros(0, np.int64)
+  index_array = np.concatenate([[len(documents), len(sentence_lengths)], [len(s) for s in sentences],
+                                [f for f, _, _ in documents], [line for _, line, _ in documents],
+                                sentence_lengths]).astype(np.int64)
+  for suffix, array in ((".index.npy", index_array), (".counts.npy", counts)):
+    _atomic_write(directory / f"{stem}{suffix}", lambda p, array=array: _save_npy(p, array))
+  special = np.asarray(sorted(tokenizer.special_ids), np.int64)
+  return {"name": stem, "documents": len(documents), "sentences": len(sentence_lengths),
+          "tokens": int(sentence_lengths.sum()), "words": words,
+          "usable_tokens": int(counts.sum() - counts[special].sum()),
+          "sha256": {suffix: _sha256(directory / f"{stem}{suffix}") for suffix in SUFFIXES}}
+
+
+def _finished(directory: Path, index: int, settings: dict[str, Any]) -> dict[str, Any] | None:
+  """The recorded result of shard `index` if its marker and files are complete and match the settings."""
+  marker = directory / f"{shard_name(index)}.done.json"
+  if not marker.is_file():
+    return None
+  done = json.loads(marker.read_text())
+  if done["settings"] != settings:
+    raise corpus_lib.CorpusError(f"{marker}: the shard was prepared with other settings ({done['settings']}), not "
+                                 f"{settings}; give an empty --out directory")
+  files = {directory / f"{done['shard']['name']}{suffix}": digest for suffix, digest in done["shard"]["sha256"].items()}
+  ok = all(path.is_file() and _sha256(path) == digest for path, digest in files.items())
+  return done["shard"] if ok else None
+
+
+def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes: int = 1,
+            shard_documents: int = 1024, stop_after_shards: int | None = None) -> dict[str, Any]:
+  """Prepares (or finishes preparing) `out` from the files matching `inputs`; returns the metadata (also written to
+  out/metadata.json). stop_after_shards (a debugging aid) stops after writing that many shards, before metadata.json."""
+  if processes < 1 or shard_documents < 1:
+    raise cli.UserError(f"--processes {processes} and --shard-documents {shard_documents} must be at least 1")
+  files = expand_inputs(inputs)
+  tokenizer_dir = tokenizer_path(tokenizer)
+  vocab = load_tokenizer(tokenizer_dir)
+  directory = Path(out)
+  directory.mkdir(parents=True, exist_ok=True)
+  inputs_meta = [{"path": str(f), "bytes": f.stat().st_size, "sha256": _sha256(f)} for f in files]
+  settings = {"format": FORMAT, "tokenizer_fingerprint": corpus_lib.tokenizer_fingerprint(vocab),
+              "vocab_size": vocab.vocab_size, "token_dtype": token_dtype(vocab.vocab_size).name,
+              "shard_documents": shard_documents, "inputs": inputs_meta}
+  for stale in directory.glob("*.tmp"):  # Left by an interrupted run: its shards are rewritten.
+    stale.unlink()
+  shards: list[dict[str, Any]] = []
+  written, stopped = 0, False
+
+  def record(index: int, shard: Any) -> None:
+    shard = shard.get() if isinstance(shard, multiprocessing.pool.AsyncResult) else shard
+    _atomic_write(directory / f"{shard_name(index)}.done.json",
+                  lambda p: p.write_text(json.dumps({"settings": settings, "shard": shard}, indent=1)))
+    shards.append(shard)
+
+  pool = None
+  if processes > 1:
+    pool = multiprocessing.get_context("spawn").Pool(processes, _init_worker, (tokenizer_dir, True))
+  else:  # In this process, whose environment is left as it is.
+    _init_worker(tokenizer_dir, False)
+  try:
+    pending: collections.deque = collections.deque()  # (index, shard or its AsyncResult), in shard order.
+    for index, documents in enumerate(_batches(_documents(files), shard_documents)):
+      if stop_after_shards is not None and written >= stop_after_shards:
+        stopped = True
+        break
+      shard = _finished(directory, index, settings)
+      if shard is None:
+        written += 1
+        shard = (pool.apply_async(_write_shard, (str(directory), index, documents)) if pool
+                 else _write_shard(str(directory), index, documents))
+      pending.append((index, shard))
+      while len(pending) > 2 * processes - 1:  # Bounded: at most 2N shards of text in flight.
+        record(*pending.popleft())
+    while pending:
+      record(*pending.popleft())
+  finally:
+    if pool:
+      pool.terminate()
+  if stopped:
+    return {"stopped_after_shards": written}
+  totals = {key: sum(s[key] for s in shards) for key in ("documents", "sentences", "tokens", "words")}
+  if not totals["documents"]:
+    raise corpus_lib.CorpusError(f"empty corpus: no document in {[str(f) for f in files]}")
+  if not sum(s["usable_tokens"] for s in shards):
+    raise corpus_lib.CorpusError(f"{', '.join(map(str, files))}: no usable text: {vocab!r} maps all "
+                                 f"{totals['tokens']} tokens of it to [UNK]; expected text in the tokenizer's "
+                                 "vocabulary")
+  metadata = {**settings, "tokenizer": tokenizer, **totals, "shards": shards}
+  _atomic_write(directory / "metadata.json", lambda p: p.write_text(json.dumps(metadata, indent=1)))
+  return metadata
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """The command line (module docstring)."""
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--input", action="append", required=True, help="glob of text files (repeatable)")
+  parser.add_argument("--tokenizer", required=True, help="packaged checkpoint name or tokenizer file/directory")
+  parser.add_argument("--out", required=True, help="output directory (resumed when it holds finished shards)")
+  parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+  parser.add_argument("--shard-documents", type=int, default=1024, help="documents per shard")
+  parser.add_argument("--stop-after-shards", type=int, default=None, help=argparse.SUPPRESS)  # Tests: interruption.
+  args = parser.parse_args(argv)
+  metadata = prepare(args.input, args.tokenizer, args.out, processes=args.processes,
+                     shard_documents=args.shard_documents, stop_after_shards=args.stop_after_shards)
+  print(json.dumps({k: v for k, v in metadata.items() if k not in ("shards", "inputs")}))
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,161 @@
+"""A prepared directory (objectives.prepare) as an EncodedCorpus-like view that reads documents on demand.
+
+Opening reads only metadata.json and each shard's small index (sentences per document, token counts per sentence),
+which is what packing needs; `tokens[a:b]` and `word_starts[a:b]` read the documents holding that range from the
+array_record shards (random access, recently read documents cached), so a host reads only the documents of its
+rows. Offsets are those of objectives.corpus.load_corpus on the same files and reading options, so the packed rows
+are identical.
+"""
+
+import collections
+import json
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+from array_record.python import array_record_module
+
+from objectives import corpus as corpus_lib
+from objectives import prepare
+
+_CACHED_DOCUMENTS = 256
+
+
+class _TokenView:
+  """tokens or word starts of a PreparedCorpus, sliced by corpus token offsets (a step-1 slice only)."""
+
+  def __init__(self, corpus: "PreparedCorpus", field: int):
+    self.corpus, self.field = corpus, field
+
+  def __len__(self) -> int:
+    return self.corpus.num_tokens
+
+  def __getitem__(self, span: slice) -> np.ndarray:
+    if not isinstance(span, slice) or span.step not in (None, 1):
+      raise TypeError(f"a prepared corpus's tokens are read by contiguous slices, not {span!r}")
+    start, stop, _ = span.indices(self.corpus.num_tokens)
+    first, end, arrays = self.corpus.last  # Fast path: packing reads tokens then word starts of the same range.
+    if first <= start and stop <= end:
+      return arrays[self.field][start - first:stop - first]
+    parts = []
+    while start < stop:
+      document = int(np.searchsorted(self.corpus.document_token_offsets, start, "right")) - 1
+      first = int(self.corpus.document_token_offsets[document])
+      end = min(stop, int(self.corpus.document_token_offsets[document + 1]))
+      arrays = self.corpus.document(document)
+      self.corpus.last = (first, first + len(arrays[0]), arrays)  # One tuple: threads see all of it or none.
+      parts.append(arrays[self.field][start - first:end - first])
+      start = end
+    return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+
+class PreparedCorpus:
+  """EncodedCorpus's fields over a prepared directory: offsets in memory, tokens/word_starts read on demand."""
+
+  def __init__(self, directory: Path, metadata: dict[str, Any], records: np.ndarray, sentence_lengths: np.ndarray,
+               document_sentences: np.ndarray, token_counts: np.ndarray):
+    self.directory, self.metadata, self.records = directory, metadata, records  # records: [D, 2] (shard, record).
+    self.sentence_offsets = np.concatenate([[0], np.cumsum(sentence_lengths)]).astype(np.int64)
+    self.document_offsets = np.concatenate([[0], np.cumsum(document_sentences)]).astype(np.int64)
+    self.document_token_offsets = self.sentence_offsets[self.document_offsets]
+    self.num_tokens = int(self.sentence_offsets[-1])
+    self.token_counts = token_counts
+    self.tokens = _TokenView(self, 0)
+    self.word_starts = _TokenView(self, 1)
+    self._readers: dict[int, Any] = {}
+    self._dtype = np.dtype(metadata["token_dtype"])
+    self._cache: collections.OrderedDict = collections.OrderedDict()
+    self._lock = threading.Lock()  # grain reads rows from several threads.
+    self.last: tuple[int, int, tuple[np.ndarray, np.ndarray]] = (0, 0, (np.zeros(0, np.int32), np.zeros(0, np.int8)))
+
+  def sentence(self, i: int) -> np.ndarray:
+    return self.tokens[self.sentence_offsets[i]:self.sentence_offsets[i + 1]]
+
+  def document(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+    """(token ids int32, word starts int8) of document `index` (of this view), read from its shard."""
+    with self._lock:  # The cache and the opened readers; the read itself runs unlocked (the readers are thread-safe).
+      if index in self._cache:
+        self._cache.move_to_end(index)
+        return self._cache[index]
+      shard, record = (int(x) for x in self.records[index])
+      if shard not in self._readers:
+        self._readers[shard] = _reader(self.directory, shard)
+    _, tokens, word_starts = prepare.decode_document(self._readers[shard].read([record])[0], self._dtype)
+    with self._lock:
+      self._cache[index] = (tokens, word_starts)
+      if len(self._cache) > _CACHED_DOCUMENTS:
+        self._cache.popitem(last=False)
+    return tokens, word_starts
+
+  def unigram_probs(self, vocab_size: int, special_ids: Sequence[int]) -> np.ndarray:
+    """objectives.masking.unigram_probs of the view's tokens, from the shards' counts (no pass over the tokens)."""
+    counts = np.zeros(vocab_size, np.float64)
+    counts[:len(self.token_counts)] += self.token_counts[:vocab_size]
+    counts[np.asarray(list(special_ids), np.int64)] = 0
+    total = counts.sum()
+    if total <= 0:
+      raise ValueError("unigram_probs: the corpus has no non-special tokens; check the corpus files and tokenizer")
+    return counts / total
+
+
+def _reader(directory: Path, shard: int) -> Any:
+  """A random-access reader of one shard (no read-ahead: rows are read in shuffled order)."""
+  return array_record_module.ArrayRecordReader(str(directory / f"{prepare.shard_name(shard)}.array_record"),
+                                               "readahead_buffer_size:0")
+
+
+def _shard_index(directory: Path, name: str) -> tuple[np.ndarray, ...]:
+  """(sentences per document, file number per document, first line per document, tokens per sentence)."""
+  index = np.load(directory / f"{name}.index.npy", allow_pickle=False)
+  documents, sentences = int(index[0]), int(index[1])
+  parts = np.split(index[2:], [documents, 2 * documents, 3 * documents])
+  if len(parts[3]) != sentences:
+    raise corpus_lib.CorpusError(f"{directory / name}.index.npy: {len(parts[3])} sentence lengths, expected "
+                                 f"{sentences}; prepare the corpus again")
+  return tuple(parts)
+
+
+def open_prepared(directory: str | Path, tokenizer: Any = None, *, min_document_sentences: int = 1,
+                  short_documents: str = "skip") -> PreparedCorpus:
+  """The prepared corpus in `directory`, with load_corpus's document filter; checks the tokenizer's fingerprint."""
+  if short_documents not in ("skip", "error"):
+    raise ValueError(f"short_documents={short_documents!r} is not 'skip' or 'error'")
+  directory = Path(directory)
+  meta_path = directory / "metadata.json"
+  if not meta_path.is_file():
+    raise corpus_lib.CorpusError(f"{directory}: no metadata.json: not a finished prepared corpus; run "
+                                 f"python -m objectives.prepare --out {directory} (it resumes an unfinished one)")
+  metadata = json.loads(meta_path.read_text())
+  if metadata.get("format") != prepare.FORMAT:
+    raise corpus_lib.CorpusError(f"{meta_path}: format {metadata.get('format')!r}, expected {prepare.FORMAT!r}")
+  if tokenizer is not None and corpus_lib.tokenizer_fingerprint(tokenizer) != metadata["tokenizer_fingerprint"]:
+    raise corpus_lib.CorpusError(f"{meta_path}: prepared with the tokenizer {metadata['tokenizer']!r}, whose "
+                                 f"vocabulary differs from {tokenizer!r}; prepare it again with the config's tokenizer")
+  sentence_counts, files, lines, lengths, records = [], [], [], [], []
+  for number, shard in enumerate(metadata["shards"]):
+    counts, file_numbers, first_lines, sentence_lengths = _shard_index(directory, shard["name"])
+    sentence_counts.append(counts)
+    files.append(file_numbers)
+    lines.append(first_lines)
+    lengths.append(sentence_lengths)
+    records.append(np.stack([np.full(len(counts), number), np.arange(len(counts))], 1))
+  sentence_counts, files, lines = (np.concatenate(x) for x in (sentence_counts, files, lines))
+  keep = sentence_counts >= min_document_sentences
+  if not keep.all() and short_documents == "error":
+    d = int(np.flatnonzero(~keep)[0])
+    raise corpus_lib.CorpusError(
+        f"{metadata['inputs'][files[d]]['path']}:{lines[d]}: document has {sentence_counts[d]} sentence(s), fewer "
+        f"than min_document_sentences={min_document_sentences}; remove it or pass short_documents='skip'")
+  records = np.concatenate(records)
+  token_counts = sum(np.load(directory / f"{s['name']}.counts.npy", allow_pickle=False) for s in metadata["shards"])
+  for shard, record in records[~keep]:  # Dropped documents' tokens leave the unigram law (only they are read).
+    record_bytes = _reader(directory, int(shard)).read([int(record)])[0]
+    tokens = prepare.decode_document(record_bytes, np.dtype(metadata["token_dtype"]))[1]
+    token_counts = token_counts - np.bincount(tokens, minlength=len(token_counts))
+  lengths = np.concatenate(lengths)[np.repeat(keep, sentence_counts)]
+  corpus = PreparedCorpus(directory, metadata, records[keep], lengths, sentence_counts[keep], token_counts)
+  if len(corpus.document_offsets) < 2:
+    raise corpus_lib.CorpusError(f"empty corpus: no document with at least {min_document_sentences} sentence(s) in "
+                                 f"{directory}")
+  return corpus

@@ -1,0 +1,163 @@
+"""Corpus preparation (objectives.prepare) and its reader (objectives.prepared) against the in-memory path."""
+
+import filecmp
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from encoder.pretrained import minilm_path
+from encoder.tokenizer import load_tokenizer
+from objectives import corpus, pipeline, prepare, prepared
+from tests.conftest import require_data
+
+VALID = "wikitext-2/raw/wiki.valid.raw"
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return load_tokenizer(minilm_path())
+
+
+@pytest.fixture(scope="module")
+def valid_dir(tmp_path_factory):
+  """WikiText-2 valid prepared by one process in shards of 16 documents (60 documents: 4 shards)."""
+  out = tmp_path_factory.mktemp("prepared") / "one"
+  prepare.prepare([str(require_data(VALID))], str(minilm_path()), out, processes=1, shard_documents=16)
+  return out
+
+
+def _same_tree(a, b) -> None:
+  names = sorted(p.name for p in a.iterdir())
+  assert names == sorted(p.name for p in b.iterdir())
+  assert len([n for n in names if n.endswith(".array_record")]) > 1
+  _, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
+  assert not mismatch and not errors, mismatch + errors
+
+
+def test_reads_back_the_in_memory_tokens(valid_dir, tok):
+  memory = corpus.load_corpus([require_data(VALID)], tok)
+  view = prepared.open_prepared(valid_dir, tok)
+  np.testing.assert_array_equal(view.sentence_offsets, memory.sentence_offsets)
+  np.testing.assert_array_equal(view.document_offsets, memory.document_offsets)
+  np.testing.assert_array_equal(view.tokens[:], memory.tokens)
+  np.testing.assert_array_equal(view.word_starts[:], memory.word_starts)
+  for i in (0, 17, len(memory.sentence_offsets) - 2):
+    np.testing.assert_array_equal(view.sentence(i), memory.sentence(i))
+  starts = memory.sentence_offsets[memory.document_offsets]
+  span = slice(int(starts[1]) - 3, int(starts[3]) + 5)  # Crosses two document boundaries.
+  np.testing.assert_array_equal(view.tokens[span], memory.tokens[span])
+  meta = view.metadata
+  assert (meta["documents"], meta["sentences"], meta["tokens"]) == (
+      len(memory.document_offsets) - 1, len(memory.sentence_offsets) - 1, len(memory.tokens))
+  assert meta["words"] == sum(len(s.split()) for d in corpus.read_documents([require_data(VALID)]) for s in d)
+
+
+@pytest.mark.parametrize("packing", pipeline.PACKINGS)
+def test_packed_rows_equal_the_in_memory_rows(valid_dir, tok, packing):
+  kwargs = dict(tokenizer=tok, max_length=128, packing=packing, seed=3)
+  memory = pipeline.pretraining_examples(files=[require_data(VALID)], **kwargs)
+  from_shards = pipeline.pretraining_examples(files=(), prepared=valid_dir, **kwargs)
+  np.testing.assert_array_equal(from_shards.chunks, memory.chunks)
+  np.testing.assert_array_equal(from_shards.row_offsets, memory.row_offsets)
+  assert len(from_shards) == len(memory) > 100
+  for i in range(len(memory)):
+    a, b = from_shards[i], memory[i]
+    assert a.keys() == b.keys()
+    for key in a:
+      np.testing.assert_array_equal(a[key], b[key], err_msg=f"row {i} {key}")
+  np.testing.assert_array_equal(pipeline.corpus_unigram_probs(from_shards, tok),
+                                pipeline.corpus_unigram_probs(memory, tok))
+
+
+def test_short_documents_are_filtered_as_in_memory(tmp_path, tok):
+  text = tmp_path / "docs.txt"
+  text.write_text("One sentence only here.\n\nFirst of two. Second of two.\n\nAlone again.\n\nA b. C d. E f.\n")
+  out = tmp_path / "out"
+  prepare.prepare([str(text)], str(minilm_path()), out, shard_documents=3)
+  for short in ("skip", "error"):
+    args = dict(min_document_sentences=2, short_documents=short)
+    if short == "error":
+      with pytest.raises(corpus.CorpusError, match=r"docs.txt:1: document has 1 sentence"):
+        prepared.open_prepared(out, tok, **args)
+      continue
+    memory, view = corpus.load_corpus([text], tok, **args), prepared.open_prepared(out, tok, **args)
+    np.testing.assert_array_equal(view.tokens[:], memory.tokens)
+    np.testing.assert_array_equal(view.document_offsets, memory.document_offsets)
+    expected = np.bincount(memory.tokens, minlength=tok.vocab_size)
+    np.testing.assert_array_equal(view.token_counts, expected)
+
+
+def test_any_number_of_processes_writes_the_same_bytes(valid_dir, tmp_path):
+  out = tmp_path / "two"
+  prepare.prepare([str(require_data(VALID))], str(minilm_path()), out, processes=2, shard_documents=16)
+  _same_tree(valid_dir, out)
+
+
+def test_an_interrupted_preparation_resumes_to_the_same_bytes(valid_dir, tmp_path):
+  out = tmp_path / "resumed"
+  args = ([str(require_data(VALID))], str(minilm_path()), out)
+  assert prepare.prepare(*args, shard_documents=16, stop_after_shards=2) == {"stopped_after_shards": 2}
+  assert not (out / "metadata.json").exists() and (out / "shard-00001.done.json").exists()
+  assert not (out / "shard-00002.array_record").exists()
+  finished = (out / "shard-00000.array_record").stat().st_mtime_ns
+  (out / "shard-00001.done.json").unlink()  # A shard killed before its marker: rewritten from a truncated file.
+  data = (out / "shard-00001.array_record").read_bytes()
+  (out / "shard-00001.array_record").write_bytes(data[:len(data) // 2])
+  (out / "shard-00002.array_record.999.tmp").write_bytes(b"a killed worker's partial file")
+  prepare.prepare(*args, shard_documents=16)
+  assert (out / "shard-00000.array_record").stat().st_mtime_ns == finished  # Skipped, not rewritten.
+  _same_tree(valid_dir, out)
+  with pytest.raises(corpus.CorpusError, match="other settings"):
+    prepare.prepare(*args, shard_documents=8)
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"", r"empty.txt: empty corpus file: expected text, found no bytes"),
+    (b"text\n\x00\x01binary", r"empty.txt:2: a NUL byte: expected UTF-8 text, found a binary file"),
+    (b"caf\xe9\n", r"empty.txt:1: not valid UTF-8 \(byte 0xe9"),
+])
+def test_bad_files_are_one_line_errors(tmp_path, content, expected):
+  (tmp_path / "empty.txt").write_bytes(content)
+  with pytest.raises(corpus.CorpusError, match=expected):
+    prepare.prepare([str(tmp_path / "empty.txt")], str(minilm_path()), tmp_path / "out")
+
+
+def test_the_command_reports_no_matching_file_in_one_line(tmp_path):
+  pattern = str(tmp_path / "missing" / "*.txt")
+  done = subprocess.run([sys.executable, "-m", "objectives.prepare", "--input", pattern, "--tokenizer",
+                         str(minilm_path()), "--out", str(tmp_path / "out")], capture_output=True, text=True,
+                        check=False)
+  assert done.returncode == 1
+  assert done.stderr.strip() == f"error: --input {pattern!r}: no file matches it; expected text files (e.g. " \
+                                "'corpus/*.txt')"
+
+
+def test_a_missing_or_mismatched_directory_is_an_error(valid_dir, tmp_path):
+  with pytest.raises(corpus.CorpusError, match="no metadata.json"):
+    prepared.open_prepared(tmp_path)
+  shutil.copytree(valid_dir, tmp_path / "copy")
+  other = load_tokenizer(minilm_path())
+  other.ids_to_tokens = lambda ids: ["x"] * len(ids)  # A different vocabulary, so a different fingerprint.
+  with pytest.raises(corpus.CorpusError, match="vocabulary differs"):
+    prepared.open_prepared(tmp_path / "copy", other)
+
+
+def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
+  from configs import pretrain  # pylint: disable=import-outside-toplevel  (JAX and grain only for this test)
+  from launch import input_pipeline  # pylint: disable=import-outside-toplevel
+  config = pretrain.get_config("runlocal")  # Trains on WikiText-2 valid.
+  assert config.data.train_files == VALID
+  memory = input_pipeline.load_data(config, tmp_path / "cache")
+  config.data.prepared = str(valid_dir)
+  config.data.train_files = "no/such/file.txt"  # Unused with a prepared directory.
+  from_shards = input_pipeline.load_data(config, tmp_path / "cache")
+  assert len(from_shards.train) == len(memory.train)
+  np.testing.assert_array_equal(from_shards.mask_options["unigram_probs"], memory.mask_options["unigram_probs"])
+  options = memory.mask_options
+  batches = [next(input_pipeline.train_batches(data.train, options, global_batch=8, seed=1, start_step=5, prefetch=2))
+             for data in (memory, from_shards)]
+  for key in batches[0]:
+    np.testing.assert_array_equal(batches[1][key], batches[0][key], err_msg=key)
