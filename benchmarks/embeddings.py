@@ -21,7 +21,6 @@ words_per_s, hf_words_per_s, picture, and the details: ratio, padding, parity, c
 import argparse
 import importlib.util
 import json
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -32,7 +31,7 @@ import numpy as np
 from benchmarks.encoder_speed import cpu_name
 from configs import paths
 from encoder import pretrained
-from launch import flops, host_memory
+from launch import flops
 from tasks import batching
 from tasks.embeddings.extract import Embedder, pack_rows
 
@@ -155,9 +154,7 @@ def picture_section(embedder: Embedder) -> dict:
   return {"picture": report["path"], "picture_report": report}
 
 
-def main() -> None:
-  if jax.default_backend() == "cpu":  # XLA CPU's temporaries stay mapped; on a GPU one arena halves our speed.
-    host_memory.retain_freed_memory()
+def main() -> None:  # No launch.host_memory.retain_freed_memory(): one malloc arena slowed ours (CPU and GPU).
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--init", default=INIT, help='the checkpoint ("hf:<name or dir>"; "run:<workdir>" without '
                       "--reference)")

@@ -21,12 +21,10 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import jax
 import numpy as np
 import tqdm
 
 from encoder.hf_checkpoint import CheckpointError
-from launch import host_memory
 from tasks.embeddings import store
 from tasks.embeddings.extract import Embedder, TRANSFER_DTYPES
 from tasks.embeddings.layers import parse_layers
@@ -152,8 +150,6 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> None:
   args = parser().parse_args(argv)
-  if jax.default_backend() == "cpu":  # XLA CPU's per-batch temporaries stay mapped (launch.host_memory).
-    host_memory.retain_freed_memory()
   if args.lines_per_shard < 1:
     sys.exit(f"python -m tasks.embed: error: --lines-per-shard {args.lines_per_shard} must be positive")
   try:

@@ -83,7 +83,7 @@ def test_an_interrupted_run_resumes_to_byte_identical_files(checkpoint, text, co
   assert files(out) == files(complete)
 
 
-def test_resuming_with_other_options_is_refused(checkpoint, text, complete, capsys):
+def test_resuming_with_other_options_is_refused(checkpoint, text, complete):
   with pytest.raises(SystemExit) as stop:
     run(checkpoint, text, complete, "--words", "--layers", "last")
   assert "error:" in str(stop.value) and "layers" in str(stop.value) and "settings" in str(stop.value)
@@ -96,6 +96,14 @@ def test_raw_text_lines_are_split_by_the_pre_tokenizer(checkpoint, text, tmp_pat
   assert [e["text"] for e in index if e["line"] == 4] == ["Café", "déjà", "vu", ",", "don", "'", "t", "!"]
   vectors = store.load_vectors(tmp_path / "raw")
   assert vectors.dtype == np.float16 and vectors.shape == (len(index), 16) and summary["rows"] == len(index)
+
+
+def test_subword_rows_are_indexed_with_their_word(checkpoint, text, tmp_path):
+  run(checkpoint, text, tmp_path / "sub", "--words", "--layers", "last", "--pooling", "subword")
+  index = list(store.read_index(tmp_path / "sub"))
+  line = [(e["word"], e["subword"], e["text"]) for e in index if e["line"] == 8]
+  assert line[:3] == [(0, 0, "token"), (0, 1, "##ization"), (1, 2, "of")]
+  assert store.load_vectors(tmp_path / "sub").shape == (len(index), 16)
 
 
 @pytest.mark.parametrize("content,expected", [

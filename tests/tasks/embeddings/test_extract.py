@@ -172,7 +172,7 @@ def test_a_sentence_that_fits_is_encoded_whole_whatever_the_window(tiny, tokeniz
 
 
 def test_windows_approximate_the_whole_sentence_on_a_trained_model():
-  """MiniLM on a ~200-subword paragraph: windows of 62 subwords give vectors close to the whole paragraph's."""
+  """MiniLM, 165 words: windows of 62 subwords give vectors near the whole paragraph's (median cos 0.945)."""
   whole = Embedder.from_init("hf:all-MiniLM-L6-v2", max_length=256, batch_size=1, buckets=(256,))
   windowed = Embedder(whole.cfg, whole.params, whole.tokenizer, max_length=64, batch_size=4, buckets=(64,))
   words = ("The bank of the river was flooded after the storm , and the people who lived near it moved their "
