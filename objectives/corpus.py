@@ -66,29 +66,9 @@ def split_sentences(paragraph: str) -> list[str]:
   return sentences
 
 
-def _read_lines(path: Path) -> list[str]:
-  """Lines of a UTF-8 file; a non-UTF-8 byte is an error naming the file and line."""
-  if not path.is_file():
-    raise FileNotFoundError(f"corpus file {path} does not exist")
-  data = path.read_bytes()
-  line_of = lambda offset: data.count(b"\n", 0, offset) + 1
-  nul = data.find(b"\0")
-  if nul >= 0:
-    raise CorpusError(f"{path}:{line_of(nul)}: a NUL byte: expected UTF-8 text, found a binary file")
-  try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as err:
-    raise CorpusError(f"{path}:{line_of(err.start)}: not valid UTF-8 (byte {data[err.start]:#04x}: {err.reason}); "
-                      "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
-  if not text.strip():
-    raise CorpusError(f"{path}: empty corpus file: expected text, found "
-                      + (f"only whitespace ({len(data)} bytes)" if data else "no bytes"))
-  return text.splitlines()
-
-
 def stream_lines(path: Path) -> Iterator[str]:
-  """The lines of a UTF-8 file read one at a time (never the whole file); the errors of `_read_lines`, at the first
-  bad line."""
+  """The lines of a UTF-8 file read one at a time (never the whole file); a NUL byte (a binary file), a non-UTF-8
+  byte or a file without text is a CorpusError naming the file (and line)."""
   path = Path(path)
   if not path.is_file():
     raise FileNotFoundError(f"corpus file {path} does not exist")
@@ -153,7 +133,7 @@ def paragraph_documents(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]
 def _documents_of(path: Path) -> list[tuple[int, Document]]:
   """(first line number, sentences) for each document of one file."""
   return [(line, [s for paragraph in paragraphs for s in split_sentences(paragraph)])
-          for line, paragraphs in paragraph_documents(_read_lines(path))]
+          for line, paragraphs in paragraph_documents(stream_lines(path))]
 
 
 def read_documents(paths: Sequence[str | Path], *, min_document_sentences: int = 1,
