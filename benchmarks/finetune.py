@@ -4,6 +4,7 @@ reference on the same encoded examples and length-bucketed batches (benchmarks/f
   python -m benchmarks.finetune --task sick --reference
   python -m benchmarks.finetune --task conll2003 --set optimizer.learning_rate=5e-5 --set epochs=3
   python -m benchmarks.finetune --task sick --set task.score_weight=0.5   # + relatedness as an auxiliary target
+  python -m benchmarks.finetune --task sick --reference --precision bfloat16  # mixed precision, HF under autocast
 
 The last printed line is one JSON object: task, split, metric, score (percent; the test split, or dev where test has
 no labels, SST-2), dev_score, train_seconds, examples_per_s, and with --reference reference_score,
@@ -91,6 +92,7 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
     split_examples = task_examples.encode(task, data.tokenizer, split.records, tags)
   kind = {"classification": "sequence", "regression": "regression"}.get(task["name"], "token")
   labels, score_weight = task["labels"], config.task.score_weight if kind == "sequence" else 0.0
+  bf16 = config.model.dtype == "bfloat16"  # Our mixed precision: the reference runs under torch.autocast.
   model = finetune_reference.build_model(kind, common.model_from_init(config.init)[1],
                                          len(labels) + int(score_weight > 0), config.seed, task.get("score_mean"))
   timing = finetune_reference.train(
@@ -98,8 +100,9 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
       learning_rate=config.optimizer.learning_rate, warmup_fraction=config.optimizer.warmup_fraction,
       weight_decay=config.optimizer.weight_decay, seed=config.seed, layer_decay=config.layer_decay,
       regime=config.regime, top_k=config.top_k,
-      rdrop=config.task.rdrop if kind == "sequence" else 0.0, score_weight=score_weight)
-  raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size, num_labels=len(labels))
+      rdrop=config.task.rdrop if kind == "sequence" else 0.0, score_weight=score_weight, bf16=bf16)
+  raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size, num_labels=len(labels),
+                                   bf16=bf16)
   if kind == "sequence":
     predictions = [labels[i] for i in raw]
   elif kind == "regression":
@@ -119,9 +122,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--reference", action="store_true", help="also run the HF PyTorch reference")
   parser.add_argument("--workdir", default="", help="run directory (default: a fresh temporary one)")
   parser.add_argument("--set", action="append", default=[], help="config override key=value (repeatable)")
+  parser.add_argument("--precision", choices=("float32", "bfloat16"), default="float32",
+                      help="config.model.dtype: bfloat16 is mixed precision (float32 parameters; the reference under "
+                           "torch.autocast)")
   args = parser.parse_args(argv)
   config = finetune.get_config(f"task={args.task},init={args.init}")
   with config.unlocked():
+    config.model.dtype = args.precision
     for assignment in args.set:
       _set(config, assignment)
   if args.reference and config.optimizer.ema_decay > 0:
@@ -144,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
          "best_step": results["best_step"], "steps": results["step"], "train_seconds": round(seconds, 1),
          "examples_per_s": round(config.epochs * len(data.train.examples) / seconds, 1),
          "wall_seconds": round(wall, 1), "workdir": str(workdir),
-         "recipe": {"epochs": config.epochs, "batch_size": config.batch_size,
+         "precision": config.model.dtype, "recipe": {"epochs": config.epochs, "batch_size": config.batch_size,
                     "learning_rate": config.optimizer.learning_rate, "layer_decay": config.layer_decay,
                     "rdrop": config.task.rdrop, "score_weight": config.task.score_weight, "regime": config.regime}}
   if args.reference:

@@ -46,11 +46,12 @@ def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
 
 def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size: int, learning_rate: float,
           warmup_fraction: float, weight_decay: float, seed: int, layer_decay: float = 1.0, regime: str = "full",
-          top_k: int = 0, rdrop: float = 0.0, score_weight: float = 0.0) -> dict[str, float]:
+          top_k: int = 0, rdrop: float = 0.0, score_weight: float = 0.0, bf16: bool = False) -> dict[str, float]:
   """Fine-tunes in place; returns train_seconds and examples_per_s. Learning rates per layer and frozen parameters
   (layer_decay, regime, top_k) as `parameter_groups`. rdrop > 0 ("sequence"): R-Drop with that alpha, as
   tasks.classification.rdrop_loss (each example twice in the batch, adjacent). score_weight > 0 ("sequence"): the
-  model's last output regresses the example's score, as tasks.classification.with_score."""
+  model's last output regresses the example's score, as tasks.classification.with_score. bf16: mixed precision, the
+  forward under torch.autocast(bfloat16) (float32 parameters and optimizer state)."""
   lengths = batching.lengths_of(examples)
   schedule_steps = sum(len(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=e))
                        for e in range(epochs))
@@ -65,15 +66,17 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
     for indices in batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch):
       batch = _collate([examples[i] for i in indices])
       inputs = _tensors(batch, device)
-      if kind == "regression":  # num_labels 1 and float labels: HF's mean squared error.
-        loss = model(**inputs, labels=torch.from_numpy(batch["score"]).float().to(device)).loss
-      elif kind == "sequence" and (rdrop > 0 or score_weight > 0):
-        labels = torch.from_numpy(batch["label"]).long().to(device)
-        scores = torch.from_numpy(batch["score"]).float().to(device) if score_weight > 0 else None
-        loss = classification_loss(model, inputs, labels, rdrop=rdrop, scores=scores, score_weight=score_weight)
-      else:
-        labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"], -100)
-        loss = model(**inputs, labels=torch.from_numpy(labels).long().to(device)).loss
+      with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+        if kind == "regression":  # num_labels 1 and float labels: HF's mean squared error.
+          loss = model(**inputs, labels=torch.from_numpy(batch["score"]).float().to(device)).loss
+        elif kind == "sequence" and (rdrop > 0 or score_weight > 0):
+          labels = torch.from_numpy(batch["label"]).long().to(device)
+          scores = torch.from_numpy(batch["score"]).float().to(device) if score_weight > 0 else None
+          loss = classification_loss(model, inputs, labels, rdrop=rdrop, scores=scores, score_weight=score_weight)
+        else:
+          labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"],
+                                                                      -100)
+          loss = model(**inputs, labels=torch.from_numpy(labels).long().to(device)).loss
       loss.backward()
       torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
       optimizer.step()
@@ -122,13 +125,14 @@ def classification_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Te
   return total / logits.shape[0]
 
 
-def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int, num_labels: int = 0) -> list[Any]:
+def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int, num_labels: int = 0,
+            bf16: bool = False) -> list[Any]:
   """Class index per example ("sequence": argmax of the first `num_labels` outputs, 0 = all), the score
-  ("regression") or word-level tag indices at first subwords ("token"), in input order."""
+  ("regression") or word-level tag indices at first subwords ("token"), in input order (bf16: under autocast)."""
   model.eval()
   device = next(model.parameters()).device
   out: list[Any] = [None] * len(examples)
-  with torch.no_grad():
+  with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
     for indices in batching.length_bucketed_batches(batching.lengths_of(examples), batch_size, seed=0, epoch=0,
                                                     shuffle=False):
       batch = _collate([examples[i] for i in indices])

@@ -18,16 +18,15 @@ Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 
   + 6 * (H^2 + H V) * masked                            MLM transform + tied vocabulary projection, masked tokens only
   + 6 * (H^2 + 2 H) * rows                              pooler + NSP classifier on [CLS]
 mfu = useful_flops / median step time / ceiling, ceiling = FLOP/s of a jitted 2048^3 (CPU) or 8192^3 (GPU) matmul in
-the run's compute dtype, float32 result, measured in the same run (launch.flops.matmul_ceiling, best of 3, once per
-round; the median
-over rounds).
+the run's compute dtype with a float32 result, measured in the same run (launch.flops.matmul_ceiling, best of 3, once
+per round; the median over rounds).
 
 On a GPU, HF runs on CUDA beside us (benchmarks.torch_device). --precision sets both frameworks' arithmetic: `default`
 is JAX's float32 default (full float32 on CPU, TF32 on recent NVIDIA GPUs; the reference mirrors it), `float32` forces
 full float32 matmuls, `bfloat16` is mixed precision (our EncoderConfig.dtype, HF under torch.autocast; float32 params).
-With `bfloat16` our float32 step runs in the same rounds too (`f32_step_s`, beside `bf16_step_s`), and both matmul
-ceilings are measured (`f32_ceiling_gflops`, `bf16_ceiling_gflops`): bf16 can pay only where the second is well above
-the first.
+With `bfloat16` our float32 step (JAX's default float32 arithmetic) runs in the same rounds too (`f32_step_s` beside
+`bf16_step_s`, `bf16_speedup` their ratio) and both matmul ceilings are measured (`f32_ceiling_gflops`,
+`bf16_ceiling_gflops`): bf16 can pay only where the second is well above the first.
 
   python -m benchmarks.pretrain_throughput [--rounds 5] [--steps 2] [--gelu exact|tanh] [--precision P] [--no-hf]
 Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).

@@ -23,7 +23,9 @@ class EncoderConfig:
   pre_layer_norm: bool = False  # False: post-LN (BERT); True: pre-LN with a final LayerNorm.
   pad_token_id: int = 0
   initializer_range: float = 0.02
-  dtype: Any = jnp.float32  # Compute dtype (bfloat16 for mixed precision on accelerators).
+  # Matmul operand dtype: bfloat16 is mixed precision (bf16 operands, float32 accumulation and products; LayerNorm,
+  # softmax, residuals and hidden states stay float32; encoder/matmul.py). Parameters stay param_dtype.
+  dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
 
   def __post_init__(self):

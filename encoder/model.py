@@ -3,6 +3,11 @@
 Inputs are subword ids plus segment (token-type) ids, positions and `attention_segments`
 (0 = padding, k > 0 = the k-th sequence packed in a row): a token attends to every token of
 its own segment and to nothing else, so padding and packing never change an output.
+
+Every matmul (dense layers, QK^T and the weights times V, the tied vocabulary projection) is `encoder.matmul.matmul`:
+operands in `cfg.dtype`, float32 accumulation and result, forward and backward in the plain layout XLA CPU's fast
+kernels need. With dtype=bfloat16 that is mixed precision: parameters, embeddings, LayerNorm, softmax, residuals and
+the returned hidden states stay float32 (as torch.autocast does), only the matmul operands are rounded to bf16.
 """
 
 import math
@@ -13,6 +18,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from encoder import matmul
 from encoder.config import EncoderConfig
 
 Array = jax.Array
@@ -50,6 +56,12 @@ def per_token(fn: Callable[[Array], Array], x: Array) -> Array:
 
 def _init(cfg: EncoderConfig):
   return nn.initializers.normal(stddev=cfg.initializer_range)
+
+
+def _dense(cfg: EncoderConfig, features, name: str, axis=-1) -> nn.Module:
+  """A dense layer over `axis` whose product is `matmul.matmul` in the compute dtype (float32 result and bias)."""
+  return nn.DenseGeneral(features, axis=axis, kernel_init=_init(cfg), param_dtype=cfg.param_dtype,
+                         dot_general=matmul.dense_dot_general(cfg.dtype), name=name)
 
 
 def _mix32(h: Array) -> Array:
@@ -103,18 +115,18 @@ def _gelu(x: Array, approximate: bool) -> Array:
   return x * (0.5 + 0.5 * jax.lax.erf(x * jnp.asarray(0.7071067811865476, x.dtype)))
 
 
-def attention_bias(attention_segments: Array, dtype) -> Array:
-  """[batch, 1, q, k] additive bias: 0 where query and key share a nonzero segment, else a huge negative."""
+def attention_bias(attention_segments: Array) -> Array:
+  """[batch, 1, q, k] float32 additive bias: 0 where query and key share a nonzero segment, else a huge negative."""
   same = attention_segments[:, :, None] == attention_segments[:, None, :]
   allowed = same & (attention_segments[:, None, :] > 0)
-  return jnp.where(allowed, 0.0, jnp.finfo(dtype).min).astype(dtype)[:, None]
+  return jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min)[:, None]
 
 
 class Embeddings(nn.Module):
-  """word + learned absolute position + segment embeddings -> LayerNorm -> dropout.
+  """word + learned absolute position + segment embeddings -> LayerNorm -> dropout, in the parameters' dtype.
 
-  The lookups gather in the parameters' dtype and cast after: the gradient of a gather is a scatter-add into the
-  table, and in bfloat16 on a GPU that is an atomic compare-and-swap loop; every row of a batch adds into the same
+  The lookups gather in the parameters' dtype, not the compute dtype: the gradient of a gather is a scatter-add into
+  the table, and in bfloat16 on a GPU that is an atomic compare-and-swap loop; every row of a batch adds into the same
   few position rows, so the MiniLM bf16 backward took 126 ms instead of 13 ms per 256 x 128 batch on an H100.
   """
   cfg: EncoderConfig
@@ -126,24 +138,27 @@ class Embeddings(nn.Module):
     self.word_embeddings = embed(cfg.vocab_size, "word_embeddings")
     self.position_embeddings = embed(cfg.max_positions, "position_embeddings")
     self.token_type_embeddings = embed(cfg.type_vocab_size, "token_type_embeddings")
-    self.layer_norm = nn.LayerNorm(cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                                   name="layer_norm")
+    self.layer_norm = nn.LayerNorm(cfg.layer_norm_eps, param_dtype=cfg.param_dtype, name="layer_norm")
 
   def __call__(self, input_ids, type_ids, positions, train: bool):
     x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(type_ids)
-    x = x.astype(self.cfg.dtype)
     if not self.cfg.pre_layer_norm:  # Pre-LN normalizes inside each block instead.
       x = self.layer_norm(x)
     return dropout(x, self.cfg.hidden_dropout, _dropout_key(self, self.cfg.hidden_dropout, train))
 
   def attend(self, hidden: Array) -> Array:
-    """hidden [..., hidden] -> logits [..., vocab] with the tied word embeddings (MLM decoders), in compute dtype."""
-    table = self.word_embeddings.embedding.astype(self.cfg.dtype)
-    return jnp.dot(hidden.astype(self.cfg.dtype), table.T)
+    """hidden [..., hidden] -> float32 logits [..., vocab] with the tied word embeddings (MLM decoders)."""
+    flat = hidden.reshape((-1, hidden.shape[-1]))
+    logits = matmul.matmul(flat, self.word_embeddings.embedding, self.cfg.dtype, transpose_b=True)
+    return logits.reshape(hidden.shape[:-1] + logits.shape[-1:])
 
 
 class SelfAttention(nn.Module):
-  """Multi-head bidirectional self-attention, fused QKV projection (spec eq. "head = softmax(QK^T/sqrt(d_k))V")."""
+  """Multi-head bidirectional self-attention, fused QKV projection (spec eq. "head = softmax(QK^T/sqrt(d_k))V").
+
+  Heads go first ([batch, heads, length, head_dim]) so that QK^T and the weights times V are plain batched products
+  (`matmul`: forward and backward on XLA CPU's fast kernels, see encoder/matmul.py); scores and softmax are float32.
+  """
   cfg: EncoderConfig
 
   @nn.compact
@@ -151,19 +166,18 @@ class SelfAttention(nn.Module):
     """x [batch, length, hidden] -> [batch, length, hidden], or [batch, R, hidden] where only
     `query_positions` [batch, R] query (keys and values still span the sequence)."""
     cfg = self.cfg
-    dense = lambda features, axis, name: nn.DenseGeneral(
-        features, axis=axis, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
-    qkv = per_token(dense((3, cfg.num_heads, cfg.head_dim), -1, "qkv"), x)  # [batch, length, 3, heads, head_dim]
-    q, k, v = rows(qkv[:, :, 0], query_positions), qkv[:, :, 1], qkv[:, :, 2]
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / jnp.sqrt(cfg.head_dim).astype(cfg.dtype)
-    scores = scores + rows(bias, query_positions, 2)
-    weights = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(cfg.dtype)
+    qkv = per_token(_dense(cfg, (3, cfg.num_heads, cfg.head_dim), "qkv"), x)  # [batch, length, 3, heads, head_dim]
+    heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), (0, 2, 1, 3))  # Moves bf16, not float32.
+    q = heads_first(rows(qkv[:, :, 0], query_positions) * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, d]
+    k, v = heads_first(qkv[:, :, 1]), heads_first(qkv[:, :, 2])  # [batch, heads, length, head_dim]
+    scores = matmul.matmul(q, k, cfg.dtype, transpose_b=True) + rows(bias, query_positions, 2)
+    weights = jax.nn.softmax(scores, axis=-1)  # [batch, heads, R, length]
     key = _dropout_key(self, cfg.attention_dropout, train)
     if key is not None:
       full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
       weights = dropout(weights, cfg.attention_dropout, key, flat_index(full, query_positions, 2))
-    context = jnp.einsum("bhqk,bkhd->bqhd", weights, v)
-    return per_token(dense(cfg.hidden_size, (-2, -1), "output"), context)
+    context = heads_first(matmul.matmul(weights, v, cfg.dtype))  # [batch, R, heads, head_dim]
+    return per_token(_dense(cfg, cfg.hidden_size, "output", axis=(-2, -1)), context)
 
 
 class FeedForward(nn.Module):
@@ -173,10 +187,9 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.cfg
-    dense = lambda n, name: nn.Dense(n, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                                     name=name)
-    h = _gelu(per_token(dense(cfg.intermediate_size, "intermediate"), x), approximate=cfg.hidden_act == "gelu_tanh")
-    return per_token(dense(cfg.hidden_size, "output"), h)
+    h = _gelu(per_token(_dense(cfg, cfg.intermediate_size, "intermediate"), x),
+              approximate=cfg.hidden_act == "gelu_tanh")
+    return per_token(_dense(cfg, cfg.hidden_size, "output"), h)
 
 
 class TransformerBlock(nn.Module):
@@ -188,7 +201,7 @@ class TransformerBlock(nn.Module):
     """x [batch, length, hidden] -> the block's output at every position, or only at `query_positions` [batch, R]
     (attention still reads them all): ~3/4 of the block's work is per row, and heads often read a few."""
     cfg = self.cfg
-    norm = lambda name: nn.LayerNorm(cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
+    norm = lambda name: nn.LayerNorm(cfg.layer_norm_eps, param_dtype=cfg.param_dtype, name=name)
     at = query_positions
     index = flat_index(x.shape, at) if train and cfg.hidden_dropout > 0 and at is not None else None
     drop = lambda y: dropout(y, cfg.hidden_dropout, _dropout_key(self, cfg.hidden_dropout, train), index)
@@ -209,10 +222,9 @@ class Encoder(nn.Module):
     self.embeddings = Embeddings(cfg, name="embeddings")
     self.layers = [TransformerBlock(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
     if cfg.pre_layer_norm:
-      self.final_layer_norm = nn.LayerNorm(cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+      self.final_layer_norm = nn.LayerNorm(cfg.layer_norm_eps, param_dtype=cfg.param_dtype,
                                            name="final_layer_norm")
-    self.pooler = nn.Dense(cfg.hidden_size, kernel_init=_init(cfg), dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                           name="pooler")
+    self.pooler = _dense(cfg, cfg.hidden_size, "pooler")
 
   def __call__(self, input_ids: Array, type_ids: Array | None = None, positions: Array | None = None,
                attention_segments: Array | None = None, train: bool = False,
@@ -229,7 +241,7 @@ class Encoder(nn.Module):
       positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
     if attention_segments is None:
       attention_segments = (input_ids != self.cfg.pad_token_id).astype(jnp.int32)
-    bias = attention_bias(attention_segments, self.cfg.dtype)
+    bias = attention_bias(attention_segments)
     x = self.embeddings(input_ids, type_ids, positions, train)
     hidden_states = [x]
     for depth, layer in enumerate(self.layers, 1):

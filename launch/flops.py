@@ -29,15 +29,17 @@ def encoder_train_flops(cfg: EncoderConfig, rows: int, length: int, last_rows: f
 
 
 def matmul_ceiling(size: int | None = None, repeats: int = 5, dtype=jnp.float32) -> float:
-  """FLOP/s of a jitted size^3 matmul in `dtype` on this process's devices (best of `repeats`): the MFU denominator.
+  """FLOP/s of a jitted size^3 matmul of `dtype` operands with a float32 result on this process's devices (best of
+  `repeats`): the MFU denominator.
 
   `size` defaults to 2048 on CPU and 8192 on accelerators (smaller products there time the launch, not the units). On
   CPU the devices share the same cores, so the ceiling is that of one device; elsewhere it is per device times the
-  device count.
+  device count. The result is float32 as in mixed precision (bf16 operands, float32 accumulation and output): XLA CPU
+  sends only such bf16 dots to its fast kernels and upcasts the others to float32.
   """
   size = size or (2048 if jax.default_backend() == "cpu" else 8192)
   a = jnp.ones((size, size), dtype)
-  matmul = jax.jit(lambda x: x @ x)
+  matmul = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
   matmul(a).block_until_ready()
   best = float("inf")
   for _ in range(repeats):

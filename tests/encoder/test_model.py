@@ -105,13 +105,36 @@ def test_pre_layer_norm_variant_runs_and_differs():
   assert np.all(np.isfinite(np.asarray(out.last)))
 
 
-def test_mixed_precision_keeps_fp32_params():
+def test_mixed_precision_keeps_fp32_params_and_hidden_states():
   cfg = TINY.replace(dtype=jnp.bfloat16)
   model = Encoder(cfg)
   ids = jnp.asarray([[3, 4, 5, 0]])
   params = model.init(jax.random.key(0), ids)
   assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(params))
-  assert model.apply(params, ids).last.dtype == jnp.bfloat16
+  out, f32 = model.apply(params, ids), Encoder(TINY).apply(params, ids)
+  assert all(h.dtype == jnp.float32 for h in out.hidden_states) and out.pooled.dtype == jnp.float32
+  assert not np.array_equal(out.last, f32.last)  # The matmuls really ran in bf16.
+
+
+def test_bf16_forward_of_minilm_stays_close_to_float32():
+  """The MiniLM checkpoint in mixed precision: every hidden state within 1% (relative L2) of float32 and each token's
+  vector at cosine >= 0.9999 (measured: 0.54% and 0.99997 at the last layer; HF under autocast: 0.73%)."""
+  from encoder import load_hf_checkpoint, load_tokenizer, minilm_path
+  cfg, params, _ = load_hf_checkpoint(minilm_path())
+  tokenizer = load_tokenizer(minilm_path())
+  texts = ["The quick brown fox jumps over the lazy dog.", "Paris is the capital of France.",
+           "Mixed precision rounds matmul operands to bfloat16 and accumulates in float32."]
+  encoded = [tokenizer.encode(t).input_ids for t in texts]
+  ids = np.zeros((len(encoded), max(map(len, encoded))), np.int32)
+  for row, e in enumerate(encoded):
+    ids[row, :len(e)] = e
+  real = ids != 0
+  out = {dtype: Encoder(cfg.replace(dtype=dtype)).apply({"params": params}, jnp.asarray(ids))
+         for dtype in (jnp.float32, jnp.bfloat16)}
+  for a, b in zip(out[jnp.float32].hidden_states, out[jnp.bfloat16].hidden_states):
+    a, b = np.asarray(a)[real], np.asarray(b)[real]
+    assert np.linalg.norm(a - b) <= 0.01 * np.linalg.norm(a)
+    assert np.min((a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)) >= 0.9999
 
 
 def test_dropout_is_active_only_in_training():

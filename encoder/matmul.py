@@ -1,0 +1,127 @@
+"""Matrix products that stay on XLA CPU's fast kernels forward and backward, in float32 or mixed precision.
+
+XLA CPU sends a dot to its library kernel (a YNNPACK fusion) in the plain layout only: lhs [..., M, K] contracting its
+last axis, rhs [..., K, N] contracting the one before its last, batch axes leading; a bfloat16 dot also needs a float32
+result, or it is upcast to float32 (../shared/notes/bf16-on-xla-cpu.md). Autodiff of `a @ b` contracts transposed
+operands (dA = G B^T, dB = A^T G), and XLA folds a plain transpose into the dot, so the backward products, and every
+attention product written as an einsum, leave that path. `matmul` has a custom VJP whose three products are all
+plain, on transposes that `transpose` materializes; its operands are rounded to the compute dtype, its result and
+gradients are float32 (mixed precision: bf16 operands, float32 accumulation). Other backends (GPU, TPU) fold
+transposes into their GEMMs for free, so `transpose` is a plain one there and only the dtype policy applies.
+"""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def _pinned(y: Array) -> Array:
+  """y unchanged; on CPU through a select on two iotas that XLA cannot move a transpose across, so the transpose
+  producing y is materialized in memory rather than folded into the dot that reads it."""
+  if jax.default_backend() != "cpu":
+    return y
+  index = jax.lax.broadcasted_iota(jnp.int32, y.shape, y.ndim - 1) + jax.lax.broadcasted_iota(
+      jnp.int32, y.shape, y.ndim - 2)
+  return jnp.where(index >= 0, y, jnp.zeros((), y.dtype))
+
+
+def transpose(x: Array, axes: tuple[int, ...] | None = None) -> Array:
+  """jnp.transpose(x, axes) (default: swap the last two axes), materialized on CPU so that a dot reads it plainly;
+  its gradient (the inverse transpose of the cotangent) is materialized too."""
+  axes = tuple(axes or tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2))
+  return _pinned_transpose(x, axes) if jax.default_backend() == "cpu" else jnp.transpose(x, axes)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _pinned_transpose(x: Array, axes: tuple[int, ...]) -> Array:
+  return _pinned(jnp.transpose(x, axes))
+
+
+def _pinned_transpose_fwd(x, axes):
+  return _pinned_transpose(x, axes), None
+
+
+def _pinned_transpose_bwd(axes, _, g):
+  inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
+  return (_pinned(jnp.transpose(g, inverse)),)
+
+
+_pinned_transpose.defvjp(_pinned_transpose_fwd, _pinned_transpose_bwd)
+
+
+def _dot(a: Array, b: Array) -> Array:
+  """[..., M, K] @ [..., K, N] -> float32 [..., M, N], a plain (batched) dot."""
+  batch = tuple(range(a.ndim - 2))
+  return jax.lax.dot_general(a, b, (((a.ndim - 1,), (b.ndim - 2,)), (batch, batch)),
+                             preferred_element_type=jnp.float32)
+
+
+def _times_transposed(x: Array, y: Array) -> Array:
+  """x @ y^T ([..., M, K], [..., N, K] -> [..., M, N]) as a plain product: y^T materialized, or (y @ x^T)^T when
+  transposing x and the float32 result moves fewer bytes."""
+  m, k, n, size = x.shape[-2], x.shape[-1], y.shape[-2], x.dtype.itemsize
+  if n * k * size <= m * k * size + m * n * 4:
+    return _dot(x, transpose(y))
+  return transpose(_pinned(_dot(y, transpose(x))))  # Pinned on both sides: XLA would fold it into the dot.
+
+
+def _transposed_times(x: Array, y: Array) -> Array:
+  """x^T @ y ([..., M, K], [..., M, N] -> [..., K, N]) as a plain product: x^T materialized, or (y^T @ x)^T when
+  transposing y and the float32 result moves fewer bytes."""
+  m, k, n, size = x.shape[-2], x.shape[-1], y.shape[-1], x.dtype.itemsize
+  if m * k * size <= m * n * size + k * n * 4:
+    return _dot(transpose(x), y)
+  return transpose(_pinned(_dot(transpose(y), x)))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _matmul(a: Array, b: Array, dtype, transpose_b: bool, input_dtypes) -> Array:
+  return _matmul_fwd(a, b, dtype, transpose_b, input_dtypes)[0]
+
+
+def _matmul_fwd(a, b, dtype, transpose_b, input_dtypes):
+  del input_dtypes
+  a, b = a.astype(dtype), b.astype(dtype)
+  return (_times_transposed(a, b) if transpose_b else _dot(a, b)), (a, b)
+
+
+def _matmul_bwd(dtype, transpose_b, input_dtypes, residuals, g):
+  a, b = residuals
+  g = g.astype(dtype)
+  if transpose_b:  # C = A B^T: dA = G B, dB = G^T A.
+    grads = _dot(g, b), _transposed_times(g, a)
+  else:  # C = A B: dA = G B^T, dB = A^T G.
+    grads = _times_transposed(g, b), _transposed_times(a, g)
+  return tuple(grad.astype(t) for grad, t in zip(grads, input_dtypes))
+
+
+_matmul.defvjp(_matmul_fwd, _matmul_bwd)
+
+
+def matmul(a: Array, b: Array, dtype=jnp.float32, transpose_b: bool = False) -> Array:
+  """a [..., M, K] @ b [..., K, N] (or b^T for b [..., N, K] when transpose_b) -> float32 [..., M, N], both operands
+  rounded to `dtype`, batch axes leading; the backward's products are plain too, their gradients float32."""
+  return _matmul(a, b, dtype, transpose_b, (a.dtype, b.dtype))
+
+
+def dense_dot_general(dtype):
+  """A `dot_general` for flax's Dense / DenseGeneral (their `dot_general=` field) computed by `matmul` in `dtype`:
+  the input's trailing axes contract the kernel's leading ones, no batch axes (what those layers ask for)."""
+
+  def dense_dot(inputs: Array, kernel: Array, dimension_numbers, precision=None) -> Array:
+    del precision  # matmul's products are float32-accumulated; XLA's default precision applies.
+    (contract_in, contract_kernel), batch = dimension_numbers
+    n = len(contract_in)
+    if batch != ((), ()) or tuple(contract_in) != tuple(range(inputs.ndim - n, inputs.ndim)) or tuple(
+        contract_kernel) != tuple(range(n)):
+      raise ValueError(f"dense layer contracts input axes {contract_in} with kernel axes {contract_kernel} "
+                       f"(batch {batch}); expected the input's trailing axes and the kernel's leading ones")
+    inner = math.prod(kernel.shape[:n])
+    y = matmul(inputs.reshape((-1, inner)), kernel.reshape((inner, -1)), dtype)
+    return y.reshape(inputs.shape[:inputs.ndim - n] + kernel.shape[n:])
+
+  return dense_dot

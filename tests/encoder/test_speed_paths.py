@@ -1,0 +1,109 @@
+"""encoder.matmul and the heads-first attention: the same values and gradients as plain references (float64 numpy,
+the previous einsum attention), and on CPU every product of a training step stays a plain dot in its dtype."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from encoder import Encoder, preset
+from encoder.matmul import matmul, transpose
+from encoder.model import SelfAttention, attention_bias
+
+TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
+
+
+def _rounded(x, dtype) -> np.ndarray:
+  return np.asarray(jnp.asarray(x).astype(dtype).astype(jnp.float32), np.float64)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("transpose_b", [False, True])
+@pytest.mark.parametrize("shapes", [((3, 5, 7), (3, 7, 6)), ((4, 300), (300, 8)), ((300, 40), (40, 4)),
+                                    ((40, 8), (8, 300))])
+def test_matmul_and_its_gradients_equal_float64(dtype, transpose_b, shapes):
+  """Forward and both gradients against float64 on operands and cotangent rounded to `dtype`: only float32
+  accumulation differs. The shapes take every route (an operand transposed, or the result: (Y^T X)^T)."""
+  rng = np.random.default_rng(0)
+  a_shape, b_shape = shapes
+  if transpose_b:
+    b_shape = b_shape[:-2] + b_shape[-2:][::-1]
+  a, b = rng.normal(size=a_shape).astype(np.float32), rng.normal(size=b_shape).astype(np.float32)
+  out, vjp = jax.vjp(jax.jit(lambda a, b: matmul(a, b, dtype, transpose_b)), a, b)
+  g = rng.normal(size=out.shape).astype(np.float32)
+  da, db = vjp(g)
+  a64, b64, g64 = _rounded(a, dtype), _rounded(b, dtype), _rounded(g, dtype)
+  b64 = np.swapaxes(b64, -1, -2) if transpose_b else b64
+  want_db = np.swapaxes(a64, -1, -2) @ g64
+  close = lambda got, want: np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+  assert out.dtype == da.dtype == db.dtype == jnp.float32
+  close(out, a64 @ b64)
+  close(da, g64 @ np.swapaxes(b64, -1, -2))
+  close(db, np.swapaxes(want_db, -1, -2) if transpose_b else want_db)
+
+
+def test_transpose_and_its_gradient():
+  x = jnp.arange(24.0).reshape(2, 3, 4)
+  y, vjp = jax.vjp(lambda x: transpose(x, (1, 2, 0)), x)
+  np.testing.assert_array_equal(y, np.transpose(np.asarray(x), (1, 2, 0)))
+  np.testing.assert_array_equal(vjp(y)[0], x)
+
+
+def _einsum_attention(params, x, bias, cfg, query_positions=None):
+  """The previous implementation: [batch, length, heads, head_dim] einsums, the scale applied to the scores."""
+  p = params["params"]
+  qkv = jnp.einsum("blh,hcnd->blcnd", x, p["qkv"]["kernel"], precision="highest") + p["qkv"]["bias"]
+  q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+  if query_positions is not None:
+    q = jnp.take_along_axis(q, query_positions[:, :, None, None], axis=1)
+    bias = jnp.take_along_axis(bias, query_positions[:, None, :, None], axis=2)
+  scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, precision="highest") / np.sqrt(cfg.head_dim) + bias
+  context = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, axis=-1), v, precision="highest")
+  return jnp.einsum("bqnd,ndh->bqh", context, p["output"]["kernel"], precision="highest") + p["output"]["bias"]
+
+
+@pytest.mark.parametrize("query_positions", [None, [[0, 4, 2], [0, 1, 1]]])
+def test_attention_equals_the_einsum_reference(query_positions):
+  """Heads-first layout, scale folded into q, plain products: the same outputs and gradients to float32 rounding."""
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.normal(size=(2, 9, TINY.hidden_size)), jnp.float32)
+  bias = attention_bias(jnp.asarray([[1] * 9, [1] * 6 + [0] * 3]))
+  positions = None if query_positions is None else jnp.asarray(query_positions)
+  attention = SelfAttention(TINY)
+  params = attention.init(jax.random.key(0), x, bias, False)
+  loss = lambda fn: lambda params, x: jnp.sum(jnp.sin(fn(params, x)))
+  ours = lambda params, x: attention.apply(params, x, bias, False, positions)
+  reference = lambda params, x: _einsum_attention(params, x, bias, TINY, positions)
+  np.testing.assert_allclose(ours(params, x), reference(params, x), rtol=1e-5, atol=1e-6)
+  got, want = jax.grad(loss(ours), argnums=(0, 1))(params, x), jax.grad(loss(reference), argnums=(0, 1))(params, x)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the plain-layout constraint is XLA CPU's")
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_every_training_product_is_a_plain_dot_on_cpu(dtype):
+  """The optimized HLO of a training step: every dot (forward and backward, attention and the tied vocabulary
+  projection) contracts lhs's last axis with rhs's first non-batch one, in `dtype` with a float32 result: the form
+  XLA CPU runs in its fast kernels (a bf16 dot in any other form is upcast to float32, or fails at run time)."""
+  cfg = TINY.replace(dtype=dtype, hidden_dropout=0.1, attention_dropout=0.1)
+  model = Encoder(cfg)
+  ids = jnp.ones((2, 16), jnp.int32)
+  params = model.init(jax.random.key(0), ids)
+
+  def loss(params):
+    out = model.apply(params, ids, train=True, rngs={"dropout": jax.random.key(1)})
+    return jnp.sum(out.last) + jnp.sum(model.apply(params, out.last[:, :3], method=Encoder.attend))
+
+  hlo = jax.jit(jax.grad(loss)).lower(params).compile().as_text()
+  shapes = dict(re.findall(r"%(\S+) = (\w+)\[", hlo))
+  dots = re.findall(r"= (\w+)\[([\d,]*)\]\S* dot\(%(\S+), %(\S+)\), (.*?), metadata", hlo)
+  assert len(dots) >= 5 * cfg.num_layers
+  name = "bf16" if dtype == jnp.bfloat16 else "f32"
+  for result, dims, lhs, rhs, numbers in dots:
+    rank = dims.count(",") + 1
+    batch = rank - 2
+    assert result == "f32" and shapes[lhs] == shapes[rhs] == name, (lhs, rhs, numbers)
+    assert f"lhs_contracting_dims={{{rank - 1}}}" in numbers and f"rhs_contracting_dims={{{batch}}}" in numbers, numbers
