@@ -19,7 +19,8 @@ where a framework's ceiling is higher, its matmuls alone are faster.
 On a GPU, HF runs on CUDA beside us (benchmarks.torch_device, float32 matmul arithmetic mirroring JAX's: TF32 by
 default); `--precision float32` forces full float32 in both.
 
-  python -m benchmarks.encoder_speed [--rounds 5] [--repeats N] [--batch 64] [--length 128] [--precision default]
+  python -m benchmarks.encoder_speed [--rounds 5] [--repeats N] [--modes forward_f32,...] [--batch 64] [--length 128]
+                                     [--precision default|float32]
 Last line: one JSON object (forward_ratio_f32, train_ratio_f32, forward_ratio_bf16, train_ratio_bf16, the ms of each
 side, xla_f32_gflops, torch_f32_gflops, xla_bf16_gflops, torch_bf16_gflops, cpu, device).
 """
