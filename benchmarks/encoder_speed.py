@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import torch_device
+from benchmarks.timing import timed
 from configs import paths
 from encoder import Encoder, load_hf_checkpoint, load_tokenizer, minilm_path
 from launch import cli, flops, host_memory, xla_flags
@@ -136,15 +137,6 @@ class HF:
       loss = self.model(**self.inputs, output_hidden_states=True).last_hidden_state.float().sum()
     loss.backward()
     torch_device.synchronize(self.device)
-
-
-def timed(fn, count: int) -> list[float]:
-  times = []
-  for _ in range(count):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return times
 
 
 def ceilings(device) -> dict[str, float]:

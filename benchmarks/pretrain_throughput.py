@@ -36,7 +36,6 @@ import argparse
 import functools
 import json
 import statistics
-import time
 from pathlib import Path
 
 import jax
@@ -44,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import torch_device
+from benchmarks.timing import timed
 from configs import common, paths
 from encoder.config import preset
 from encoder.pretrained import minilm_path
@@ -182,15 +182,6 @@ class HFStep:
     self.schedule.step()
     torch_device.synchronize(self.device)
     self.loss = float(loss.detach())
-
-
-def timed(fn, count: int) -> list[float]:
-  times = []
-  for _ in range(count):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return times
 
 
 def main() -> None:

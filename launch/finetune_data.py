@@ -57,7 +57,7 @@ def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict
   return mapping
 
 
-def _options(columns: str) -> dict[str, Any]:
+def reader_options(columns: str) -> dict[str, Any]:
   """'text_a:sentence1,label:3,header:false' -> reader options (integers are column indices)."""
   options = {}
   for item in filter(None, columns.split(",")):
@@ -92,7 +92,7 @@ def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetCo
     if Path(path).is_absolute() and not Path(path).is_file():
       raise config_checks.ConfigError(f"config.task.files: the {split} file {path} does not exist")
     files[split] = path if Path(path).is_absolute() or Path(path).exists() else str(paths.data_file(path))
-  options = _options(task.columns)
+  options = reader_options(task.columns)
   if task.labels and task.format == "tsv":
     options.setdefault("label_names", tuple(task.labels))
   return tfds_builders.custom(task.format, files, **options)

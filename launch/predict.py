@@ -131,7 +131,7 @@ def _reader_options(task: ml_collections.ConfigDict) -> dict[str, Any]:
   if task.dataset:
     preset = tfds_builders.PRESETS[task.dataset]
     return dict(preset.options) | {"format": preset.format}
-  return finetune_data._options(task.columns) | {"format": task.format}  # pylint: disable=protected-access
+  return finetune_data.reader_options(task.columns) | {"format": task.format}
 
 
 @dataclasses.dataclass(frozen=True)

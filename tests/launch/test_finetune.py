@@ -20,13 +20,7 @@ from tests.conftest import require_data
 
 def _config(arg: str, **overrides):
   config = finetune.get_config(arg)
-  with config.unlocked():
-    for key, value in overrides.items():
-      target = config
-      *parents, leaf = key.split(".")
-      for parent in parents:
-        target = target[parent]
-      target[leaf] = value
+  config.update_from_flattened_dict(overrides)
   return config
 
 

@@ -37,12 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _config(name: str):
   arg, overrides, _ = RUNS[name]
   config = demo_config.pos_config(runlocal=True) if arg is None else finetune.get_config(arg)
-  for key, value in overrides.items():
-    *parents, leaf = key.split(".")
-    target = config
-    for parent in parents:
-      target = target[parent]
-    target[leaf] = value
+  config.update_from_flattened_dict(overrides)
   return config
 
 
