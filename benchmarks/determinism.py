@@ -1,12 +1,14 @@
 """Determinism of the training engine, in real subprocesses: device-count invariance (1 device, 8 devices as a data
 mesh and as a 2x4 data x model mesh, pmap, 2 processes x 4 devices through jax.distributed), kill (SIGKILL) and
-resume, and gradient accumulation. tests/launch reuses these helpers.
+resume, gradient accumulation, and the memory savers (FSDP, remat, both with accumulation and a model axis).
+tests/launch reuses these helpers.
 
   python -m benchmarks.determinism    # last line: one JSON object with the measured differences
 """
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -35,17 +37,19 @@ def _env(devices: int, cache: Path) -> dict[str, str]:
   return env
 
 
-def command(workdir: Path, overrides: Sequence[str] = (), cache: Path | None = None) -> list[str]:
-  """The launch.main command line of a tiny run (tokenized corpus cached under `cache`)."""
+def command(workdir: Path, overrides: Sequence[str] = (), cache: Path | None = None,
+            config: str = CONFIG) -> list[str]:
+  """The launch.main command line of a tiny run (TINY's settings on `config`; tokenized corpus cached under `cache`)."""
   cache_args = [f"--config.data.cache_dir={cache / 'corpus'}"] if cache else []
-  return [sys.executable, "-m", "launch.main", f"--config={CONFIG}", f"--workdir={workdir}", *TINY, *cache_args,
+  return [sys.executable, "-m", "launch.main", f"--config={config}", f"--workdir={workdir}", *TINY, *cache_args,
           *overrides]
 
 
-def run(workdir: Path, overrides: Sequence[str] = (), *, devices: int = 1, cache: Path,
-        check: bool = True) -> subprocess.CompletedProcess:
-  """One training run in a subprocess with `devices` CPU devices; raises with its output when it fails and `check`."""
-  result = subprocess.run(command(workdir, overrides, cache), cwd=REPO, env=_env(devices, cache),
+def run(workdir: Path, overrides: Sequence[str] = (), *, devices: int = 1, cache: Path, check: bool = True,
+        config: str = CONFIG) -> subprocess.CompletedProcess:
+  """One training run in a subprocess with `devices` CPU devices (TINY's settings, then `overrides`, on `config`);
+  raises with its output when it fails and `check`."""
+  result = subprocess.run(command(workdir, overrides, cache, config), cwd=REPO, env=_env(devices, cache),
                           capture_output=True, text=True, timeout=TIMEOUT_S)
   if check and result.returncode != 0:
     raise RuntimeError(f"run in {workdir} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
@@ -173,11 +177,36 @@ def accumulation(root: Path, cache: Path) -> dict[str, float]:
           "accumulation_params_max_rel_diff": params_max_rel_diff(final_params(workdir), final_params(reference))}
 
 
+def state_mib_per_device(result: subprocess.CompletedProcess) -> float:
+  """The "N MiB of state per device" of a run's starting line."""
+  match = re.search(r"([\d,.]+) MiB of state per device", result.stdout)
+  if match is None:
+    raise RuntimeError(f"no 'MiB of state per device' in the run's output:\n{result.stdout[-2000:]}")
+  return float(match.group(1).replace(",", ""))
+
+
+def memory_savers(root: Path, cache: Path) -> dict[str, float | bool]:
+  """Max relative loss difference to the 1-device run of FSDP over 8 devices, remat ("full") on 1 device, and FSDP
+  with a model axis of 2, remat "dots_saveable" and 2 accumulated micro-batches; and the state per device of the
+  FSDP run over that of the 8-device data-parallel run; whether it warned that 8 does not divide the vocabulary."""
+  reference = losses(baseline(root, cache))
+  fsdp = run(root / "fsdp8", ["--config.fsdp=true"], devices=8, cache=cache)
+  run(root / "remat_full", ["--config.model.remat=full"], cache=cache)
+  run(root / "fsdp_model2_remat_accum2", ["--config.fsdp=true", "--config.mesh_model=2", "--config.grad_accum_steps=2",
+                                          "--config.model.remat=dots_saveable"], devices=8, cache=cache)
+  plain = run(root / "data8_state", ["--config.num_train_steps=1"], devices=8, cache=cache)
+  diff = lambda name: max_rel_diff(losses(root / name), reference)
+  return {"fsdp_max_rel_diff": diff("fsdp8"), "remat_max_rel_diff": diff("remat_full"),
+          "fsdp_remat_accum_max_rel_diff": diff("fsdp_model2_remat_accum2"),
+          "fsdp_state_fraction": state_mib_per_device(fsdp) / state_mib_per_device(plain),
+          "fsdp_vocab_warning": "vocab_size 30522 is not divisible by the 8 data devices" in fsdp.stderr}
+
+
 def main() -> None:
   root = Path(tempfile.mkdtemp(prefix="determinism-"))
   try:
     results = {**device_invariance(root, root / "cache"), **kill_and_resume(root, root / "cache"),
-               **accumulation(root, root / "cache")}
+               **accumulation(root, root / "cache"), **memory_savers(root, root / "cache")}
   finally:
     shutil.rmtree(root, ignore_errors=True)
   print(json.dumps(results))

@@ -78,6 +78,8 @@ def engine_config(config: ml_collections.ConfigDict, *, steps: int) -> ml_collec
   config.grad_accum_steps = 1  # Split each step's batch into this many micro-batches; gradients are averaged.
   config.parallelism = "jit"  # "jit": one program over a device mesh; "pmap": replicated step with pmean.
   config.mesh_model = 1  # Size of the mesh's model axis (shards attention heads and MLP width); data axis = rest.
+  # Also shard parameters, gradients and optimizer state over the data axis (FSDP / ZeRO-3; launch/sharding.py).
+  config.fsdp = False
   config.log_every_steps = 50  # Fetch on-device metrics and write a metrics line every this many steps.
   config.eval_every_steps = 1000  # Evaluate every this many steps (and always at the end); 0 = only at the end.
   config.eval_steps = 20  # Batches per evaluation (fewer when the split is smaller); -1 = the whole split.

@@ -6,6 +6,9 @@ from typing import Any
 import jax.numpy as jnp
 
 
+REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
+
+
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
   """Shape and numerics of a bidirectional transformer encoder (BERT family)."""
@@ -27,12 +30,18 @@ class EncoderConfig:
   # softmax, residuals and hidden states stay float32; encoder/matmul.py). Parameters stay param_dtype.
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  # Activation rematerialization per block, trading compute for memory: "none"; "full" (keep only each block's input,
+  # recompute the rest in the backward); "dots_saveable" (keep matmul outputs, recompute elementwise work);
+  # "dots_with_no_batch_dims_saveable" (keep the dense layers' outputs, recompute attention's [q, k] products).
+  remat: str = "none"
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
     if self.hidden_act not in ("gelu", "gelu_tanh"):
       raise ValueError(f"hidden_act {self.hidden_act!r} is not one of 'gelu', 'gelu_tanh'")
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(f"remat {self.remat!r} is not one of {', '.join(map(repr, REMAT_POLICIES))}")
 
   @property
   def head_dim(self) -> int:

@@ -213,6 +213,15 @@ class TransformerBlock(nn.Module):
     return norm("output_layer_norm")(x + drop(feed_forward(x)))
 
 
+def remat_block(policy: str) -> type[nn.Module]:
+  """TransformerBlock under `nn.remat` with a jax.checkpoint policy ("full": save nothing but the block's input);
+  the parameter tree, the values and the dropout masks are those of the plain block."""
+  if policy == "none":
+    return TransformerBlock
+  saved = None if policy == "full" else getattr(jax.checkpoint_policies, policy)
+  return nn.remat(TransformerBlock, policy=saved, static_argnums=(3,))  # `train` (self is argument 0).
+
+
 class Encoder(nn.Module):
   """BERT encoder: returns every layer's hidden states, the [CLS] vector and the pooled [CLS]."""
   cfg: EncoderConfig
@@ -220,7 +229,7 @@ class Encoder(nn.Module):
   def setup(self):
     cfg = self.cfg
     self.embeddings = Embeddings(cfg, name="embeddings")
-    self.layers = [TransformerBlock(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
+    self.layers = [remat_block(cfg.remat)(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
     if cfg.pre_layer_norm:
       self.final_layer_norm = nn.LayerNorm(cfg.layer_norm_eps, param_dtype=cfg.param_dtype,
                                            name="final_layer_norm")

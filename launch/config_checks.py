@@ -12,6 +12,8 @@ import ml_collections
 
 # Fields whose change makes an existing checkpoint unusable (the parameter tree or its meaning changes).
 MODEL_FIELDS = ("model", "objectives", "task")
+# ... except these, which change how a step computes, not what it learns (a run may resume with another value).
+RESUMABLE_MODEL_FIELDS = ("model.remat",)
 
 
 class ConfigError(ValueError):
@@ -117,4 +119,4 @@ def incompatible_fields(saved: dict[str, Any], wanted: dict[str, Any]) -> list[s
   flat = lambda d: leaf_paths(ml_collections.ConfigDict({k: d.get(k) for k in MODEL_FIELDS if k in d}))
   old, new = flat(saved), flat(wanted)
   return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(set(old) | set(new))
-          if old.get(key) != new.get(key)]
+          if old.get(key) != new.get(key) and key not in RESUMABLE_MODEL_FIELDS]

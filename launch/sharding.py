@@ -3,10 +3,14 @@
 The model itself knows nothing about devices. With parallelism="jit" (default) one program runs over a
 ("data", "model") mesh: batches split along "data"; the model axis shards attention heads (qkv kernel [H,3,A,D]
 axis 2, output kernel [A,D,H] axis 0) and the MLP width (intermediate kernel axis 1, output kernel axis 0); all other
-leaves (and optimizer moments of the same paths) follow the same rules. With parallelism="pmap" the state is
-replicated per device ([devices, ...]) and the step averages gradients with pmean.
+leaves (and optimizer moments of the same paths) follow the same rules. With fsdp (ZeRO-3 style) every leaf of at
+least FSDP_MIN_SIZE entries is also split over the data axis, on its largest dimension that the rules left free and
+the data axis divides: each device keeps 1/data of the parameters, gradients and optimizer moments, and XLA gathers a
+weight where it is used and reduce-scatters its gradient. With parallelism="pmap" the state is replicated per device
+([devices, ...]) and the step averages gradients with pmean.
 """
 
+import math
 import re
 from typing import Any
 
@@ -24,6 +28,7 @@ PARAM_RULES: tuple[tuple[str, P], ...] = (
     (r"mlp/intermediate/bias$", P("model")),  # [I].
     (r"mlp/output/kernel$", P("model", None)),  # [I, H].
 )
+FSDP_MIN_SIZE = 2**12  # Smaller leaves (biases, LayerNorm scales) stay whole: gathering them costs more than they hold.
 
 
 def make_mesh(model_axis: int) -> Mesh:
@@ -38,26 +43,37 @@ def _path(key_path) -> str:
   return "/".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in key_path)
 
 
-def partition_spec(path: str, shape: tuple[int, ...], model_size: int) -> P:
-  """The PARAM_RULES spec of one leaf ('.../layer_0/attention/qkv/kernel'); P() when no rule matches or no model
-  axis. A sharded dimension that the model axis does not divide is an error naming the leaf."""
-  if model_size == 1:
-    return P()
-  for pattern, spec in PARAM_RULES:
+def partition_spec(path: str, shape: tuple[int, ...], model_size: int, fsdp_size: int = 1) -> P:
+  """The spec of one leaf ('.../layer_0/attention/qkv/kernel'): its PARAM_RULES entry when the model axis is used,
+  plus the data axis on its largest free dimension that `fsdp_size` divides (FSDP; leaves of FSDP_MIN_SIZE entries
+  or more). A rule's dimension that the model axis does not divide is an error naming the leaf."""
+  spec = [None] * len(shape)
+  for pattern, rule in PARAM_RULES if model_size > 1 else ():
     if re.search(pattern, path):
-      axis = list(spec).index("model")
+      axis = list(rule).index("model")
       if shape[axis] % model_size:
         raise ValueError(f"{path} has {shape[axis]} entries on axis {axis}, not divisible by "
                          f"config.mesh_model={model_size}")
-      return spec
-  return P()
+      spec = list(rule)
+      break
+  if fsdp_size > 1 and math.prod(shape) >= FSDP_MIN_SIZE:
+    free = [i for i, (name, n) in enumerate(zip(spec, shape)) if name is None and n % fsdp_size == 0]
+    if free:
+      spec[max(free, key=lambda i: shape[i])] = "data"
+  return P(*spec) if any(spec) else P()
 
 
-def state_shardings(abstract_state: Any, mesh: Mesh) -> Any:
-  """A NamedSharding per leaf of a (params or train-state) tree from PARAM_RULES."""
+def state_shardings(abstract_state: Any, mesh: Mesh, fsdp: bool = False) -> Any:
+  """A NamedSharding per leaf of a (params or train-state) tree from PARAM_RULES (and FSDP over the data axis)."""
+  fsdp_size = mesh.shape["data"] if fsdp else 1
   return jax.tree_util.tree_map_with_path(
-      lambda key_path, leaf: NamedSharding(mesh, partition_spec(_path(key_path), leaf.shape, mesh.shape["model"])),
-      abstract_state)
+      lambda key_path, leaf: NamedSharding(
+          mesh, partition_spec(_path(key_path), leaf.shape, mesh.shape["model"], fsdp_size)), abstract_state)
+
+
+def bytes_per_device(tree: Any) -> int:
+  """Bytes of `tree`'s arrays that one device holds (its shard of each leaf; pmap copies: one copy)."""
+  return sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(tree))
 
 
 def batch_spec(accum: int) -> P:

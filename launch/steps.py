@@ -79,9 +79,12 @@ def _loss_counts(fns: StepFns, params: Any, micro_batches: dict[str, jax.Array])
 
 
 def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, accum: int, nan_step: int,
-              axis_name: str | None = None) -> tuple[jax.Array, dict[str, jax.Array], Any]:
+              axis_name: str | None = None, grad_shardings: Any = None) -> tuple[jax.Array, dict[str, jax.Array], Any]:
   """Loss, metric sums and summed gradients of one step over `accum` micro-batches (a leading batch axis when
-  accum > 1) and, under pmap, devices. Compiled once per batch shape."""
+  accum > 1) and, under pmap, devices. Compiled once per batch shape. `grad_shardings` (jit; the parameters'):
+  the gradient sums are kept in them, so that under FSDP each device adds only its shard (reduce-scatter), never a
+  whole copy."""
+  keep = (lambda g: g) if grad_shardings is None else (lambda g: jax.lax.with_sharding_constraint(g, grad_shardings))
   micro_batches = batch if accum > 1 else jax.tree.map(lambda x: x[None], batch)
   copies = max(o.train_copies for o in fns.objectives)
   if copies > 1:  # Each example `copies` times, adjacent (a per-device repeat: no resharding of the batch axis).
@@ -110,10 +113,11 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
     micro, index = xs
     (share, metrics), grads = grad_fn(state.params, micro, jax.random.fold_in(key, index))
     loss, metric_sums, grad_sums = carry
-    return (loss + share, _add(metric_sums, metrics), jax.tree.map(jnp.add, grad_sums, grads)), None
+    return (loss + share, _add(metric_sums, metrics), keep(jax.tree.map(jnp.add, grad_sums, keep(grads)))), None
 
   shapes = jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda x: x[0], micro_batches), key)
   (loss, metrics), grads = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  grads = keep(grads)
   (loss, metrics, grads), _ = jax.lax.scan(micro_step, (loss, metrics, grads), (micro_batches, jnp.arange(accum)))
   if axis_name is not None:
     loss, metrics, grads = jax.lax.psum((loss, metrics, grads), axis_name)

@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -53,8 +54,9 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   for key, allowed in choices.items():
     if config[key] not in allowed:
       raise config_checks.ConfigError(f"config.{key}={config[key]!r} is not one of {allowed}")
-  if config.parallelism == "pmap" and config.mesh_model != 1:
-    raise config_checks.ConfigError("parallelism='pmap' replicates the model: set config.mesh_model=1")
+  if config.parallelism == "pmap" and (config.mesh_model != 1 or config.fsdp):
+    raise config_checks.ConfigError("parallelism='pmap' replicates the model: set config.mesh_model=1 and "
+                                    "config.fsdp=False, or use parallelism='jit'")
   for key in ("batch_size", "grad_accum_steps", "log_every_steps") + (() if finetuning else ("num_train_steps",)):
     if config[key] < 1:
       raise config_checks.ConfigError(f"config.{key}={config[key]} must be at least 1")
@@ -112,7 +114,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   abstract = jax.eval_shape(init, example, pretrained)
   if pretrained is not None:
     warm_start.check_matches(config.init, pretrained, abstract.params)
-  state_shardings = sharding.state_shardings(abstract, mesh)
+  state_shardings = sharding.state_shardings(abstract, mesh, fsdp=config.fsdp)
   manager = checkpointing.create_manager(workdir, config)
   target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_shardings)
   state = checkpointing.restore_latest(manager, target, workdir)
@@ -126,15 +128,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     return json.loads((workdir / "results.json").read_text())
   progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
                    f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "
-                   f"{parallelism}; model {cfg.num_layers}x{cfg.hidden_size}, {work.description}"
+                   f"{parallelism}{', fsdp' if config.fsdp else ''}; model {cfg.num_layers}x{cfg.hidden_size}"
+                   f"{'' if cfg.remat == 'none' else ', remat ' + cfg.remat}, "
+                   f"{sharding.bytes_per_device(state) / 2**20:,.1f} MiB of state per device; {work.description}"
                    + (f", {100 * regimes.trainable_fraction(abstract.params, scales):.1f}% of parameters trained"
                       if finetuning else ""))
 
+  if config.fsdp and lead and cfg.vocab_size % mesh.shape["data"]:
+    print(f"warning: config.fsdp: vocab_size {cfg.vocab_size} is not divisible by the {mesh.shape['data']} data "
+          "devices, so the word embeddings are split on their hidden dimension and every device gathers the whole "
+          f"table for the tied MLM decoder; config.model.vocab_size={-(-cfg.vocab_size // 1024) * 1024} (rows the "
+          "tokenizer never produces) splits it by row", file=sys.stderr, flush=True)
   train_kwargs = dict(accum=accum, nan_step=config.debug_nan_step)
   # Two programs per step: gradients (compiled per batch shape) and the optimizer update (compiled once).
   if parallelism == "jit":
     batch_sharding = NamedSharding(mesh, sharding.batch_spec(accum))
-    grad_step = jax.jit(functools.partial(steps.grad_step, fns, **train_kwargs),
+    grad_step = jax.jit(functools.partial(steps.grad_step, fns, grad_shardings=state_shardings.params,
+                                          **train_kwargs),
                         in_shardings=(state_shardings, batch_sharding),
                         out_shardings=(replicated, replicated, state_shardings.params))
     apply_step = jax.jit(functools.partial(steps.apply_step, fns),

@@ -1,6 +1,6 @@
 """End-to-end runs of launch.main in subprocesses on real text (WikiText-2): device-count invariance, pmap,
-2 processes x 4 devices, kill-and-resume, gradient accumulation, bad inputs. The runs are benchmarks/determinism.py's
-helpers; they share one compilation cache and one tokenized-corpus cache."""
+2 processes x 4 devices, kill-and-resume, gradient accumulation, FSDP and remat, bad inputs. The runs are
+benchmarks/determinism.py's helpers; they share one compilation cache and one tokenized-corpus cache."""
 
 import json
 import shutil
@@ -66,6 +66,15 @@ def test_accumulation_equals_the_larger_batch(runs, baseline):
   diffs = determinism.accumulation(*runs)
   assert diffs["accumulation_max_rel_diff"] <= TOLERANCE
   assert diffs["accumulation_params_max_rel_diff"] <= TOLERANCE
+
+
+def test_fsdp_and_remat_give_the_same_losses_and_fsdp_shards_the_state(runs, baseline):
+  diffs = determinism.memory_savers(*runs)
+  assert diffs["fsdp_max_rel_diff"] <= TOLERANCE
+  assert diffs["remat_max_rel_diff"] <= TOLERANCE
+  assert diffs["fsdp_remat_accum_max_rel_diff"] <= TOLERANCE
+  assert diffs["fsdp_state_fraction"] < 0.25  # 8 data devices: the embedding tables and kernels split 8 ways.
+  assert diffs["fsdp_vocab_warning"]
 
 
 def test_nan_stops_naming_the_step_and_keeps_checkpoints(runs, baseline, tmp_path):

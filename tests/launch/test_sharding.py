@@ -1,4 +1,4 @@
-"""Parameter-path sharding rules: heads and MLP width on the model axis, everything else replicated."""
+"""Parameter-path sharding rules: heads and MLP width on the model axis, FSDP over the data axis, else replicated."""
 
 import jax
 import jax.numpy as jnp
@@ -35,3 +35,18 @@ def test_model_axis_must_divide(shapes):
   with pytest.raises(ValueError, match="qkv/kernel.*mesh_model=3"):
     sharding.partition_spec("layer_0/attention/qkv/kernel", shapes["layer_0/attention/qkv/kernel"], 3)
   assert sharding.partition_spec("layer_0/attention/qkv/kernel", (16, 3, 4, 4), 1) == P()
+
+
+def test_fsdp_splits_the_largest_free_dimension_of_large_leaves():
+  spec = sharding.partition_spec
+  assert spec("encoder/embeddings/word_embeddings/embedding", (30522, 128), 1, 8) == P(None, "data")  # 30522 % 8.
+  assert spec("encoder/embeddings/word_embeddings/embedding", (30528, 128), 1, 8) == P("data", None)
+  # With a model axis the rule's dimension stays "model" and another one takes "data".
+  assert spec("layer_0/mlp/intermediate/kernel", (256, 1024), 2, 4) == P("data", "model")
+  assert spec("layer_0/attention/qkv/kernel", (256, 3, 4, 64), 2, 4) == P("data", None, "model", None)
+  assert spec("opt_state/0/mu/encoder/layer_0/mlp/output/kernel", (1024, 256), 1, 4) == P("data", None)
+  # Small leaves stay whole; a leaf no free dimension of which the data axis divides stays whole.
+  assert spec("layer_0/mlp/intermediate/bias", (1024,), 1, 4) == P()
+  assert spec("layer_0/mlp/output/kernel", (4099, 3), 1, 4) == P()
+  assert spec("layer_0/mlp/output/kernel", (1024, 256), 1, 1) == P()
+

@@ -1,0 +1,58 @@
+"""A 560M-parameter encoder (the xlmr-large preset) built, sharded and trained on 8 CPU devices with FSDP, through
+the engine itself (`launch.main` in a subprocess; MLM on WikiText-2 valid, rows of 128 tokens): the state each device
+holds against the whole state, and the losses.
+
+  python -m benchmarks.fsdp_large [--remat full] [--steps 2]   # last line: one JSON object
+
+Needs about 12 GB of host memory (parameters, two Adam moments and gradients in float32, 9 GB, split 8 ways; plus
+the weights XLA gathers for the layer at hand).
+"""
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from benchmarks import determinism
+from encoder.config import preset
+from encoder.model import Encoder
+
+DEVICES = 8
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--size", default="xlmr-large", help="an encoder.config.PRESETS name")
+  parser.add_argument("--remat", default="none", help="config.model.remat: none, full, dots_saveable, ...")
+  parser.add_argument("--steps", type=int, default=1)
+  parser.add_argument("--batch", type=int, default=8, help="global batch (rows of 128 tokens)")
+  args = parser.parse_args()
+  # The preset's vocabulary (XLM-R: 250,002 pieces; the WordPiece tokenizer used here fills the first 30,522) padded
+  # to a multiple of 1,024, so that FSDP splits the embedding table by row (see the engine's warning otherwise).
+  cfg = preset(args.size, vocab_size=-(-preset(args.size).vocab_size // 1024) * 1024)
+  shapes = jax.eval_shape(lambda: Encoder(cfg).init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32)))
+  parameters = sum(leaf.size for leaf in jax.tree.leaves(shapes))
+  overrides = [f"--config.model.vocab_size={cfg.vocab_size}", f"--config.model.remat={args.remat}",
+               "--config.fsdp=true", f"--config.num_train_steps={args.steps}", f"--config.batch_size={args.batch}",
+               "--config.data.train_files=wikitext-2/raw/wiki.valid.raw", "--config.data.eval_files=",
+               "--config.checkpoint_every_steps=0", "--config.best_metric="]
+  with tempfile.TemporaryDirectory(prefix="fsdp-large-") as tmp:
+    workdir = Path(tmp) / "run"
+    start = time.perf_counter()
+    result = determinism.run(workdir, overrides, devices=DEVICES, cache=Path(tmp) / "cache",
+                             config=f"configs/pretrain.py:size={args.size}")
+    wall = time.perf_counter() - start
+    print(next(line for line in result.stdout.splitlines() if line.startswith("starting")))
+    print(json.dumps({"size": args.size, "vocab_size": cfg.vocab_size, "parameters": parameters, "devices": DEVICES,
+                      "remat": args.remat,
+                      "state_mib_per_device": determinism.state_mib_per_device(result),
+                      "whole_state_mib": round(3 * 4 * parameters / 2**20),  # float32 parameters + 2 Adam moments.
+                      "losses": determinism.losses(workdir).tolist(), "wall_s": round(wall, 1)}))
+
+
+if __name__ == "__main__":
+  main()
