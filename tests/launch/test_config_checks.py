@@ -79,6 +79,7 @@ def test_incompatible_fields_lists_model_differences(config):
   wanted = config_checks.to_dict(config)
   wanted["model"]["hidden_size"] = 128
   wanted["num_train_steps"] = 99  # Not a model field: resuming with more steps is fine.
+  wanted["model"]["remat"] = "full"  # Changes how the step computes, not the parameters: resumable.
   assert config_checks.incompatible_fields(saved, wanted) == ["model.hidden_size: 64 -> 128"]
 
 
