@@ -1,6 +1,11 @@
 """Corpus preparation at scale: text files -> sharded array_record files of tokenized documents + metadata.json.
 
   python -m objectives.prepare --input 'corpus/*.txt' --tokenizer all-MiniLM-L6-v2 --out DIR --processes N
+  python -m objectives.prepare --input tfds:wikipedia/20230601.en:train --tfds-data-dir ~/tensorflow_datasets ...
+
+An input is a glob of text files or `tfds:NAME[:SPLIT]`, a tfds text dataset already prepared on disk in array_record
+format (`tfds build NAME --file_format=array_record`; read without TensorFlow): each record is a document, the
+non-blank lines of its text feature (--tfds-text-key) its paragraphs.
 
 The files are streamed (objectives.corpus.stream_lines / paragraph_documents: the reading rules of load_corpus, never
 a whole file in memory); worker processes split sentences and tokenize (objectives.corpus.tokenize_documents, so the
@@ -40,6 +45,7 @@ FORMAT = "encoderlab-prepared-v1"
 WRITER_OPTIONS = "group_size:1,uncompressed"  # One document per chunk: random access reads only that document.
 SUFFIXES = (".array_record", ".index.npy", ".counts.npy")
 _TOKENIZE_SENTENCES = 4096  # Sentences per encode_batch call in a worker (bounds its Python objects).
+TFDS_PREFIX = "tfds:"
 _worker_tokenizer: Any = None
 
 
@@ -74,16 +80,50 @@ def tokenizer_path(name: str) -> str:
   return str(pretrained.pretrained_path(name)) if name in pretrained.PACKAGED else name
 
 
-def expand_inputs(patterns: Sequence[str]) -> list[Path]:
-  """Files matching the glob patterns, each pattern's matches sorted, in pattern order (duplicates once)."""
-  files: list[Path] = []
+def expand_inputs(patterns: Sequence[str]) -> list[Path | str]:
+  """Files matching the glob patterns, each pattern's matches sorted, in pattern order (duplicates once); `tfds:`
+  specs are kept as they are."""
+  inputs: list[Path | str] = []
   for pattern in patterns:
-    matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
+    if pattern.startswith(TFDS_PREFIX):
+      matches = [pattern]
+    else:
+      matches = sorted(Path(p) for p in glob.glob(pattern, recursive=True) if Path(p).is_file())
     if not matches:
       raise corpus_lib.CorpusError(f"--input {pattern!r}: no file matches it; expected text files "
-                                   "(e.g. 'corpus/*.txt')")
-    files += [m for m in matches if m not in files]
-  return files
+                                   "(e.g. 'corpus/*.txt') or tfds:NAME[:SPLIT]")
+    inputs += [m for m in matches if m not in inputs]
+  return inputs
+
+
+def tfds_source(spec: str, data_dir: str | None) -> tuple[Any, dict[str, Any]]:
+  """(random-access records, description) of a `tfds:NAME[:SPLIT]` input prepared on disk (split default train)."""
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel  (only tfds inputs need it)
+  name, _, split = spec[len(TFDS_PREFIX):].partition(":")
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+    source = builder.as_data_source(split=split or "train")
+  except Exception as err:  # tfds raises many types (not found, not prepared, not array_record).
+    raise corpus_lib.CorpusError(
+        f"--input {spec!r}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}; expected a tfds "
+        f"dataset prepared on disk in array_record format under --tfds-data-dir "
+        f"({data_dir or 'tfds default'}): tfds build {name} --file_format=array_record") from None
+  return source, {"tfds": name, "split": split or "train", "data_dir": str(builder.data_dir),
+                  "version": str(builder.info.version), "examples": len(source)}
+
+
+def _tfds_documents(spec: str, source: Any, text_key: str) -> Iterator[tuple[int, list[str]]]:
+  """(record number, paragraphs) of each record with text, read in order."""
+  for start in range(0, len(source), 256):
+    for number, record in enumerate(source.__getitems__(range(start, min(start + 256, len(source)))), start):
+      if text_key not in record:
+        raise corpus_lib.CorpusError(f"--input {spec!r}: record {number} has no {text_key!r} feature (it has "
+                                     f"{sorted(record)}); name the text feature with --tfds-text-key")
+      text = record[text_key]
+      text = text.decode("utf-8") if isinstance(text, bytes) else str(text)
+      paragraphs = [line for line in text.split("\n") if line.strip()]
+      if paragraphs:
+        yield number, paragraphs
 
 
 def _sha256(path: Path) -> str:
@@ -91,10 +131,13 @@ def _sha256(path: Path) -> str:
     return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _documents(files: Sequence[Path]) -> Iterator[tuple[int, int, list[str]]]:
-  """(file number, first line, paragraphs) of every document of the files, streamed."""
-  for number, path in enumerate(files):
-    for line, paragraphs in corpus_lib.paragraph_documents(corpus_lib.stream_lines(path)):
+def _documents(inputs: Sequence[Path | str], sources: dict[str, Any],
+               text_key: str) -> Iterator[tuple[int, int, list[str]]]:
+  """(input number, first line or record number, paragraphs) of every document of the inputs, streamed."""
+  for number, item in enumerate(inputs):
+    documents = (_tfds_documents(item, sources[item], text_key) if isinstance(item, str)
+                 else corpus_lib.paragraph_documents(corpus_lib.stream_lines(item)))
+    for line, paragraphs in documents:
       yield number, line, paragraphs
 
 
@@ -194,17 +237,23 @@ def _finished(directory: Path, index: int, settings: dict[str, Any]) -> dict[str
 
 
 def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes: int = 1,
-            shard_documents: int = 1024, stop_after_shards: int | None = None) -> dict[str, Any]:
-  """Prepares (or finishes preparing) `out` from the files matching `inputs`; returns the metadata (also written to
-  out/metadata.json). stop_after_shards (a debugging aid) stops after writing that many shards, before metadata.json."""
+            shard_documents: int = 1024, stop_after_shards: int | None = None, tfds_data_dir: str | None = None,
+            tfds_text_key: str = "text") -> dict[str, Any]:
+  """Prepares (or finishes preparing) `out` from the files matching `inputs` (and tfds: inputs); returns the metadata
+  (also written to out/metadata.json). stop_after_shards (a debugging aid) stops after writing that many shards,
+  before metadata.json."""
   if processes < 1 or shard_documents < 1:
     raise cli.UserError(f"--processes {processes} and --shard-documents {shard_documents} must be at least 1")
   files = expand_inputs(inputs)
+  sources, described = {}, {}
+  for spec in (f for f in files if isinstance(f, str)):
+    sources[spec], described[spec] = tfds_source(spec, tfds_data_dir)
   tokenizer_dir = tokenizer_path(tokenizer)
   vocab = load_tokenizer(tokenizer_dir)
   directory = Path(out)
   directory.mkdir(parents=True, exist_ok=True)
-  inputs_meta = [{"path": str(f), "bytes": f.stat().st_size, "sha256": _sha256(f)} for f in files]
+  inputs_meta = [described[f] | {"text_key": tfds_text_key} if isinstance(f, str)
+                 else {"path": str(f), "bytes": f.stat().st_size, "sha256": _sha256(f)} for f in files]
   settings = {"format": FORMAT, "tokenizer_fingerprint": corpus_lib.tokenizer_fingerprint(vocab),
               "vocab_size": vocab.vocab_size, "token_dtype": token_dtype(vocab.vocab_size).name,
               "shard_documents": shard_documents, "inputs": inputs_meta}
@@ -226,7 +275,7 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
     _init_worker(tokenizer_dir, False)
   try:
     pending: collections.deque = collections.deque()  # (index, shard or its AsyncResult), in shard order.
-    for index, documents in enumerate(_batches(_documents(files), shard_documents)):
+    for index, documents in enumerate(_batches(_documents(files, sources, tfds_text_key), shard_documents)):
       if stop_after_shards is not None and written >= stop_after_shards:
         stopped = True
         break
@@ -260,15 +309,19 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
 def main(argv: Sequence[str] | None = None) -> None:
   """The command line (module docstring)."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--input", action="append", required=True, help="glob of text files (repeatable)")
+  parser.add_argument("--input", action="append", required=True,
+                      help="glob of text files, or tfds:NAME[:SPLIT] (repeatable)")
   parser.add_argument("--tokenizer", required=True, help="packaged checkpoint name or tokenizer file/directory")
   parser.add_argument("--out", required=True, help="output directory (resumed when it holds finished shards)")
   parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
   parser.add_argument("--shard-documents", type=int, default=1024, help="documents per shard")
+  parser.add_argument("--tfds-data-dir", default=None, help="where tfds: inputs are prepared (tfds's default)")
+  parser.add_argument("--tfds-text-key", default="text", help="the text feature of tfds: inputs")
   parser.add_argument("--stop-after-shards", type=int, default=None, help=argparse.SUPPRESS)  # Tests: interruption.
   args = parser.parse_args(argv)
   metadata = prepare(args.input, args.tokenizer, args.out, processes=args.processes,
-                     shard_documents=args.shard_documents, stop_after_shards=args.stop_after_shards)
+                     shard_documents=args.shard_documents, stop_after_shards=args.stop_after_shards,
+                     tfds_data_dir=args.tfds_data_dir, tfds_text_key=args.tfds_text_key)
   print(json.dumps({k: v for k, v in metadata.items() if k not in ("shards", "inputs")}))
 
 

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
@@ -132,7 +133,7 @@ def test_the_command_reports_no_matching_file_in_one_line(tmp_path):
                         check=False)
   assert done.returncode == 1
   assert done.stderr.strip() == f"error: --input {pattern!r}: no file matches it; expected text files (e.g. " \
-                                "'corpus/*.txt')"
+                                "'corpus/*.txt') or tfds:NAME[:SPLIT]"
 
 
 def test_a_missing_or_mismatched_directory_is_an_error(valid_dir, tmp_path):
@@ -161,3 +162,41 @@ def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
              for data in (memory, from_shards)]
   for key in batches[0]:
     np.testing.assert_array_equal(batches[1][key], batches[0][key], err_msg=key)
+
+
+class EncoderlabTestText(tfds.core.GeneratorBasedBuilder):
+  """WikiText-2 valid as a tfds text dataset: one record per article, its paragraphs joined by newlines."""
+  VERSION = tfds.core.Version("1.0.0")
+  code_path = None  # No checksums file (see tasks.tfds_builders.EncoderlabTasks).
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({"text": tfds.features.Text()}),
+                                 disable_shuffling=True)
+
+  def _split_generators(self, dl_manager):
+    return {"train": self._generate_examples()}
+
+  def _generate_examples(self):
+    documents = corpus.paragraph_documents(corpus.stream_lines(require_data(VALID)))
+    for number, (_, paragraphs) in enumerate(documents):
+      yield number, {"text": "\n".join(paragraphs)}
+
+
+def test_a_tfds_dataset_by_name_gives_the_text_files_shards(valid_dir, tmp_path):
+  data_dir = tmp_path / "tfds"
+  EncoderlabTestText(data_dir=data_dir, file_format="array_record").download_and_prepare()
+  out = tmp_path / "from_tfds"
+  meta = prepare.prepare(["tfds:encoderlab_test_text"], str(minilm_path()), out, processes=1, shard_documents=16,
+                         tfds_data_dir=str(data_dir))
+  assert meta["inputs"][0] | {"data_dir": ""} == {"tfds": "encoderlab_test_text", "split": "train", "data_dir": "",
+                                                 "version": "1.0.0", "examples": 60, "text_key": "text"}
+  records = sorted(p.name for p in valid_dir.glob("*.array_record"))
+  assert records == sorted(p.name for p in out.glob("*.array_record"))
+  _, mismatch, errors = filecmp.cmpfiles(valid_dir, out, records + [r.replace(".array_record", ".counts.npy")
+                                                                    for r in records], shallow=False)
+  assert not mismatch and not errors, mismatch + errors
+  with pytest.raises(corpus.CorpusError, match="tfds:no_such_set.*array_record"):
+    prepare.prepare(["tfds:no_such_set"], str(minilm_path()), tmp_path / "x", tfds_data_dir=str(data_dir))
+  with pytest.raises(corpus.CorpusError, match="record 0 has no 'body' feature.*--tfds-text-key"):
+    prepare.prepare(["tfds:encoderlab_test_text"], str(minilm_path()), tmp_path / "y", tfds_data_dir=str(data_dir),
+                    tfds_text_key="body")
