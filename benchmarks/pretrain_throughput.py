@@ -1,8 +1,9 @@
 """Pretraining throughput (MLM + NSP, AdamW, fp32) of our engine step vs HF BertForPreTraining (PyTorch), same batch.
 
-MiniLM-size encoder (6 layers, hidden 384, 12 heads, vocab 30,522), rows of 128 tokens, batch 32, dropout 0.1 in
-both. One batch of WikiText-2 validation text is tokenized with the MiniLM vocabulary, paired for NSP (IsNext /
-NotNext halves of paragraphs) and masked with objectives.masking.mask_example (15%, max_predictions 20); HF gets the
+MiniLM-size encoder by default (6 layers, hidden 384, 12 heads, vocab 30,522; --size names any encoder.config
+preset, e.g. base or large), rows of 128 tokens (--seq), batch 32 (--batch), dropout 0.1 in both. One batch of
+WikiText-2 validation text is tokenized with the MiniLM vocabulary, paired for NSP (IsNext / NotNext halves of
+paragraphs) and masked with objectives.masking.mask_example (15%, max_predictions 20); HF gets the
 same corrupted ids with dense labels (-100 at unmasked positions). Timed rounds alternate the frameworks (order
 reversed every round) and the result is the median step time of each, so a noisy shared machine biases no side.
 
@@ -19,7 +20,8 @@ Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 
   + 6 * (H^2 + 2 H) * rows                              pooler + NSP classifier on [CLS]
 mfu = useful_flops / median step time / ceiling, ceiling = FLOP/s of a jitted 2048^3 (CPU) or 8192^3 (GPU) matmul in
 the run's compute dtype with a float32 result, measured in the same run (launch.flops.matmul_ceiling, best of 3, once
-per round; the median over rounds).
+per round; the median over rounds). `mfu_peak` divides by the device's dense datasheet peak in the run's compute
+dtype instead (PEAK_TFLOPS, or --peak-tflops; null where neither knows the device, as on CPUs).
 
 On a GPU, HF runs on CUDA beside us (benchmarks.torch_device). --precision sets both frameworks' arithmetic: `default`
 is JAX's float32 default (full float32 on CPU, TF32 on recent NVIDIA GPUs; the reference mirrors it), `float32` forces
@@ -28,7 +30,9 @@ With `bfloat16` our float32 step (JAX's default float32 arithmetic) runs in the 
 `bf16_step_s`, `bf16_speedup` their ratio) and both matmul ceilings are measured (`f32_ceiling_gflops`,
 `bf16_ceiling_gflops`): bf16 can pay only where the second is well above the first.
 
-  python -m benchmarks.pretrain_throughput [--rounds 5] [--steps 2] [--gelu exact|tanh] [--precision P] [--no-hf]
+  python -m benchmarks.pretrain_throughput [--size minilm] [--seq 128] [--batch 32] [--rounds 5] [--steps 2]
+      [--gelu exact|tanh] [--precision P] [--peak-tflops T] [--no-hf]
+  python -m benchmarks.pretrain_throughput --size base --seq 128 --batch 256 --precision bfloat16   # accelerators
 Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).
 """
 
@@ -45,13 +49,20 @@ import numpy as np
 from benchmarks import torch_device
 from benchmarks.timing import timed
 from configs import common, paths
-from encoder.config import preset
+from encoder.config import PRESETS, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from launch import cli, flops, host_memory, optimizer, steps, xla_flags
 from launch.model import PretrainingModel
 from objectives import masking, registry
 from tasks.readers.lines import numbered_lines
+
+
+# Dense (no sparsity) datasheet peaks in TFLOP/s by device kind: (bfloat16, JAX's default float32 arithmetic: TF32
+# on NVIDIA GPUs; --precision float32 has no entry).
+PEAK_TFLOPS = {"NVIDIA H100 80GB HBM3": (989.0, 494.0), "NVIDIA H200": (989.0, 494.0),
+               "NVIDIA A100-SXM4-80GB": (312.0, 156.0), "NVIDIA A100-SXM4-40GB": (312.0, 156.0),
+               "TPU v4": (275.0, None), "TPU v5 lite": (197.0, None), "TPU v5": (459.0, None)}
 
 
 def useful_flops(cfg, rows: int, length: int, masked: int) -> float:
@@ -189,8 +200,9 @@ def main() -> None:
   xla_flags.apply_gpu_defaults()
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--text", type=Path, default=None, help="default: <data>/wikitext-2/raw/wiki.valid.raw")
+  parser.add_argument("--size", default="minilm", choices=sorted(PRESETS), help="encoder.config preset")
   parser.add_argument("--batch", type=int, default=32)
-  parser.add_argument("--length", type=int, default=128)
+  parser.add_argument("--seq", "--length", dest="length", type=int, default=128, help="tokens per row")
   parser.add_argument("--max-predictions", type=int, default=20)
   parser.add_argument("--rounds", type=int, default=5, help="timed rounds; each times every framework")
   parser.add_argument("--steps", type=int, default=2, help="timed steps per framework per round")
@@ -198,6 +210,8 @@ def main() -> None:
                       help="exact erf GELU (BERT, HF parity; default) or the tanh approximation, in both frameworks")
   parser.add_argument("--precision", choices=("default", "float32", "bfloat16"), default="default",
                       help="matmul arithmetic of both frameworks (module docstring)")
+  parser.add_argument("--peak-tflops", type=float, default=None,
+                      help="the device's dense peak in the compute dtype, for mfu_peak (default: PEAK_TFLOPS)")
   parser.add_argument("--no-hf", action="store_true", help="skip HF PyTorch (ratio is then null)")
   parser.add_argument("--no-dense", action="store_true", help="skip our dense-head variant")
   args = parser.parse_args()
@@ -205,8 +219,8 @@ def main() -> None:
   if args.precision == "float32":
     jax.config.update("jax_default_matmul_precision", "float32")
   dtype = jnp.bfloat16 if args.precision == "bfloat16" else jnp.float32
-  cfg = preset("minilm", vocab_size=30522, max_positions=512,
-               hidden_act="gelu" if args.gelu == "exact" else "gelu_tanh", dtype=dtype)
+  cfg = preset(args.size, max_positions=max(512, args.length), dtype=dtype,
+               hidden_act="gelu" if args.gelu == "exact" else "gelu_tanh")
   tokenizer = load_tokenizer(minilm_path())
   text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
   batch = mask_batch(nsp_batch(text, tokenizer, args.batch, args.length, seed=0), tokenizer, args.max_predictions,
@@ -243,12 +257,17 @@ def main() -> None:
   step_s = {name: statistics.median(t) for name, t in times.items()}
   ceiling = statistics.median(ceilings)
   work = useful_flops(cfg, args.batch, args.length, masked)
+  kind = jax.devices()[0].device_kind
+  peaks = PEAK_TFLOPS.get(kind, (None, None))
+  peak = args.peak_tflops or {"bfloat16": peaks[0], "default": peaks[1]}.get(args.precision)
   per_s = {name: tokens / s for name, s in step_s.items()}
   result = {
       "tokens_per_s": round(per_s["ours"], 1),
       "hf_torch_tokens_per_s": round(per_s["hf_torch"], 1) if "hf_torch" in per_s else None,
       "ratio": round(per_s["ours"] / per_s["hf_torch"], 3) if "hf_torch" in per_s else None,
       "mfu": round(work / step_s["ours"] / ceiling, 3),
+      "mfu_peak": round(work / step_s["ours"] / (peak * 1e12), 3) if peak else None,
+      "peak_tflops": peak, "size": args.size,
       "tokens_per_s_dense_head": round(per_s["ours_dense_head"], 1) if "ours_dense_head" in per_s else None,
       "ratio_dense_head": (round(per_s["ours_dense_head"] / per_s["hf_torch"], 3)
                            if "ours_dense_head" in per_s and "hf_torch" in per_s else None),
@@ -257,7 +276,7 @@ def main() -> None:
       "useful_gflop_per_step": round(work / 1e9, 1),
       "ceiling_gflops": round(ceiling / 1e9, 1),
       "masked_tokens": masked, "tokens_per_step": tokens, "gelu": args.gelu, "precision": args.precision,
-      "device": jax.devices()[0].device_kind,
+      "device": kind,
       "rounds": args.rounds, "steps_per_round": args.steps,
       "note": "HF projects onto the vocabulary at every position, ours at the masked ones only (DESIGN); "
               "tokens_per_s_dense_head is ours with the dense projection",
