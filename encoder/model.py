@@ -229,7 +229,8 @@ class Encoder(nn.Module):
   def setup(self):
     cfg = self.cfg
     self.embeddings = Embeddings(cfg, name="embeddings")
-    self.layers = [remat_block(cfg.remat)(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
+    block = remat_block(cfg.remat)
+    self.layers = [block(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
     if cfg.pre_layer_norm:
       self.final_layer_norm = nn.LayerNorm(cfg.layer_norm_eps, param_dtype=cfg.param_dtype,
                                            name="final_layer_norm")
