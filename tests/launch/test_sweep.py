@@ -78,6 +78,17 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
     sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=huge"))
 
 
+def test_sick_recipes_sweep_builds_every_point_of_the_results_table():
+  from configs import finetune  # pylint: disable=import-outside-toplevel
+  points = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/sick_recipes.py")), "runs/sick")
+  assert len(points) == 30 and len({p.group for p in points}) == 10
+  assert [p.name for p in points[:3]] == ["seed-0", "seed-1", "seed-2"]  # The preset: group "base".
+  for point in points:  # Every override names a field of the config: the points build.
+    config = finetune.get_config(point.config.partition(":")[2])
+    config.update_from_flattened_dict(point.overrides)
+    assert config.seed == point.overrides["seed"]
+
+
 def test_bad_sweeps_are_one_line_errors(tmp_path):
   with pytest.raises(cli.UserError, match="both named 'seed-0'"):
     sweep.expand({"config": "c.py", "points": [{"seed": 0}, {"seed": 0}]}, tmp_path)
