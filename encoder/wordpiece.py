@@ -5,6 +5,7 @@ uncased, whitespace/punctuation split), which gives ids identical to the referen
 """
 
 import collections
+import functools
 import heapq
 import json
 import re
@@ -12,6 +13,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers
 
@@ -45,6 +47,32 @@ class WordPieceBackend:
 
   def tokenize(self, text: str) -> list[str]:
     return self.hf.encode(text, add_special_tokens=False).tokens
+
+  def joined_segments(self, groups: list[list[str]], separator: str) -> list[list[int]] | None:
+    """Each group's texts encoded as one text, joined by the special token `separator`: the ids of every text in
+    order, each followed by the separator's id but the last; None where that is not the texts' own ids.
+
+    With BERT's pipeline (BertPreTokenizer: no piece crosses whitespace; normalizers that look at one character, or
+    at its neighbours within a word) encoding "a [SEP] b" gives a's ids, [SEP], b's ids, in one native call per group
+    instead of one per text (objectives.prepare tokenizes paragraphs, not sentences: about 25% faster)."""
+    if not self._joinable:
+      return None
+    return [e.ids for e in self.hf.encode_batch([f" {separator} ".join(texts) for texts in groups],
+                                                add_special_tokens=False)]
+
+  @functools.cached_property
+  def _joinable(self) -> bool:
+    spec = json.loads(self.hf.to_str())
+    normalizer = spec.get("normalizer") or {}
+    steps = normalizer.get("normalizers", []) if normalizer.get("type") == "Sequence" else [normalizer]
+    return ((spec.get("pre_tokenizer") or {}).get("type") == "BertPreTokenizer" and spec["model"]["type"] == "WordPiece"
+            and all(step.get("type") in _LOCAL_NORMALIZERS or step == _FINAL_SIGMA_JSON for step in steps if step))
+
+  @functools.cached_property
+  def continuation(self) -> np.ndarray:
+    """bool [vocab]: the token continues a word (WordPiece's `##` prefix), i.e. never starts one."""
+    prefix = json.loads(self.hf.to_str())["model"].get("continuing_subword_prefix", PREFIX)
+    return np.array([(self.hf.id_to_token(i) or "").startswith(prefix) for i in range(self.vocab_size)])
 
   def decode(self, ids: Sequence[int]) -> str:
     return self.hf.decode(list(ids), skip_special_tokens=False)
@@ -83,7 +111,11 @@ def _unk_for_empty_words(ids, word_ids, num_words, unk_id):
 # case-ignorable characters, not followed by case-ignorables and a cased letter).
 _CASE_IGNORABLE = ("[\\p{Mn}\\p{Me}\\p{Cf}\\p{Lm}\\p{Sk}"
                    "'.:\u00b7\u0387\u055f\u05f4\u2018\u2019\u2024\u2027\ufe13\ufe52\ufe55\uff07\uff0e\uff1a]")
-_FINAL_SIGMA = tokenizers.Regex(f"(?<=\\p{{Cased}}{_CASE_IGNORABLE}*)\u03a3(?!{_CASE_IGNORABLE}*\\p{{Cased}})")
+_FINAL_SIGMA_PATTERN = f"(?<=\\p{{Cased}}{_CASE_IGNORABLE}*)\u03a3(?!{_CASE_IGNORABLE}*\\p{{Cased}})"
+_FINAL_SIGMA = tokenizers.Regex(_FINAL_SIGMA_PATTERN)
+_FINAL_SIGMA_JSON = {"type": "Replace", "pattern": {"Regex": _FINAL_SIGMA_PATTERN}, "content": "\u03c2"}
+# Normalizers whose output for a text does not depend on text beyond the whitespace around it (see joined_segments).
+_LOCAL_NORMALIZERS = frozenset({"BertNormalizer", "Lowercase", "StripAccents", "NFC", "NFD", "NFKC", "NFKD"})
 
 
 def bert_normalizer(lowercase: bool, strip_accents: bool | None = None, clean_text: bool = True,

@@ -180,11 +180,41 @@ def _encode(documents: list[corpus_lib.Document], tokenizer: Any) -> corpus_lib.
   return corpus_lib.EncodedCorpus(tokens, starts, offsets, document_offsets)
 
 
+def _encode_paragraphs(documents: list[list[list[str]]], tokenizer: Any) -> corpus_lib.EncodedCorpus:
+  """_encode's arrays for documents given as paragraphs of sentences: one encoding per paragraph, its sentences
+  joined by [SEP] (WordPieceBackend.joined_segments), where the backend allows it and no sentence holds a literal
+  [SEP]; else _encode."""
+  paragraphs = [sentences for document in documents for sentences in document]
+  sentences_of = [[s for p in document for s in p] for document in documents]
+  joiner = getattr(tokenizer.backend, "joined_segments", None)
+  encoded = joiner(paragraphs, tokenizer.backend.id_to_token(tokenizer.sep_id)) if joiner else None
+  if encoded is None:
+    return _encode(sentences_of, tokenizer)
+  counts = np.fromiter(map(len, encoded), np.int64, len(encoded))
+  flat = np.fromiter(itertools.chain.from_iterable(encoded), np.int32, int(counts.sum()))
+  markers = np.flatnonzero(flat == tokenizer.sep_id)
+  paragraph_ends = np.cumsum(counts)
+  expected = np.fromiter((len(p) - 1 for p in paragraphs), np.int64, len(paragraphs))
+  if len(markers) != expected.sum() or not np.array_equal(np.diff(np.searchsorted(markers, np.concatenate(
+      [[0], paragraph_ends]))), expected):  # A sentence holds a literal [SEP] (it encodes as the special token).
+    return _encode(sentences_of, tokenizer)
+  ends = np.sort(np.concatenate([markers, paragraph_ends]))  # Each sentence ends at a marker or at its paragraph's end.
+  sentence_ends = ends - np.searchsorted(markers, ends)  # Positions once the markers are removed.
+  tokens = np.delete(flat, markers)
+  starts = (~tokenizer.backend.continuation[tokens]).astype(np.int8)
+  offsets = np.concatenate([[0], sentence_ends])
+  starts[offsets[:-1][np.diff(offsets) > 0]] = 1
+  document_offsets = np.concatenate([[0], np.cumsum([len(d) for d in sentences_of])])
+  return corpus_lib.EncodedCorpus(tokens, starts, offsets, document_offsets)
+
+
 def _write_shard(out: str, index: int, documents: list[tuple[int, int, list[str]]]) -> dict[str, Any]:
   """Splits, tokenizes and writes one shard (in a worker); returns its counts and checksums."""
   tokenizer, directory, stem = _worker_tokenizer, Path(out), shard_name(index)
   dtype = token_dtype(tokenizer.vocab_size)
-  sentences = [[s for p in paragraphs for s in corpus_lib.split_sentences(p)] for _, _, paragraphs in documents]
+  split = [[sentences for sentences in map(corpus_lib.split_sentences, paragraphs) if sentences]
+           for _, _, paragraphs in documents]  # Per document, its paragraphs' sentences.
+  sentences = [[s for paragraph in document for s in paragraph] for document in split]
   counts = np.zeros(tokenizer.vocab_size, np.int64)
   lengths_all, words = [], 0
   tmp = directory / f"{stem}.array_record.{os.getpid()}.tmp"
@@ -196,7 +226,7 @@ def _write_shard(out: str, index: int, documents: list[tuple[int, int, list[str]
         batch_end == batch_start or size + len(sentences[batch_end]) <= _TOKENIZE_SENTENCES):
       size += len(sentences[batch_end])
       batch_end += 1
-    encoded = _encode(sentences[batch_start:batch_end], tokenizer)
+    encoded = _encode_paragraphs(split[batch_start:batch_end], tokenizer)
     counts += np.bincount(encoded.tokens, minlength=tokenizer.vocab_size)[:tokenizer.vocab_size]
     lengths = np.diff(encoded.sentence_offsets)
     for d in range(batch_end - batch_start):

@@ -10,7 +10,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from encoder.pretrained import minilm_path
-from encoder.tokenizer import load_tokenizer
+from encoder.tokenizer import load_tokenizer, train_sentencepiece, train_wordpiece
 from objectives import corpus, pipeline, prepare, prepared
 from tests.conftest import require_data
 
@@ -54,6 +54,40 @@ def test_reads_back_the_in_memory_tokens(valid_dir, tok):
   assert (meta["documents"], meta["sentences"], meta["tokens"]) == (
       len(memory.document_offsets) - 1, len(memory.sentence_offsets) - 1, len(memory.tokens))
   assert meta["words"] == sum(len(s.split()) for d in corpus.read_documents([require_data(VALID)]) for s in d)
+
+
+# Documents as paragraphs of sentences where encoding a paragraph at once could differ from its sentences alone.
+TRICKY = [
+    [["ΟΔΟΣ.", "Σ starts this one, then ends with ΣΟΦΟΣ."], ["Café naïve ÉCOLE!", "漢字 mixed with text?"]],
+    [["Control \x07 char.", "\x07", "Tabs\tand  spaces here."], ["unbelievably ##hash #tag x.", "(Bracket.)"]],
+]
+
+
+@pytest.mark.parametrize("name", ["minilm", "cased_wordpiece", "sentencepiece"])
+def test_paragraph_encoding_gives_each_sentences_own_ids(tmp_path, tok, name, monkeypatch):
+  text = tmp_path / "train.txt"
+  text.write_text("\n".join(s for d in TRICKY for p in d for s in p) * 20 + "\nA literal inside.\n", encoding="utf-8")
+  tokenizer = {"minilm": lambda: tok,
+               "cased_wordpiece": lambda: train_wordpiece([text], 300, lowercase=False, min_frequency=1),
+               "sentencepiece": lambda: train_sentencepiece([text], 60)}[name]()
+  wiki = [[[s] for s in corpus.split_sentences(line)]
+          for line in require_data(VALID).read_text(encoding="utf-8").splitlines()[:400] if line.strip()]
+  literal_sep = [[["A literal [SEP] inside.", "After it."], ["Lone sentence"]]]  # Falls back to one per sentence.
+  for documents in (TRICKY + wiki, literal_sep + TRICKY):
+    with monkeypatch.context() as patch:
+      if name != "sentencepiece" and documents[0] is TRICKY[0]:  # Joined, not the one-per-sentence fallback.
+        patch.setattr(prepare, "_encode", lambda *_: pytest.fail("fell back to one encoding per sentence"))
+      joined = prepare._encode_paragraphs(documents, tokenizer)  # pylint: disable=protected-access
+    alone = corpus.tokenize_documents([[s for p in d for s in p] for d in documents], tokenizer)
+    for field in ("tokens", "word_starts", "sentence_offsets", "document_offsets"):
+      np.testing.assert_array_equal(getattr(joined, field), getattr(alone, field), err_msg=field)
+  joiner = getattr(tokenizer.backend, "joined_segments", lambda *_: None)  # SentencePiece has none.
+  assert (joiner([["a b.", "c"]], "[SEP]") is not None) == (name != "sentencepiece")
+  if name != "sentencepiece":  # The literal [SEP] makes that batch fall back; without it, the paragraphs are joined.
+    assert tokenizer.backend.joined_segments([["x."], ["y.", "z."]], "[SEP]") == [
+        tokenizer.backend.segments(["x."], False)[0][0],
+        tokenizer.backend.segments(["y."], False)[0][0] + [tokenizer.sep_id] + tokenizer.backend.segments(
+            ["z."], False)[0][0]]
 
 
 @pytest.mark.parametrize("packing", pipeline.PACKINGS)
