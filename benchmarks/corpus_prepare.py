@@ -8,16 +8,22 @@ title, so documents are kept) as one file per copy in a temporary directory, the
      same files' lines, streamed in batches of 4,096 lines: hf_tokenizers_words_per_s = the same words / seconds;
   3. peak_rss_bytes: the peak over steps 1-2 of the summed RSS of this process and all its children (psutil, sampled
      every 20 ms);
-  4. pretrain_read_ratio: tokens/s of launch.input_pipeline.train_batches (shuffle, unigram masking, batching: the
-     default pretraining config, rows of 128, batch 256) over rows read from the prepared shards, divided by the same
-     over the same rows held in memory (the EncodedCorpus the .npy cache holds, built from the shards: identical rows,
-     as tests/objectives/test_prepare.py checks); --rounds alternating rounds of --batches batches, medians.
+  4. pretrain_read_ratio: pretraining tokens/s with rows read from the prepared shards over the same with the same
+     rows held in memory (the EncodedCorpus the .npy cache holds, built from the shards: identical rows, as
+     tests/objectives/test_prepare.py checks), same config (configs/pretrain.py, --size, default mini: rows of 128,
+     batch 256): the engine's jitted training step fed by launch.input_pipeline.train_batches (shuffle, unigram
+     masking, batching, prefetch threads), the next batch read while the step runs, as in launch.train;
+     --train-rounds alternating rounds of --train-steps steps, medians;
+  5. pipeline_read_ratio: the same over the input pipeline alone, without a step to hide behind (--rounds rounds of
+     --batches batches): the strict form, what reading costs the host.
 
-  python -m benchmarks.corpus_prepare [--words 100000000] [--processes N] [--shard-documents 256]
-Last line: one JSON object (words, words_per_s, hf_tokenizers_words_per_s, peak_rss_bytes, pretrain_read_ratio, ...).
+  python -m benchmarks.corpus_prepare [--words 100000000] [--processes N] [--shard-documents 256] [--size mini]
+Last line: one JSON object (words, words_per_s, hf_tokenizers_words_per_s, peak_rss_bytes, pretrain_read_ratio,
+pipeline_read_ratio, ...).
 """
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -26,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import psutil
@@ -97,13 +104,25 @@ def hf_encode_seconds(files: list[Path], batch_lines: int = 4096) -> float:
   return time.perf_counter() - start
 
 
-def read_ratio(out: Path, rounds: int, batches: int) -> dict[str, float]:
-  """train_batches tokens/s from the shards and from memory (same rows), alternating rounds; medians."""
+def _timed_rounds(rows: dict[str, Any], rounds: int, run: Callable[[str, int], float]) -> dict[str, float]:
+  """Median seconds of run(name, round) per name over `rounds` rounds, the order of the names alternating."""
+  times: dict[str, list[float]] = {name: [] for name in rows}
+  for r in range(rounds):
+    for name in list(rows) if r % 2 == 0 else list(rows)[::-1]:
+      times[name].append(run(name, r))
+  return {name: statistics.median(t) for name, t in times.items()}
+
+
+def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: int, train_steps: int) -> dict[str, float]:
+  """Pretraining tokens/s with the rows read from the shards and with the same rows in memory, alternating rounds:
+  with the training step (`pretrain_read_ratio`) and of the input pipeline alone (`pipeline_read_ratio`)."""
   # pylint: disable=import-outside-toplevel  (JAX and grain only for this part)
+  import jax
   from configs import pretrain
-  from launch import input_pipeline
-  from objectives import pipeline, prepared
-  config = pretrain.get_config()
+  from launch import input_pipeline, optimizer, steps
+  from launch.model import PretrainingModel, encoder_config
+  from objectives import pipeline, prepared, registry
+  config = pretrain.get_config(f"size={size}")
   tokenizer = input_pipeline.tokenizer_for(config.data.tokenizer)
   view = prepared.open_prepared(out, tokenizer)
   chunks, row_offsets = pipeline.full_sentence_layout(view, config.data.max_length)
@@ -115,20 +134,48 @@ def read_ratio(out: Path, rounds: int, batches: int) -> dict[str, float]:
   options = pipeline.mask_options(tokenizer, max_predictions=m.max_predictions, rate=m.rate, mode=m.mode,
                                   replacement=m.replacement, mask_prob=m.mask_prob, random_prob=m.random_prob)
   options["unigram_probs"] = pipeline.corpus_unigram_probs(rows["shards"], tokenizer)
-  times: dict[str, list[float]] = {"shards": [], "memory": []}
-  for r in range(rounds):
-    for name in ("shards", "memory") if r % 2 == 0 else ("memory", "shards"):
-      iterator = input_pipeline.train_batches(rows[name], options, global_batch=config.batch_size, seed=r,
-                                              start_step=r * batches, prefetch=config.data.prefetch)
-      next(iterator)  # Threads started, first batch ready.
-      start = time.perf_counter()
-      for _ in range(batches):
-        next(iterator)
-      times[name].append(time.perf_counter() - start)
-  tokens = batches * config.batch_size * config.data.max_length
-  rate = {name: tokens / statistics.median(t) for name, t in times.items()}
-  return {"pretrain_tokens_per_s_shards": rate["shards"], "pretrain_tokens_per_s_memory": rate["memory"],
-          "pretrain_read_ratio": rate["shards"] / rate["memory"]}
+  batches_of = lambda name, seed, start: input_pipeline.train_batches(
+      rows[name], options, global_batch=config.batch_size, seed=seed, start_step=start, prefetch=config.data.prefetch)
+
+  def pipeline_round(name: str, r: int) -> float:
+    iterator = batches_of(name, r, r * batches)
+    next(iterator)  # Threads started, first batch ready.
+    start = time.perf_counter()
+    for _ in range(batches):
+      next(iterator)
+    return time.perf_counter() - start
+
+  objectives = tuple(registry.build(n, config.model) for n in config.objectives.split("+"))
+  fns = steps.StepFns(PretrainingModel(encoder_config(config.model, tokenizer.vocab_size), objectives), objectives,
+                      dict(config.objective_weights), optimizer.make_optimizer(config.optimizer, config.num_train_steps))
+  example = input_pipeline.example_batch(rows["memory"], options)
+  state = [jax.jit(functools.partial(steps.init_state, fns, seed=0))(example)]
+  acc = [steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state[0], example)]
+  grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1))
+  apply_step = jax.jit(functools.partial(steps.apply_step, fns), donate_argnums=(0, 1))
+
+  def train_round(name: str, r: int) -> float:
+    """The engine's loop: the next batch is read while the dispatched step runs (as launch.train)."""
+    iterator = batches_of(name, 100 + r, r * (train_steps + 1))
+    start = None
+    for step in range(train_steps + 1):  # The first step (compilation in round 0) is not timed.
+      state[0], acc[0] = apply_step(state[0], acc[0], *grad_step(state[0], next(iterator)))
+      if step == 0:
+        jax.block_until_ready(state[0])
+        start = time.perf_counter()
+    jax.block_until_ready(state[0])
+    return time.perf_counter() - start
+
+  result = {}
+  for kind, rounds_, run, count in (("pipeline", rounds, pipeline_round, batches),
+                                    ("pretrain", train_rounds, train_round, train_steps)):
+    if rounds_ <= 0:
+      continue
+    seconds = _timed_rounds(rows, rounds_, run)
+    rate = {name: count * config.batch_size * config.data.max_length / s for name, s in seconds.items()}
+    result |= {f"{kind}_tokens_per_s_shards": rate["shards"], f"{kind}_tokens_per_s_memory": rate["memory"],
+               f"{kind}_read_ratio": rate["shards"] / rate["memory"]}
+  return result
 
 
 def main() -> None:
@@ -137,8 +184,11 @@ def main() -> None:
   parser.add_argument("--words", type=int, default=100_000_000)
   parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
   parser.add_argument("--shard-documents", type=int, default=256)
-  parser.add_argument("--rounds", type=int, default=8, help="alternating rounds of the read comparison")
-  parser.add_argument("--batches", type=int, default=8, help="batches timed per round")
+  parser.add_argument("--rounds", type=int, default=8, help="alternating rounds of the input pipeline alone")
+  parser.add_argument("--batches", type=int, default=8, help="batches timed per input-pipeline round")
+  parser.add_argument("--size", default="mini", help="encoder.config preset of the training-step comparison")
+  parser.add_argument("--train-rounds", type=int, default=4, help="alternating rounds with the training step")
+  parser.add_argument("--train-steps", type=int, default=3, help="steps timed per training round")
   args = parser.parse_args()
   with tempfile.TemporaryDirectory(prefix="corpus_prepare_") as tmp:
     files = build_corpus(args.words, Path(tmp))
@@ -155,7 +205,7 @@ def main() -> None:
               "documents": metadata["documents"], "tokens": metadata["tokens"], "shards": len(metadata["shards"]),
               "input_bytes": sum(f.stat().st_size for f in files)}
     result["ratio_to_hf"] = result["words_per_s"] / result["hf_tokenizers_words_per_s"]
-    result.update(read_ratio(out, args.rounds, args.batches))
+    result.update(read_ratios(out, args.size, args.rounds, args.batches, args.train_rounds, args.train_steps))
   print(json.dumps(result))
 
 

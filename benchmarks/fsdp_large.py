@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from benchmarks import determinism
 from encoder.config import preset
 from encoder.model import Encoder
+from launch import sharding
 
 DEVICES = 8
 
@@ -33,8 +34,8 @@ def main() -> None:
   parser.add_argument("--batch", type=int, default=8, help="global batch (rows of 128 tokens)")
   args = parser.parse_args()
   # The preset's vocabulary (XLM-R: 250,002 pieces; the WordPiece tokenizer used here fills the first 30,522) padded
-  # to a multiple of 1,024, so that FSDP splits the embedding table by row (see the engine's warning otherwise).
-  cfg = preset(args.size, vocab_size=-(-preset(args.size).vocab_size // 1024) * 1024)
+  # for the 8 data devices, so that FSDP splits the embedding table by row (see the engine's warning otherwise).
+  cfg = preset(args.size, vocab_size=sharding.padded_vocab_size(preset(args.size).vocab_size, DEVICES))
   shapes = jax.eval_shape(lambda: Encoder(cfg).init(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32)))
   parameters = sum(leaf.size for leaf in jax.tree.leaves(shapes))
   overrides = [f"--config.model.vocab_size={cfg.vocab_size}", f"--config.model.remat={args.remat}",

@@ -71,6 +71,13 @@ def state_shardings(abstract_state: Any, mesh: Mesh, fsdp: bool = False) -> Any:
           mesh, partition_spec(_path(key_path), leaf.shape, mesh.shape["model"], fsdp_size)), abstract_state)
 
 
+def padded_vocab_size(vocab_size: int, data_devices: int) -> int:
+  """The smallest multiple of lcm(1024, data_devices) from vocab_size: a vocabulary FSDP splits by row (the rows
+  past the tokenizer's are never produced), so the tied MLM decoder never gathers the whole table."""
+  multiple = math.lcm(1024, data_devices)
+  return -(-vocab_size // multiple) * multiple
+
+
 def bytes_per_device(tree: Any) -> int:
   """Bytes of `tree`'s arrays that one device holds (its shard of each leaf; pmap copies: one copy)."""
   return sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(tree))

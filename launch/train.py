@@ -135,10 +135,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                       if finetuning else ""))
 
   if config.fsdp and lead and cfg.vocab_size % mesh.shape["data"]:
+    padded = sharding.padded_vocab_size(cfg.vocab_size, mesh.shape["data"])
     print(f"warning: config.fsdp: vocab_size {cfg.vocab_size} is not divisible by the {mesh.shape['data']} data "
           "devices, so the word embeddings are split on their hidden dimension and every device gathers the whole "
-          f"table for the tied MLM decoder; config.model.vocab_size={-(-cfg.vocab_size // 1024) * 1024} (rows the "
-          "tokenizer never produces) splits it by row", file=sys.stderr, flush=True)
+          f"table for the tied MLM decoder; config.model.vocab_size={padded} (rows the tokenizer never produces) "
+          "splits it by row", file=sys.stderr, flush=True)
   train_kwargs = dict(accum=accum, nan_step=config.debug_nan_step)
   # Two programs per step: gradients (compiled per batch shape) and the optimizer update (compiled once).
   if parallelism == "jit":

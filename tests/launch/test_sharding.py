@@ -50,3 +50,9 @@ def test_fsdp_splits_the_largest_free_dimension_of_large_leaves():
   assert spec("layer_0/mlp/output/kernel", (4099, 3), 1, 4) == P()
   assert spec("layer_0/mlp/output/kernel", (1024, 256), 1, 1) == P()
 
+
+
+def test_padded_vocab_size_is_divisible_by_the_data_devices():
+  assert sharding.padded_vocab_size(250_002, 8) == 250_880  # The xlmr-large of benchmarks.fsdp_large.
+  assert sharding.padded_vocab_size(30_522, 6) == 30_720 and 30_720 % 6 == 0
+  assert sharding.padded_vocab_size(3072, 6) == 3072
