@@ -187,8 +187,8 @@ def main() -> None:
   parser.add_argument("--rounds", type=int, default=8, help="alternating rounds of the input pipeline alone")
   parser.add_argument("--batches", type=int, default=8, help="batches timed per input-pipeline round")
   parser.add_argument("--size", default="mini", help="encoder.config preset of the training-step comparison")
-  parser.add_argument("--train-rounds", type=int, default=4, help="alternating rounds with the training step")
-  parser.add_argument("--train-steps", type=int, default=3, help="steps timed per training round")
+  parser.add_argument("--train-rounds", type=int, default=8, help="alternating rounds with the training step")
+  parser.add_argument("--train-steps", type=int, default=4, help="steps timed per training round")
   args = parser.parse_args()
   with tempfile.TemporaryDirectory(prefix="corpus_prepare_") as tmp:
     files = build_corpus(args.words, Path(tmp))
