@@ -9,7 +9,9 @@ paragraphs, no padding), every hidden state returned. Four modes, each timed for
                 under torch.autocast(bfloat16)
 Timed rounds alternate the frameworks (order reversed every round) and each time is the median over rounds, so a noisy
 shared machine biases no side. Ratios are ours over HF in throughput (HF seconds / our seconds: > 1 means ours is
-faster).
+faster). On a CPU without bf16 matrix instructions the bf16 modes time ours only (PyTorch's bf16 matmuls leave its
+fast kernels there: benchmarks.torch_device.autocast_skip_reason) and their ratios are null; `forward_bf16_speedup`
+and `train_bf16_speedup` (our float32 time over our bf16 time) are reported wherever both precisions ran.
 
 Ceilings, measured in every round (median): the FLOP/s of one jitted size^3 matmul (2048 on CPU, 8192 on GPUs) in
 float32 and with bfloat16 operands and a float32 result in XLA (launch.flops.matmul_ceiling), and the same products
@@ -22,7 +24,8 @@ default); `--precision float32` forces full float32 in both.
   python -m benchmarks.encoder_speed [--rounds 5] [--repeats N] [--modes forward_f32,...] [--batch 64] [--length 128]
                                      [--precision default|float32]
 Last line: one JSON object (forward_ratio_f32, train_ratio_f32, forward_ratio_bf16, train_ratio_bf16, the ms of each
-side, xla_f32_gflops, torch_f32_gflops, xla_bf16_gflops, torch_bf16_gflops, cpu, device).
+side, forward_bf16_speedup, train_bf16_speedup, xla_f32_gflops, torch_f32_gflops, xla_bf16_gflops, torch_bf16_gflops,
+bf16_reference, cpu, device).
 """
 
 import argparse
@@ -39,21 +42,24 @@ import numpy as np
 from benchmarks import torch_device
 from benchmarks.timing import timed
 from configs import paths
-from encoder import Encoder, load_hf_checkpoint, load_tokenizer, minilm_path
+from encoder import Encoder, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
 from launch import cli, flops, host_memory, xla_flags
 
 MODES = ("forward_f32", "train_f32", "forward_bf16", "train_bf16")
 
 
 def cpu_name() -> str:
-  """The processor's model name and its bf16 matrix features (/proc/cpuinfo on Linux): "AMD EPYC (avx512_bf16)"."""
+  """The processor's model name, family/model and bf16 matrix features (/proc/cpuinfo on Linux): "AMD EPYC (family
+  25 model 1; no bf16 matrix instructions)" (family 25 model 1 is Zen 3, model 17 Zen 4)."""
   cpuinfo = Path("/proc/cpuinfo")
   if not cpuinfo.is_file():
     return platform.processor() or platform.machine()
-  fields = dict(line.split(":", 1) for line in cpuinfo.read_text().splitlines() if ":" in line)
-  fields = {k.strip(): v.strip() for k, v in fields.items()}
-  features = [f for f in ("avx512_bf16", "amx_bf16") if f in fields.get("flags", "").split()]
-  return f"{fields.get('model name', platform.machine())} ({', '.join(features) or 'no bf16 matrix instructions'})"
+  text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+  fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
+  features = sorted(matmul.cpu_bf16_flags(text))
+  family = f"family {fields['cpu family']} model {fields.get('model', '?')}; " if "cpu family" in fields else ""
+  return (f"{fields.get('model name', platform.machine())} ({family}"
+          f"{', '.join(features) or 'no bf16 matrix instructions'})")
 
 
 def text_batch(text: Path, tokenizer, rows: int, length: int) -> dict[str, np.ndarray]:
@@ -70,19 +76,26 @@ def text_batch(text: Path, tokenizer, rows: int, length: int) -> dict[str, np.nd
               attention_segments=np.ones((rows, length), np.int32))
 
 
-def torch_matmul_ceiling(device, dtype, size: int | None = None, repeats: int = 3) -> float:
-  """FLOP/s of a size^3 PyTorch matmul in `dtype` on `device` (best of `repeats`; size 2048 on CPU, 8192 on CUDA)."""
+def torch_matmul_ceiling(device, dtype, size: int | None = None, repeats: int = 3, budget_s: float = 0.5) -> float:
+  """FLOP/s of a size^3 PyTorch matmul in `dtype` on `device` (best of `repeats`; size 2048 on CPU, 8192 on CUDA),
+  halved while a 256^3 probe says one product would take over `budget_s` (bf16 on a CPU without bf16 units: 0.3
+  GFLOP/s, a minute per 2048^3 product)."""
   import torch  # pylint: disable=import-outside-toplevel  (benchmarks only)
-  size = size or (2048 if device.type == "cpu" else 8192)
-  a = torch.ones((size, size), dtype=dtype, device=device)
-  best = float("inf")
+
+  def seconds(n: int) -> float:
+    a = torch.ones((n, n), dtype=dtype, device=device)
+    start = time.perf_counter()
+    a @ a  # pylint: disable=pointless-statement
+    torch_device.synchronize(device)
+    return time.perf_counter() - start
+
   with torch.inference_mode():
-    for index in range(repeats + 1):
-      start = time.perf_counter()
-      a @ a  # pylint: disable=pointless-statement
-      torch_device.synchronize(device)
-      if index:  # The first product warms up.
-        best = min(best, time.perf_counter() - start)
+    seconds(256)
+    probe_flops = 2.0 * 256**3 / seconds(256)
+    size = size or (2048 if device.type == "cpu" else 8192)
+    while size > 256 and 2.0 * size**3 / probe_flops > budget_s:
+      size //= 2
+    best = min(seconds(size) for _ in range(repeats + 1))  # The first product warms up.
   return 2.0 * size**3 / best
 
 
@@ -175,42 +188,52 @@ def main() -> None:
   batch = text_batch(text, load_tokenizer(model_dir), args.batch, args.length)
   ours = {"f32": Ours(cfg, params, batch), "bf16": Ours(cfg.replace(dtype=jnp.bfloat16), params, batch)}
   hf = {"f32": HF(model_dir, batch, bf16=False), "bf16": HF(model_dir, batch, bf16=True)}
+  no_autocast = torch_device.autocast_skip_reason(hf["f32"].device)
+  if no_autocast and any(mode.endswith("_bf16") for mode in modes):
+    print(f"bf16 modes: ours only; {no_autocast}", flush=True)
   runners = {}
   for mode in modes:
     kind, precision = mode.split("_")
-    runners[mode] = {"ours": getattr(ours[precision], kind), "hf": getattr(hf[precision], kind)}
+    runners[mode] = {"ours": getattr(ours[precision], kind)}
+    if not (precision == "bf16" and no_autocast):
+      runners[mode]["hf"] = getattr(hf[precision], kind)
 
   warmup = {}
   for mode, pair in runners.items():  # Compilation and first calls outside the timed rounds.
     for side, fn in pair.items():
       warmup[f"{mode}_{side}"] = sum(timed(fn, 2))
-  times = {(mode, side): [] for mode in runners for side in ("ours", "hf")}
+  times = {(mode, side): [] for mode, pair in runners.items() for side in pair}
   rounds = []
   for round_index in range(args.rounds):
     for mode, pair in runners.items():
-      for side in (("ours", "hf") if round_index % 2 == 0 else ("hf", "ours")):
+      for side in (list(pair) if round_index % 2 == 0 else reversed(pair)):
         times[mode, side] += timed(pair[side], repeats)
     rounds.append(ceilings(hf["f32"].device))
     print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
-        f"{mode} ours {statistics.median(times[mode, 'ours'][-repeats:]) * 1e3:.1f} ms "
-        f"hf {statistics.median(times[mode, 'hf'][-repeats:]) * 1e3:.1f} ms" for mode in runners)
+        f"{mode} " + " ".join(f"{side} {statistics.median(times[mode, side][-repeats:]) * 1e3:.1f} ms"
+                              for side in pair) for mode, pair in runners.items())
         + ", GFLOP/s " + ", ".join(f"{k.removesuffix('_gflops')} {v:.0f}" for k, v in rounds[-1].items()), flush=True)
 
   ms = {key: statistics.median(t) * 1e3 for key, t in times.items()}
   ceiling = {key: round(statistics.median(r[key] for r in rounds), 1) for key in rounds[0]}
   print(f"{'mode':14s} {'ours ms':>9s} {'HF ms':>9s} {'ratio':>7s} {'ours warm-up s':>15s}")
   for mode in runners:
-    print(f"{mode:14s} {ms[mode, 'ours']:9.1f} {ms[mode, 'hf']:9.1f} {ms[mode, 'hf'] / ms[mode, 'ours']:7.3f} "
-          f"{warmup[f'{mode}_ours']:15.1f}")
+    hf_ms = ms.get((mode, "hf"))
+    print(f"{mode:14s} {ms[mode, 'ours']:9.1f} {hf_ms or float('nan'):9.1f} "
+          f"{hf_ms / ms[mode, 'ours'] if hf_ms else float('nan'):7.3f} {warmup[f'{mode}_ours']:15.1f}")
   print("ceilings GFLOP/s: " + ", ".join(f"{k} {v}" for k, v in ceiling.items()))
   result = {}
   for mode in MODES:
     kind, precision = mode.split("_")
-    present = mode in runners
-    result[f"{kind}_ratio_{precision}"] = round(ms[mode, "hf"] / ms[mode, "ours"], 3) if present else None
-    result[f"{mode}_ms"] = round(ms[mode, "ours"], 1) if present else None
-    result[f"{mode}_hf_ms"] = round(ms[mode, "hf"], 1) if present else None
-  print(json.dumps(result | ceiling | {
+    hf_ms, ours_ms = ms.get((mode, "hf")), ms.get((mode, "ours"))
+    result[f"{kind}_ratio_{precision}"] = round(hf_ms / ours_ms, 3) if hf_ms else None
+    result[f"{mode}_ms"] = round(ours_ms, 1) if ours_ms else None
+    result[f"{mode}_hf_ms"] = round(hf_ms, 1) if hf_ms else None
+  for kind in ("forward", "train"):  # Our bf16 against our float32 (> 1: bf16 faster), where both ran.
+    f32, bf16 = ms.get((f"{kind}_f32", "ours")), ms.get((f"{kind}_bf16", "ours"))
+    result[f"{kind}_bf16_speedup"] = round(f32 / bf16, 3) if f32 and bf16 else None
+  print(json.dumps(result | ceiling | {"bf16_reference": no_autocast or "torch.autocast(bfloat16)",
+
       "cpu": cpu_name(), "device": jax.devices()[0].device_kind, "batch": args.batch, "length": args.length,
       "rounds": args.rounds, "repeats": repeats, "precision": args.precision}))
 

@@ -131,6 +131,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     config.model.dtype = args.precision
     for assignment in args.set:
       _set(config, assignment)
+  if args.reference and args.precision == "bfloat16":
+    from benchmarks import torch_device  # pylint: disable=import-outside-toplevel  (torch only when asked)
+    if reason := torch_device.autocast_skip_reason(torch_device.torch_device()):
+      raise cli.UserError(f"--reference --precision bfloat16: {reason}; compare in float32 (--precision float32), "
+                          "or run ours alone in bfloat16")
   if args.reference and config.optimizer.ema_decay > 0:
     parser.error(f"--reference tests its last parameters: it cannot mirror optimizer.ema_decay="
                  f"{config.optimizer.ema_decay} (a parameter average)")

@@ -7,6 +7,8 @@ set to do what JAX does, so a speed or score ratio compares implementations, not
 
 import jax
 
+from encoder import matmul
+
 FULL_FLOAT32 = ("highest", "float32", "F32_F32_F32")
 
 
@@ -33,3 +35,14 @@ def synchronize(device) -> None:
   import torch  # pylint: disable=import-outside-toplevel
   if device.type == "cuda":
     torch.cuda.synchronize(device)
+
+
+def autocast_skip_reason(device) -> str | None:
+  """Why the reference does not run under torch.autocast(bfloat16) on `device`, or None where it can: on a CPU without
+  bf16 matrix instructions PyTorch's bf16 matmuls leave its fast kernels (2048^3: 0.3 GFLOP/s against 140 in float32
+  on an AVX2-only AMD EPYC, Zen 3), so one reference step would take tens of minutes."""
+  if device.type != "cpu" or matmul.bf16_dots():
+    return None
+  return ("this CPU has no bf16 matrix instructions (/proc/cpuinfo lists none of "
+          f"{', '.join(sorted(matmul.BF16_FLAGS))}): PyTorch's bf16 matmuls run hundreds of times slower than its "
+          "float32 ones here, so the HF reference is not run under autocast")

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from encoder import Encoder, preset
-from encoder.matmul import matmul, transpose
+from encoder import matmul as matmul_module
+from encoder.matmul import cpu_bf16_flags, matmul, transpose
 from encoder.model import SelfAttention, attention_bias
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
@@ -19,13 +20,22 @@ def _rounded(x, dtype) -> np.ndarray:
   return np.asarray(jnp.asarray(x).astype(dtype).astype(jnp.float32), np.float64)
 
 
+@pytest.fixture(params=[True, False], ids=["bf16_units", "no_bf16_units"])
+def bf16_units(request, monkeypatch):
+  """Both operand routes of a bf16 dot on any machine: bf16 as they are, or rounded and read as float32."""
+  monkeypatch.setattr(matmul_module, "bf16_dots", lambda: request.param)
+  return request.param
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("transpose_b", [False, True])
 @pytest.mark.parametrize("shapes", [((3, 5, 7), (3, 7, 6)), ((4, 300), (300, 8)), ((300, 40), (40, 4)),
                                     ((40, 8), (8, 300))])
-def test_matmul_and_its_gradients_equal_float64(dtype, transpose_b, shapes):
+def test_matmul_and_its_gradients_equal_float64(dtype, transpose_b, shapes, bf16_units):
   """Forward and both gradients against float64 on operands and cotangent rounded to `dtype`: only float32
-  accumulation differs. The shapes take every route (an operand transposed, or the result: (Y^T X)^T)."""
+  accumulation differs. The shapes take every route (an operand transposed, or the result: (Y^T X)^T), with and
+  without bf16 matrix units."""
+  del bf16_units
   rng = np.random.default_rng(0)
   a_shape, b_shape = shapes
   if transpose_b:
@@ -42,6 +52,13 @@ def test_matmul_and_its_gradients_equal_float64(dtype, transpose_b, shapes):
   close(out, a64 @ b64)
   close(da, g64 @ np.swapaxes(b64, -1, -2))
   close(db, np.swapaxes(want_db, -1, -2) if transpose_b else want_db)
+
+
+def test_cpu_bf16_flags_reads_x86_and_arm_cpuinfo():
+  assert cpu_bf16_flags("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n") == {
+      "avx512_bf16", "amx_bf16"}
+  assert cpu_bf16_flags("flags\t\t: fpu sse avx2 fma sha_ni\nmodel name\t: AMD EPYC bf16\n") == set()
+  assert cpu_bf16_flags("Features\t: fp asimd sve bf16 i8mm\n") == {"bf16"}
 
 
 def test_transpose_and_its_gradient():
@@ -84,10 +101,11 @@ def test_attention_equals_the_einsum_reference(query_positions):
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the plain-layout constraint is XLA CPU's")
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_every_training_product_is_a_plain_dot_on_cpu(dtype):
+def test_every_training_product_is_a_plain_dot_on_cpu(dtype, bf16_units):
   """The optimized HLO of a training step: every dot (forward and backward, attention and the tied vocabulary
   projection) contracts lhs's last axis with rhs's first non-batch one, in `dtype` with a float32 result: the form
-  XLA CPU runs in its fast kernels (a bf16 dot in any other form is upcast to float32, or fails at run time)."""
+  XLA CPU runs in its fast kernels (a bf16 dot in any other form is upcast to float32, or fails at run time). Without
+  bf16 matrix units a bf16 step's dots read float32 operands (bf16-rounded)."""
   cfg = TINY.replace(dtype=dtype, hidden_dropout=0.1, attention_dropout=0.1)
   model = Encoder(cfg)
   ids = jnp.ones((2, 16), jnp.int32)
@@ -101,7 +119,7 @@ def test_every_training_product_is_a_plain_dot_on_cpu(dtype):
   shapes = dict(re.findall(r"%(\S+) = (\w+)\[", hlo))
   dots = re.findall(r"= (\w+)\[([\d,]*)\]\S* dot\(%(\S+), %(\S+)\), (.*?), metadata", hlo)
   assert len(dots) >= 5 * cfg.num_layers
-  name = "bf16" if dtype == jnp.bfloat16 else "f32"
+  name = "bf16" if dtype == jnp.bfloat16 and bf16_units else "f32"
   for result, dims, lhs, rhs, numbers in dots:
     rank = dims.count(",") + 1
     batch = rank - 2

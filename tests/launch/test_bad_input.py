@@ -147,6 +147,15 @@ def test_benchmark_mistyped_override():
   assert_one_line(done, "'optimizer.learnig_rate'", "optimizer.learning_rate")
 
 
+def test_bf16_reference_refused_on_a_cpu_without_bf16_units(monkeypatch):
+  """PyTorch's bf16 matmuls are hundreds of times slower there: one line saying so, before any training."""
+  from benchmarks import finetune  # pylint: disable=import-outside-toplevel
+  from encoder import matmul  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(matmul, "bf16_dots", lambda: False)
+  with pytest.raises(cli.UserError, match=r"--precision bfloat16: this CPU has no bf16 matrix instructions .*float32"):
+    finetune.main(["--task", "sick", "--reference", "--precision", "bfloat16"])
+
+
 def test_cli_run_reports_user_errors_and_keeps_bugs_loud(tmp_path):
   def fails(error: Exception):
     raise error
