@@ -61,8 +61,9 @@ def process_env(platform: str, devices: int) -> dict[str, str]:
 
 
 def run_cluster(main_args: Sequence[str], processes: int, devices: int = 1, platform: str = "cpu",
-                timeout_s: float | None = None) -> list[int]:
-  """Starts the processes, streams process 0, waits for all; returns their exit codes (all stopped on a failure)."""
+                timeout_s: float | None = None) -> list[int | None]:
+  """Starts the processes, streams process 0, waits for all; returns their exit codes, None for a process stopped
+  because another failed."""
   if processes < 1:
     raise cli.UserError(f"--processes {processes}: expected at least 1")
   logs = workdir_of(main_args).parent / f"{workdir_of(main_args).name}.logs"
@@ -83,7 +84,7 @@ def run_cluster(main_args: Sequence[str], processes: int, devices: int = 1, plat
   return codes
 
 
-def _wait(procs: list[subprocess.Popen], shown, timeout_s: float | None) -> list[int]:
+def _wait(procs: list[subprocess.Popen], shown, timeout_s: float | None) -> list[int | None]:
   waited = 0.0
   while True:
     sys.stdout.write(shown.read())
@@ -98,12 +99,13 @@ def _wait(procs: list[subprocess.Popen], shown, timeout_s: float | None) -> list
     except subprocess.TimeoutExpired:
       pass
     waited += POLL_S
-  for p in procs:  # A failure stops the others (they would wait for the failed one forever).
-    if p.poll() is None:
+  stopped = [p.poll() is None for p in procs]
+  for p, stop in zip(procs, stopped):  # A failure stops the others (they would wait for the failed one forever).
+    if stop:
       p.kill()
   codes = [p.wait() for p in procs]
   sys.stdout.write(shown.read())
-  return codes
+  return [None if stop else code for code, stop in zip(codes, stopped)]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -126,10 +128,11 @@ def cluster_main(argv: Sequence[str] | None = None) -> None:
     raise cli.UserError("expected launch.main's arguments after --, e.g. -- --config configs/pretrain.py:runlocal "
                         "--workdir runs/two_hosts")
   codes = run_cluster(main_args, args.processes, args.devices_per_process, args.platform)
-  failed = [f"process {i} (exit {c}, log {workdir_of(main_args)}.logs/process{i}.log)"
-            for i, c in enumerate(codes) if c != 0]
+  failed = [f"process {i} failed (exit {c}, log {workdir_of(main_args)}.logs/process{i}.log)"
+            for i, c in enumerate(codes) if c not in (0, None)]
+  stopped = [str(i) for i, c in enumerate(codes) if c is None]
   if failed:
-    raise cli.UserError(f"{', '.join(failed)} failed")
+    raise cli.UserError(", ".join(failed) + (f"; stopped process {', '.join(stopped)}" if stopped else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
