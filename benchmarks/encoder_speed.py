@@ -233,7 +233,6 @@ def main() -> None:
     f32, bf16 = ms.get((f"{kind}_f32", "ours")), ms.get((f"{kind}_bf16", "ours"))
     result[f"{kind}_bf16_speedup"] = round(f32 / bf16, 3) if f32 and bf16 else None
   print(json.dumps(result | ceiling | {"bf16_reference": no_autocast or "torch.autocast(bfloat16)",
-
       "cpu": cpu_name(), "device": jax.devices()[0].device_kind, "batch": args.batch, "length": args.length,
       "rounds": args.rounds, "repeats": repeats, "precision": args.precision}))
 
