@@ -79,10 +79,15 @@ def bf16_dots() -> bool:
     return False
 
 
+def dot_dtype(dtype) -> jnp.dtype:
+  """The dtype a dot reads for compute dtype `dtype`: float32 for bf16 on a CPU without bf16 units, else `dtype`."""
+  dtype = jnp.dtype(dtype)
+  return dtype if dtype == jnp.float32 or bf16_dots() else jnp.dtype(jnp.float32)
+
+
 def _operand(x: Array, dtype) -> Array:
-  """x rounded to the compute dtype, in the dtype the dot reads: float32 for bf16 on a CPU without bf16 units."""
-  x = x.astype(dtype)
-  return x if x.dtype == jnp.float32 or bf16_dots() else x.astype(jnp.float32)
+  """x rounded to the compute dtype, in the dtype the dot reads (`dot_dtype`)."""
+  return x.astype(dtype).astype(dot_dtype(dtype))
 
 
 def _dot(a: Array, b: Array) -> Array:

@@ -14,6 +14,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from encoder import matmul
 from encoder.config import EncoderConfig
 
 
@@ -35,16 +36,18 @@ def matmul_ceiling(size: int | None = None, repeats: int = 5, dtype=jnp.float32)
   `size` defaults to 2048 on CPU and 8192 on accelerators (smaller products there time the launch, not the units). On
   CPU the devices share the same cores, so the ceiling is that of one device; elsewhere it is per device times the
   device count. The result is float32 as in mixed precision (bf16 operands, float32 accumulation and output): XLA CPU
-  sends only such bf16 dots to its fast kernels and upcasts the others to float32.
+  sends only such bf16 dots to its fast kernels and upcasts the others to float32. The operands are those the
+  encoder's dots read (`encoder.matmul.dot_dtype`): on a CPU without bf16 matrix instructions bf16 compute multiplies
+  float32 operands, so its ceiling is the float32 one.
   """
   size = size or (2048 if jax.default_backend() == "cpu" else 8192)
-  a = jnp.ones((size, size), dtype)
-  matmul = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
-  matmul(a).block_until_ready()
+  a = jnp.ones((size, size), matmul.dot_dtype(dtype))
+  product = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
+  product(a).block_until_ready()
   best = float("inf")
   for _ in range(repeats):
     start = time.perf_counter()
-    matmul(a).block_until_ready()
+    product(a).block_until_ready()
     best = min(best, time.perf_counter() - start)
   per_device = 2.0 * size**3 / best
   devices = jax.process_count() if jax.default_backend() == "cpu" else jax.device_count()

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from encoder import matmul
 from encoder.config import preset
 from encoder.model import Encoder
 from launch import flops
@@ -36,3 +37,15 @@ def test_minilm_step_flops_by_hand():
   last = 2 * h * h * 128 + (2 * h * h + 2 * h * i + 2 * h * 128) * rows
   by_hand = 6 * 32 * (5 * (1_769_472 * 128 + 2 * h * 128**2) + last)
   assert flops.encoder_train_flops(cfg, 32, 128, last_rows=rows) == by_hand
+
+
+@pytest.mark.parametrize("units", [True, False])
+def test_matmul_ceiling_times_the_operands_the_encoder_multiplies(units, monkeypatch):
+  """bf16 compute's ceiling is that of the dots it runs: bf16 operands with bf16 units, float32 ones without."""
+  monkeypatch.setattr(matmul, "bf16_dots", lambda: units)
+  seen = []
+  product = jnp.matmul
+  monkeypatch.setattr(jnp, "matmul", lambda a, b, **kw: seen.append(a.dtype) or product(a, b, **kw))
+  assert flops.matmul_ceiling(size=64, repeats=1, dtype=jnp.bfloat16) > 0
+  assert flops.matmul_ceiling(size=64, repeats=1) > 0
+  assert seen == [jnp.dtype(jnp.bfloat16 if units else jnp.float32), jnp.dtype(jnp.float32)]
