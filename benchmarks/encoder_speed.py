@@ -14,9 +14,11 @@ fast kernels there: benchmarks.torch_device.autocast_skip_reason) and their rati
 and `train_bf16_speedup` (our float32 time over our bf16 time) are reported wherever both precisions ran.
 
 Ceilings, measured in every round (median): the FLOP/s of one jitted size^3 matmul (2048 on CPU, 8192 on GPUs) in
-float32 and with bfloat16 operands and a float32 result in XLA (launch.flops.matmul_ceiling), and the same products
-in PyTorch (bfloat16 operands there give a bfloat16 result, accumulated in float32). A ratio is read against them:
-where a framework's ceiling is higher, its matmuls alone are faster.
+float32 and with bfloat16 operands and a float32 result in XLA (launch.flops.matmul_ceiling: on a CPU without bf16
+units, the float32 product bf16 compute runs there), and the same products in PyTorch (bfloat16 operands there give a
+bfloat16 result, accumulated in float32). Beside them, `xla_layer_dots_gflops` / `torch_layer_dots_gflops`: one
+layer's four dense products at the batch's rows in float32 (`layer_dots`), the kernels' speed at the encoder's own
+shapes. A ratio is read against them: where a framework's matmuls alone are faster, so is its matmul-bound forward.
 
 On a GPU, HF runs on CUDA beside us (benchmarks.torch_device, float32 matmul arithmetic mirroring JAX's: TF32 by
 default); `--precision float32` forces full float32 in both.
@@ -25,7 +27,7 @@ default); `--precision float32` forces full float32 in both.
                                      [--precision default|float32]
 Last line: one JSON object (forward_ratio_f32, train_ratio_f32, forward_ratio_bf16, train_ratio_bf16, the ms of each
 side, forward_bf16_speedup, train_bf16_speedup, xla_f32_gflops, torch_f32_gflops, xla_bf16_gflops, torch_bf16_gflops,
-bf16_reference, cpu, device).
+xla_layer_dots_gflops, torch_layer_dots_gflops, bf16_reference, cpu, device).
 """
 
 import argparse
@@ -161,6 +163,35 @@ def ceilings(device) -> dict[str, float]:
           "torch_bf16_gflops": torch_matmul_ceiling(device, torch.bfloat16) / 1e9}
 
 
+def layer_dots(cfg, rows: int, device, repeats: int = 3) -> dict[str, float]:
+  """GFLOP/s of one layer's four dense products (QKV, attention output, FFN in, FFN out) at `rows` token rows, in
+  float32, in XLA (`jnp.matmul`, the plain layout) and PyTorch (`F.linear`, nn.Linear's layout), best of `repeats`:
+  the matmul speed at the encoder's own shapes, which a size^3 ceiling does not tell."""
+  import torch  # pylint: disable=import-outside-toplevel
+  h, i = cfg.hidden_size, cfg.intermediate_size
+  shapes = ((h, 3 * h), (h, h), (h, i), (i, h))
+  rng = np.random.default_rng(0)
+  operands = [(rng.standard_normal((rows, k), np.float32), rng.standard_normal((k, n), np.float32))
+              for k, n in shapes]
+  xla_operands = [(jax.device_put(a), jax.device_put(w)) for a, w in operands]
+  torch_operands = [(torch.from_numpy(a).to(device), torch.from_numpy(np.ascontiguousarray(w.T)).to(device))
+                    for a, w in operands]
+  product = jax.jit(lambda a, w: jnp.matmul(a, w, preferred_element_type=jnp.float32))
+
+  def xla() -> None:
+    jax.block_until_ready([product(a, w) for a, w in xla_operands])
+
+  def pytorch() -> None:
+    for a, w in torch_operands:
+      torch.nn.functional.linear(a, w)
+    torch_device.synchronize(device)
+
+  layer_flops = 2.0 * rows * sum(k * n for k, n in shapes)
+  with torch.inference_mode():
+    return {f"{name}_layer_dots_gflops": layer_flops / min(timed(fn, repeats + 1)[1:]) / 1e9  # The first warms up.
+            for name, fn in (("xla", xla), ("torch", pytorch))}
+
+
 def main() -> None:
   host_memory.retain_freed_memory()  # Both frameworks, same process, same malloc.
   xla_flags.apply_gpu_defaults()
@@ -208,7 +239,7 @@ def main() -> None:
     for mode, pair in runners.items():
       for side in (list(pair) if round_index % 2 == 0 else reversed(pair)):
         times[mode, side] += timed(pair[side], repeats)
-    rounds.append(ceilings(hf["f32"].device))
+    rounds.append(ceilings(hf["f32"].device) | layer_dots(cfg, args.batch * args.length, hf["f32"].device))
     print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
         f"{mode} " + " ".join(f"{side} {statistics.median(times[mode, side][-repeats:]) * 1e3:.1f} ms"
                               for side in pair) for mode, pair in runners.items())
