@@ -31,8 +31,8 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 import psutil
@@ -104,11 +104,11 @@ def hf_encode_seconds(files: list[Path], batch_lines: int = 4096) -> float:
   return time.perf_counter() - start
 
 
-def _timed_rounds(rows: dict[str, Any], rounds: int, run: Callable[[str, int], float]) -> dict[str, float]:
+def _timed_rounds(names: Sequence[str], rounds: int, run: Callable[[str, int], float]) -> dict[str, float]:
   """Median seconds of run(name, round) per name over `rounds` rounds, the order of the names alternating."""
-  times: dict[str, list[float]] = {name: [] for name in rows}
+  times: dict[str, list[float]] = {name: [] for name in names}
   for r in range(rounds):
-    for name in list(rows) if r % 2 == 0 else list(rows)[::-1]:
+    for name in names if r % 2 == 0 else names[::-1]:
       times[name].append(run(name, r))
   return {name: statistics.median(t) for name, t in times.items()}
 
@@ -171,7 +171,7 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
                                     ("pretrain", train_rounds, train_round, train_steps)):
     if rounds_ <= 0:
       continue
-    seconds = _timed_rounds(rows, rounds_, run)
+    seconds = _timed_rounds(list(rows), rounds_, run)
     rate = {name: count * config.batch_size * config.data.max_length / s for name, s in seconds.items()}
     result |= {f"{kind}_tokens_per_s_shards": rate["shards"], f"{kind}_tokens_per_s_memory": rate["memory"],
                f"{kind}_read_ratio": rate["shards"] / rate["memory"]}
