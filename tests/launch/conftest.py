@@ -1,0 +1,47 @@
+"""Fine-tuning runs shared by the launch tests: every preset at runlocal size, trained once per test session."""
+
+from pathlib import Path
+
+import pytest
+
+from configs import demo as demo_config
+from configs import finetune
+from launch import train
+from tests.conftest import require_data
+
+# name -> (configs/finetune.py argument, overrides, a data file the run needs); "ud_sample" is the demo's POS run on
+# the packaged EWT sample (greedy tagging of plain tags with word endings; needs no data directory).
+RUNS = {
+    "sst2": ("task=sst2,runlocal", {"optimizer.ema_decay": 0.9}, "sst2/train.tsv"),  # Evaluated with an EMA.
+    "sick": ("task=sick,runlocal", {}, "sick/SICK_train.txt"),
+    "sick_relatedness": ("task=sick_relatedness,runlocal", {}, "sick/SICK_train.txt"),
+    "conll2003": ("task=conll2003,runlocal", {}, "conll2003/bio/train.txt"),
+    "conll2003_crf": ("task=conll2003_crf,runlocal", {}, "conll2003/bio/train.txt"),
+    "conll2003_spans": ("task=conll2003_spans,runlocal", {}, "conll2003/bio/train.txt"),
+    "ud_pos": ("task=ud_pos,runlocal", {}, "ud_english_ewt/en_ewt-ud-train.conllu"),
+    "ud_sample": (None, {}, None),
+}
+
+
+def run_config(name: str):
+  """The config of shared run `name`."""
+  arg, overrides, _ = RUNS[name]
+  config = demo_config.pos_config(runlocal=True) if arg is None else finetune.get_config(arg)
+  config.update_from_flattened_dict(overrides)
+  return config
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory):
+  """name -> the workdir of that run, trained once per session (skipped when its data is absent)."""
+  workdirs = {}
+
+  def get(name: str) -> Path:
+    if RUNS[name][2]:
+      require_data(RUNS[name][2])
+    if name not in workdirs:
+      workdir = tmp_path_factory.mktemp(name)
+      train.train_and_evaluate(run_config(name), workdir)
+      workdirs[name] = workdir
+    return workdirs[name]
+  return get
