@@ -39,7 +39,7 @@ import psutil
 
 from configs import paths
 from encoder import pretrained
-from launch import cli
+from encoder import errors
 from objectives import corpus as corpus_lib
 from objectives import prepare
 
@@ -210,4 +210,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

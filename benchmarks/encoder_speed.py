@@ -45,7 +45,8 @@ from benchmarks import torch_device
 from benchmarks.timing import timed
 from configs import paths
 from encoder import Encoder, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
-from launch import cli, flops, host_memory, xla_flags
+from encoder import errors
+from launch import flops, host_memory, xla_flags
 
 MODES = ("forward_f32", "train_f32", "forward_bf16", "train_bf16")
 
@@ -71,7 +72,7 @@ def text_batch(text: Path, tokenizer, rows: int, length: int) -> dict[str, np.nd
   encodings = (tokenizer.encode(a, b, max_length=length) for a, b in zip(paragraphs, paragraphs[1:]))
   full = [e for e in encodings if len(e.input_ids) == length][:rows]
   if len(full) < rows:
-    raise cli.UserError(f"{text}: only {len(full)} paragraph pairs fill {length} tokens; {rows} needed")
+    raise errors.UserError(f"{text}: only {len(full)} paragraph pairs fill {length} tokens; {rows} needed")
   return dict(input_ids=np.asarray([e.input_ids for e in full], np.int32),
               type_ids=np.asarray([e.type_ids for e in full], np.int32),
               positions=np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy(),
@@ -208,7 +209,7 @@ def main() -> None:
   args = parser.parse_args()
   modes = args.modes.split(",")
   if set(modes) - set(MODES):
-    raise cli.UserError(f"--modes {args.modes!r}: unknown {sorted(set(modes) - set(MODES))}; known: {', '.join(MODES)}")
+    raise errors.UserError(f"--modes {args.modes!r}: unknown {sorted(set(modes) - set(MODES))}; known: {', '.join(MODES)}")
   if args.precision == "float32":
     jax.config.update("jax_default_matmul_precision", "float32")
   repeats = args.repeats or (2 if jax.default_backend() == "cpu" else 20)
@@ -269,4 +270,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

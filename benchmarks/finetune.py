@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from configs import common, finetune
-from launch import cli, config_checks, finetune_data, host_memory, metrics_writer, train, xla_flags
+from encoder import errors
+from launch import config_checks, finetune_data, host_memory, metrics_writer, train, xla_flags
 from tasks import bootstrap, evaluation
 from tasks import examples as task_examples
 
@@ -33,7 +34,7 @@ def _set(config, assignment: str) -> None:
   mistyped key or a value of the wrong type is a ConfigError naming it."""
   key, equals, text = assignment.partition("=")
   if not equals:
-    raise config_checks.ConfigError(f"--set {assignment!r}: expected key=value (--set optimizer.learning_rate=5e-5)")
+    raise errors.ConfigError(f"--set {assignment!r}: expected key=value (--set optimizer.learning_rate=5e-5)")
   config_checks.check_overrides(config, [(key, text)], f"task={config.task.dataset or config.task.name}",
                                 flag="--set ")
   try:
@@ -134,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   if args.reference and args.precision == "bfloat16":
     from benchmarks import torch_device  # pylint: disable=import-outside-toplevel  (torch only when asked)
     if reason := torch_device.autocast_skip_reason(torch_device.torch_device()):
-      raise cli.UserError(f"--reference --precision bfloat16: {reason}; compare in float32 (--precision float32), "
+      raise errors.UserError(f"--reference --precision bfloat16: {reason}; compare in float32 (--precision float32), "
                           "or run ours alone in bfloat16")
   if args.reference and config.optimizer.ema_decay > 0:
     parser.error(f"--reference tests its last parameters: it cannot mirror optimizer.ema_decay="
@@ -175,4 +176,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

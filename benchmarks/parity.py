@@ -24,7 +24,7 @@ from encoder import Encoder
 from encoder.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
-from launch import cli
+from encoder import errors
 from tasks.readers.lines import numbered_lines
 
 
@@ -112,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

@@ -34,7 +34,8 @@ import ml_collections
 import numpy as np
 
 from configs import pretrain
-from launch import cli, demo, host_memory, input_pipeline, metrics_writer, train, xla_flags
+from encoder import errors
+from launch import demo, host_memory, input_pipeline, metrics_writer, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
 
@@ -203,4 +204,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

@@ -54,7 +54,8 @@ from configs import common, paths
 from encoder.config import PRESETS, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
-from launch import cli, flops, host_memory, optimizer, steps, xla_flags
+from encoder import errors
+from launch import flops, host_memory, optimizer, steps, xla_flags
 from launch.model import PretrainingModel
 from objectives import masking, registry
 from tasks.readers.lines import numbered_lines
@@ -305,4 +306,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

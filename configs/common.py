@@ -13,7 +13,7 @@ import ml_collections
 
 from encoder import hf_checkpoint, pretrained
 from encoder.config import preset
-from launch.config_checks import ConfigError
+from encoder.errors import ConfigError
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:

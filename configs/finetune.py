@@ -16,7 +16,7 @@ import difflib
 import ml_collections
 
 from configs import common
-from launch.config_checks import ConfigError
+from encoder.errors import ConfigError
 
 UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
         "SYM", "VERB", "X")  # The 17 Universal POS tags.

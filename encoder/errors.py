@@ -3,9 +3,9 @@ traceback; a programming error keeps its traceback. `--debug` anywhere on the co
 command parses it) or ENCODERLAB_DEBUG=1 shows the traceback of user errors too.
 
   if __name__ == "__main__":
-    cli.run(main)               # or cli.run(app.run, main, flags_parser=...) for absl commands
+    errors.run(main)               # or errors.run(app.run, main, flags_parser=...) for absl commands
 
-A user error is a `UserError` (raise it from command code: `raise cli.UserError(f"{path}: expected ..., got ...")`),
+A user error is a `UserError` (raise it from command code: `raise errors.UserError(f"{path}: expected ..., got ...")`),
 one of the library errors in `_LIBRARY_ERRORS` (each names the file and line, key or field), a missing or
 unreadable file, or undecodable text / JSON. Plain ValueError, KeyError and TypeError are not: numpy and JAX raise
 them for bugs, so the input check that knows the file must raise one of the above. This module imports only the
@@ -28,8 +28,7 @@ DEBUG_ENV = "ENCODERLAB_DEBUG"
 # of that type can only have been raised if it is), so this module stays free of heavy imports.
 _LIBRARY_ERRORS = (
     ("tasks.readers.lines", "ReaderError"),         # path:line: expected ...
-    ("launch.config_checks", "ConfigError"),        # config key / file
-    ("encoder.hf_checkpoint", "CheckpointError"),   # init=hf:<dir> without config.json, pickle-only, non-BERT, ...
+        ("encoder.hf_checkpoint", "CheckpointError"),   # init=hf:<dir> without config.json, pickle-only, non-BERT, ...
     ("encoder.tokenizer", "TokenizerError"),        # config.data.tokenizer: a pickle or an unknown format
     ("objectives.corpus", "CorpusError"),           # pretraining text without usable lines
     ("tasks.tfds_builders", "SplitError"),          # a split name or slice the data does not have
@@ -41,6 +40,10 @@ _FILE_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirec
 class UserError(ValueError):
   """A mistake in what the user gave (a file, flag or config value); the message names where, what was found and
   what was expected."""
+
+
+class ConfigError(UserError):
+  """A user error in a config file or a --config.* override."""
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:

@@ -18,6 +18,7 @@ import ml_collections
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
+from encoder import errors
 from launch import config_checks
 
 
@@ -86,7 +87,7 @@ def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:
     return
   differences = config_checks.incompatible_fields(json.loads(saved_path.read_text()), config_checks.to_dict(config))
   if differences:
-    raise config_checks.ConfigError(
+    raise errors.ConfigError(
         f"{workdir} holds checkpoints of a different model ({saved_path} differs: {'; '.join(differences)}); "
         "use a new --workdir, or the saved config to resume")
 

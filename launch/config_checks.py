@@ -10,14 +10,12 @@ from typing import Any, Sequence
 
 import ml_collections
 
+from encoder.errors import ConfigError
+
 # Fields whose change makes an existing checkpoint unusable (the parameter tree or its meaning changes).
 MODEL_FIELDS = ("model", "objectives", "task")
 # ... except these, which change how a step computes, not what it learns (a run may resume with another value).
 RESUMABLE_MODEL_FIELDS = ("model.remat",)
-
-
-class ConfigError(ValueError):
-  """A user error in a config file or a --config.* override."""
 
 
 def load_config_file(spec: str) -> ml_collections.ConfigDict:

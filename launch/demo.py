@@ -23,7 +23,8 @@ import ml_collections
 import numpy as np
 
 from configs import demo as demo_config
-from launch import cli, host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
+from encoder import errors
+from launch import host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
 
@@ -115,7 +116,7 @@ def clear_runs(workdir: Path) -> None:
     if not run.exists():
       continue
     if not (run / "config.json").is_file():
-      raise cli.UserError(f"--fresh: {run} exists but holds no config.json, so it is not a run directory; pick "
+      raise errors.UserError(f"--fresh: {run} exists but holds no config.json, so it is not a run directory; pick "
                           "another --workdir")
     shutil.rmtree(run)
 
@@ -197,4 +198,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from configs import paths
-from launch import cli, config_checks
+from encoder import errors
 from launch.input_pipeline import tokenizer_for
 from tasks import batching, examples, readers, tag_schemes, tfds_builders
 
@@ -74,23 +74,23 @@ def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetCo
   if task.dataset:
     if task.dataset not in tfds_builders.PRESETS:
       close = difflib.get_close_matches(task.dataset, tfds_builders.PRESETS, n=1)
-      raise config_checks.ConfigError(
+      raise errors.ConfigError(
           f"config.task.dataset={task.dataset!r} is not a dataset{f'; did you mean {close[0]!r}?' if close else ''} "
           f"(known: {', '.join(sorted(tfds_builders.PRESETS))}; or set it to '' and give config.task.files)")
     return task.dataset
   if not task.files:
-    raise config_checks.ConfigError("config.task.dataset is empty and config.task.files is too: name a dataset of "
+    raise errors.ConfigError("config.task.dataset is empty and config.task.files is too: name a dataset of "
                                     f"tasks.tfds_builders.PRESETS {sorted(tfds_builders.PRESETS)} or give files")
   if task.format not in readers.READERS:
-    raise config_checks.ConfigError(f"config.task.format={task.format!r} is not one of {', '.join(readers.READERS)}")
+    raise errors.ConfigError(f"config.task.format={task.format!r} is not one of {', '.join(readers.READERS)}")
   files = {}
   for item in task.files.split(","):
     split, colon, path = item.partition(":")
     if not colon or not split or not path:
-      raise config_checks.ConfigError(f"config.task.files={task.files!r}: expected split:path items such as "
+      raise errors.ConfigError(f"config.task.files={task.files!r}: expected split:path items such as "
                                       f"train:a.tsv,validation:b.tsv, got {item!r}")
     if Path(path).is_absolute() and not Path(path).is_file():
-      raise config_checks.ConfigError(f"config.task.files: the {split} file {path} does not exist")
+      raise errors.ConfigError(f"config.task.files: the {split} file {path} does not exist")
     files[split] = path if Path(path).is_absolute() or Path(path).exists() else str(paths.data_file(path))
   options = reader_options(task.columns)
   if task.labels and task.format == "tsv":
@@ -103,7 +103,7 @@ def _records(dataset, split: str, cache_dir: str, key: str) -> list[dict]:
   try:
     source = tfds_builders.load_split(dataset, split, cache_dir=cache_dir or None)
   except tfds_builders.SplitError as err:
-    raise config_checks.ConfigError(f"config.task.{key}={split!r}: {err}") from None
+    raise errors.ConfigError(f"config.task.{key}={split!r}: {err}") from None
   return source.__getitems__(list(range(len(source)))) if len(source) else []
 
 
@@ -142,7 +142,7 @@ def _check_labels(dataset, split: str, records: Sequence[dict], allowed: Sequenc
     for _ in tfds_builders.read_file(dataset, name, label_names=allowed):  # Raises a ReaderError at the line.
       pass
   files = ", ".join(str(tfds_builders.split_file(dataset, name)) for name in names)
-  raise cli.UserError(f"{files}: expected the task's labels ({', '.join(allowed)}), found {unknown!r}")
+  raise errors.UserError(f"{files}: expected the task's labels ({', '.join(allowed)}), found {unknown!r}")
 
 
 def check_splits(task: ml_collections.ConfigDict, dataset, splits: dict[str, str]) -> None:
@@ -155,9 +155,9 @@ def check_splits(task: ml_collections.ConfigDict, dataset, splits: dict[str, str
       try:
         found = list(tfds_builders.read_file(dataset, name))
       except tfds_builders.SplitError as err:
-        raise config_checks.ConfigError(f"config.task.{role}_split={split!r}: {err}") from None
+        raise errors.ConfigError(f"config.task.{role}_split={split!r}: {err}") from None
       if not found:
-        raise cli.UserError(f"{tfds_builders.split_file(dataset, name)}: expected examples for the {role} split "
+        raise errors.UserError(f"{tfds_builders.split_file(dataset, name)}: expected examples for the {role} split "
                             f"(config.task.{role}_split={split!r}), found none")
       records[role] += found
   if task.name in LABELLED_TASKS:
@@ -177,12 +177,12 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   read = lambda key: _records(dataset, task[key], config.data.cache_dir, key)
   train_records = read("train_split")
   if not train_records:
-    raise config_checks.ConfigError(f"config.task.train_split={task.train_split!r} of {task.dataset or task.files} "
+    raise errors.ConfigError(f"config.task.train_split={task.train_split!r} of {task.dataset or task.files} "
                                     "has no records")
   mapping = task_mapping(task, examples.label_vocabulary(task_mapping(task, task.labels), train_records))
   if examples.uses_scores(mapping):
     if any(r.get("score") is None for r in train_records):
-      raise config_checks.ConfigError(
+      raise errors.ConfigError(
           f"task {task.name!r}{' with score_weight' if task.name == 'classification' else ''} trains on scores, but "
           f"{task.train_split!r} of {task.dataset or task.files} has none: give the TSV reader a score column "
           "(config.task.columns=...,score:<column>)")

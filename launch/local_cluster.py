@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from launch import cli
+from encoder import errors
 
 POLL_S = 0.5
 
@@ -38,7 +38,7 @@ def workdir_of(main_args: Sequence[str]) -> Path:
       return Path(arg.partition("=")[2])
     if arg == "--workdir" and i + 1 < len(main_args):
       return Path(main_args[i + 1])
-  raise cli.UserError("launch.main's arguments (after --) need --workdir=DIR")
+  raise errors.UserError("launch.main's arguments (after --) need --workdir=DIR")
 
 
 def process_commands(main_args: Sequence[str], processes: int, port: int,
@@ -65,7 +65,7 @@ def run_cluster(main_args: Sequence[str], processes: int, devices: int = 1, plat
   """Starts the processes, streams process 0, waits for all; returns their exit codes, None for a process stopped
   because another failed."""
   if processes < 1:
-    raise cli.UserError(f"--processes {processes}: expected at least 1")
+    raise errors.UserError(f"--processes {processes}: expected at least 1")
   logs = workdir_of(main_args).parent / f"{workdir_of(main_args).name}.logs"
   logs.mkdir(parents=True, exist_ok=True)
   env = process_env(platform, devices)
@@ -93,7 +93,7 @@ def _wait(procs: list[subprocess.Popen], shown, timeout_s: float | None) -> list
     if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
       break
     if timeout_s is not None and waited >= timeout_s:
-      raise cli.UserError(f"the processes did not finish within {timeout_s} s; stopped them")
+      raise errors.UserError(f"the processes did not finish within {timeout_s} s; stopped them")
     try:
       procs[0].wait(timeout=POLL_S)
     except subprocess.TimeoutExpired:
@@ -125,19 +125,19 @@ def cluster_main(argv: Sequence[str] | None = None) -> None:
   args = parser().parse_args(argv[:split])
   main_args = argv[split + 1:]
   if not main_args:
-    raise cli.UserError("expected launch.main's arguments after --, e.g. -- --config configs/pretrain.py:runlocal "
+    raise errors.UserError("expected launch.main's arguments after --, e.g. -- --config configs/pretrain.py:runlocal "
                         "--workdir runs/two_hosts")
   codes = run_cluster(main_args, args.processes, args.devices_per_process, args.platform)
   failed = [f"process {i} failed (exit {c}, log {workdir_of(main_args)}.logs/process{i}.log)"
             for i, c in enumerate(codes) if c not in (0, None)]
   stopped = [str(i) for i, c in enumerate(codes) if c is None]
   if failed:
-    raise cli.UserError(", ".join(failed) + (f"; stopped process {', '.join(stopped)}" if stopped else ""))
+    raise errors.UserError(", ".join(failed) + (f"; stopped process {', '.join(stopped)}" if stopped else ""))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
   """`cluster_main` with user errors as one line `error: ...`."""
-  cli.run(cluster_main, argv)
+  errors.run(cluster_main, argv)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Command line: `python -m launch.main --config configs/pretrain.py:size=mini --workdir runs/mini [--config.x=v]`.
 
 Overrides are checked before they are applied: a mistyped key names its close matches, a wrong type names the
-expected one. Every user error (config, data, checkpoint, corpus) is one line `error: ...` (launch.cli; --debug or
+expected one. Every user error (config, data, checkpoint, corpus) is one line `error: ...` (encoder.errors; --debug or
 ENCODERLAB_DEBUG=1 shows the traceback). Multi-host: pass --coordinator_address/--num_processes/--process_id (or set
 JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID) on every host.
 """
@@ -9,7 +9,8 @@ JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID) on every host.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from launch import cli, config_checks, distributed, host_memory, xla_flags
+from encoder import errors
+from launch import config_checks, distributed, host_memory, xla_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=mini.",
                                           lock_config=True)
@@ -29,7 +30,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   try:
     return flags.FLAGS(argv)
   except flags.Error as err:
-    raise config_checks.ConfigError(f"{err} (python -m launch.main --helpshort lists the flags)") from None
+    raise errors.ConfigError(f"{err} (python -m launch.main --helpshort lists the flags)") from None
 
 
 def main(argv: list[str]) -> None:
@@ -44,4 +45,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(app.run, main, flags_parser=parse_flags)
+  errors.run(app.run, main, flags_parser=parse_flags)

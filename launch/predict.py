@@ -30,7 +30,8 @@ import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 
-from launch import checkpointing, cli, finetune_data, task_eval
+from encoder import errors
+from launch import checkpointing, finetune_data, task_eval
 from launch.input_pipeline import tokenizer_for
 from launch.model import PretrainingModel, encoder_config
 from tasks import alignment, evaluation, examples, tfds_builders
@@ -64,14 +65,14 @@ def read_config(workdir: Path) -> ml_collections.ConfigDict:
   """The resolved config a fine-tuning run saved in workdir/config.json."""
   path = workdir / "config.json"
   if not path.is_file():
-    raise cli.UserError(f"{path} does not exist: {workdir} is not a run directory (give the --workdir of a "
+    raise errors.UserError(f"{path} does not exist: {workdir} is not a run directory (give the --workdir of a "
                         "fine-tuning run: python -m launch.main --config configs/finetune.py:... --workdir DIR)")
   try:
     config = ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
   except (json.JSONDecodeError, UnicodeDecodeError) as err:
-    raise cli.UserError(f"{path}: expected the JSON config the run wrote, found unreadable text ({err})") from None
+    raise errors.UserError(f"{path}: expected the JSON config the run wrote, found unreadable text ({err})") from None
   if not isinstance(config.get("task"), ml_collections.ConfigDict):
-    raise cli.UserError(f"{path}: expected a fine-tuning run (a config with a task block); this is a pretraining run, "
+    raise errors.UserError(f"{path}: expected a fine-tuning run (a config with a task block); this is a pretraining run, "
                         "which has no task head to predict with")
   return config
 
@@ -90,7 +91,7 @@ def labels_and_buckets(config: ml_collections.ConfigDict, results: dict[str, Any
   try:
     data = finetune_data.load(config)
   except (OSError, ValueError) as err:
-    raise cli.UserError(f"the run's results.json does not record its labels and length buckets, and reading its "
+    raise errors.UserError(f"the run's results.json does not record its labels and length buckets, and reading its "
                         f"training data to rebuild them failed: {err}") from None
   return data.task["labels"], data.buckets
 
@@ -102,10 +103,10 @@ def restore_params(workdir: Path, config: ml_collections.ConfigDict, checkpoint:
   (`launch.optimizer.evaluation_params`), else the trained parameters.
   """
   if checkpoint not in ("best", "latest"):
-    raise cli.UserError(f"checkpoint={checkpoint!r}: expected 'best' or 'latest'")
+    raise errors.UserError(f"checkpoint={checkpoint!r}: expected 'best' or 'latest'")
   directory = (workdir / "checkpoints").absolute()
   if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
-    raise cli.UserError(f"{directory} holds no checkpoint: train the run first (python -m launch.main ... "
+    raise errors.UserError(f"{directory} holds no checkpoint: train the run first (python -m launch.main ... "
                         f"--workdir {workdir})")
   manager = checkpointing.create_manager(workdir, config)
   best = checkpointing.best_step(manager, config.best_metric, config.best_mode) if checkpoint == "best" else None
@@ -222,12 +223,12 @@ class Predictor:
     if self.word_task:
       words = record.get("words")
       if not words or not all(isinstance(w, str) and w.strip() for w in words):
-        raise cli.UserError(f"input {index}: expected a list of words (non-empty strings), got {words!r}")
+        raise errors.UserError(f"input {index}: expected a list of words (non-empty strings), got {words!r}")
     else:
       if not isinstance(record.get("text_a"), str) or not record["text_a"].strip():
-        raise cli.UserError(f"input {index}: expected a non-empty text, got {record.get('text_a')!r}")
+        raise errors.UserError(f"input {index}: expected a non-empty text, got {record.get('text_a')!r}")
       if self.pairs != bool(record.get("text_b")):
-        raise cli.UserError(f"input {index}: expected {'two texts (a sentence pair)' if self.pairs else 'one text'}: "
+        raise errors.UserError(f"input {index}: expected {'two texts (a sentence pair)' if self.pairs else 'one text'}: "
                             f"the run was trained on {'pairs' if self.pairs else 'single texts'}")
     return record
 
@@ -283,7 +284,7 @@ def read_inputs(path: str, input_format: str, predictor: Predictor) -> tuple[lis
   except ReaderError as err:
     raise ReaderError("<stdin>" if path == STDIN else err.path, err.line, err.expected) from None
   if not records:
-    raise cli.UserError(f"{'<stdin>' if path == STDIN else path}: expected at least one input "
+    raise errors.UserError(f"{'<stdin>' if path == STDIN else path}: expected at least one input "
                         f"({'a sentence' if predictor.word_task else 'a line'}), found none")
   return records, lines
 
@@ -379,11 +380,11 @@ def main(argv: Sequence[str] | None = None) -> None:
   predictor = Predictor.from_workdir(args.workdir, args.checkpoint)
   kind = "word-level" if predictor.word_task else "text"
   if (args.format in ("words", "conll", "conllu")) != predictor.word_task and args.format != "text":
-    raise cli.UserError(f"--format {args.format} is for {'text' if predictor.word_task else 'word'}-level tasks; "
+    raise errors.UserError(f"--format {args.format} is for {'text' if predictor.word_task else 'word'}-level tasks; "
                         f"{args.workdir} is a {kind} task ({predictor.task['name']}): use --format "
                         f"{'text, words, conll or conllu' if predictor.word_task else 'text or tsv'}")
   if args.output == "conll" and not predictor.word_task:
-    raise cli.UserError(f"--output conll is for word-level tasks; {args.workdir} is a {predictor.task['name']} task: "
+    raise errors.UserError(f"--output conll is for word-level tasks; {args.workdir} is a {predictor.task['name']} task: "
                         "use --output jsonl")
   records, lines = read_inputs(args.input, args.format, predictor)
   outputs = predictor.predict_records(records)
@@ -403,4 +404,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from launch import cli
+from encoder import errors
 from launch.sweep import LOG_NAME, POINT_FILE
 from tasks import score
 
@@ -46,9 +46,9 @@ def find_workdirs(paths: Sequence[str | Path]) -> list[Path]:
     elif path.is_dir():
       found.extend(sorted(p for p in path.iterdir() if (p / "config.json").is_file()))
     else:
-      raise cli.UserError(f"{path}: not a directory (expected a workdir or a sweep root)")
+      raise errors.UserError(f"{path}: not a directory (expected a workdir or a sweep root)")
   if not found:
-    raise cli.UserError(f"{', '.join(map(str, paths))}: no workdir (a directory with config.json) found")
+    raise errors.UserError(f"{', '.join(map(str, paths))}: no workdir (a directory with config.json) found")
   return found
 
 
@@ -157,7 +157,7 @@ def significance(runs: Sequence[dict[str, Any]], baseline: str, out: Path, slug:
       gold = out / "gold" / f"{slug}_{split}.{'conll' if files_b[0] == 'conll' else 'txt'}"
       text = gold_text(files_b[0], files_b[2])
       if gold_text(files_a[0], files_a[2]) != text:
-        raise cli.UserError(f"{files_a[2]}: its gold {split} examples differ from {files_b[2]}'s; a bootstrap "
+        raise errors.UserError(f"{files_a[2]}: its gold {split} examples differ from {files_b[2]}'s; a bootstrap "
                             "needs runs scored on the same examples")
       gold.parent.mkdir(parents=True, exist_ok=True)
       gold.write_text(text, encoding="utf-8")
@@ -283,7 +283,7 @@ def write_report(paths: Sequence[str | Path], out: str | Path, baselines: Sequen
   names = {r["group"] for r in runs} | {r["name"] for r in runs}
   unknown = [b for b in baselines if b not in names]
   if unknown:
-    raise cli.UserError(f"--baseline {', '.join(unknown)}: no such group or run; the groups are "
+    raise errors.UserError(f"--baseline {', '.join(unknown)}: no such group or run; the groups are "
                         f"{', '.join(sorted({r['group'] for r in runs}))}")
   out.mkdir(parents=True, exist_ok=True)
   tables, images = [], {}
@@ -327,7 +327,7 @@ def report_main(argv: Sequence[str] | None = None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
   """`report_main` with user errors as one line `error: ...`."""
-  cli.run(report_main, argv)
+  errors.run(report_main, argv)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from launch import cli
+from encoder import errors
 
 ARG_PREFIX = ":"  # Point keys starting with it are the config file's string arguments.
 SEED_KEY = "seed"  # The override that `launch.report` averages over.
@@ -113,20 +113,20 @@ def merge_spec(spec: str, args: dict[str, Any]) -> str:
 
 def _check_stage(stage: Any, where: str) -> None:
   if not isinstance(stage, dict) or not isinstance(stage.get("config"), str) or not stage["config"]:
-    raise cli.UserError(f"{where}: expected a dict with 'config' (a config spec such as 'configs/finetune.py:task="
+    raise errors.UserError(f"{where}: expected a dict with 'config' (a config spec such as 'configs/finetune.py:task="
                         f"sick') and 'points' (a list of dicts), got {stage!r:.200}")
   unknown = sorted(set(stage) - set(SWEEP_KEYS))
   if unknown:
-    raise cli.UserError(f"{where}: unknown key(s) {unknown}; expected {', '.join(SWEEP_KEYS)}")
+    raise errors.UserError(f"{where}: unknown key(s) {unknown}; expected {', '.join(SWEEP_KEYS)}")
   points = stage.get("points")
   if not isinstance(points, list) or not points or not all(isinstance(p, dict) for p in points):
-    raise cli.UserError(f"{where}: 'points' must be a non-empty list of override dicts, got {points!r:.200}")
+    raise errors.UserError(f"{where}: 'points' must be a non-empty list of override dicts, got {points!r:.200}")
   if not isinstance(stage.get("common", {}), dict):
-    raise cli.UserError(f"{where}: 'common' must be a dict of overrides, got {stage['common']!r:.200}")
+    raise errors.UserError(f"{where}: 'common' must be a dict of overrides, got {stage['common']!r:.200}")
   for i, point in enumerate([stage.get("common", {})] + points):
     for key, value in point.items():
       if not isinstance(key, str) or not key.strip(ARG_PREFIX) or value is None:
-        raise cli.UserError(f"{where}: {f'point {i - 1}' if i else 'common'} {point!r:.200}: expected "
+        raise errors.UserError(f"{where}: {f'point {i - 1}' if i else 'common'} {point!r:.200}: expected "
                             "'field': value or ':argument': value")
   if "then" in stage:
     _check_stage(stage["then"], f"{where} then")
@@ -159,7 +159,7 @@ def expand(sweep: dict[str, Any], root: str | Path, where: str = "sweep") -> lis
   seen: dict[str, Point] = {}
   for point in points:
     if point.name in seen:
-      raise cli.UserError(f"{where}: two points are both named {point.name!r} ({seen[point.name].config} and "
+      raise errors.UserError(f"{where}: two points are both named {point.name!r} ({seen[point.name].config} and "
                           f"{point.config}); give them different overrides")
     seen[point.name] = point
   return points
@@ -169,13 +169,13 @@ def load_sweep(spec: str) -> dict[str, Any]:
   """Calls get_sweep(arg) of 'path/to/sweep.py[:arg]'."""
   path, _, arg = spec.partition(":")
   if not Path(path).is_file():
-    raise cli.UserError(f"--sweep {spec}: {path} is not a file (expected a sweep file such as "
+    raise errors.UserError(f"--sweep {spec}: {path} is not a file (expected a sweep file such as "
                         "configs/sweeps/example.py)")
   module_spec = importlib.util.spec_from_file_location(f"sweep_{Path(path).stem}", path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   if not callable(getattr(module, "get_sweep", None)):
-    raise cli.UserError(f"{path}: expected a function get_sweep(arg) returning the sweep dict, found none")
+    raise errors.UserError(f"{path}: expected a function get_sweep(arg) returning the sweep dict, found none")
   return module.get_sweep(arg or None)
 
 
@@ -254,7 +254,7 @@ def select(points: Sequence[Point], patterns: Sequence[str]) -> list[Point]:
   """The points whose name matches one of the glob patterns (all points when there are none)."""
   chosen = [p for p in points if not patterns or any(fnmatch.fnmatchcase(p.name, pat) for pat in patterns)]
   if not chosen:
-    raise cli.UserError(f"--only {' '.join(patterns)}: no point matches; the points are "
+    raise errors.UserError(f"--only {' '.join(patterns)}: no point matches; the points are "
                         f"{', '.join(p.name for p in points)}")
   return chosen
 
@@ -283,13 +283,13 @@ def sweep_main(argv: Sequence[str] | None = None) -> None:
   print(f"sweep {root}: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" (log: {root / LOG_NAME})")
   failed = [r["name"] for r in records if r["status"] in ("failed", "stopped", "blocked")]
   if failed:
-    raise cli.UserError(f"{len(failed)} of {len(records)} points did not finish: {', '.join(failed)} (reasons in "
+    raise errors.UserError(f"{len(failed)} of {len(records)} points did not finish: {', '.join(failed)} (reasons in "
                         f"{root / LOG_NAME}; run the same command again to retry them)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
   """`sweep_main` with user errors as one line `error: ...`."""
-  cli.run(sweep_main, argv)
+  errors.run(sweep_main, argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from typing import Sequence
 
-from launch import cli
+from encoder import errors
 
 # Runtime images of the TPU generations (cloud.google.com/tpu/docs/runtimes); --version overrides.
 RUNTIMES = {"v2": "tpu-ubuntu2204-base", "v3": "tpu-ubuntu2204-base", "v4": "tpu-ubuntu2204-base",
@@ -42,7 +42,7 @@ def accelerator_type(name: str) -> str:
   generation, _, chips = name.partition("-")
   generation = ALIASES.get(generation, generation)
   if generation not in RUNTIMES or not chips.isdigit():
-    raise cli.UserError(f"--type {name}: expected <generation>-<cores or chips> with a generation of "
+    raise errors.UserError(f"--type {name}: expected <generation>-<cores or chips> with a generation of "
                         f"{', '.join(sorted(set(RUNTIMES) | set(ALIASES)))} (e.g. v4-32, v5e-16)")
   return f"{generation}-{chips}"
 
@@ -106,7 +106,7 @@ def execute(steps: Sequence[tuple[str, list[str]]], dry_run: bool) -> None:
     if what.startswith("reuse"):
       exists = result.returncode == 0
     elif result.returncode != 0:
-      raise cli.UserError(f"step '{what}' failed (exit {result.returncode}): {shlex.join(argv)}")
+      raise errors.UserError(f"step '{what}' failed (exit {result.returncode}): {shlex.join(argv)}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -134,14 +134,14 @@ def pod_main(argv: Sequence[str] | None = None) -> None:
   args = parser().parse_args(argv[:split])
   main_args = argv[split + 1:]
   if not any(a.startswith("--workdir") for a in main_args) or not any(a.startswith("--config") for a in main_args):
-    raise cli.UserError("expected launch.main's --config and --workdir after --, e.g. -- --config "
+    raise errors.UserError("expected launch.main's --config and --workdir after --, e.g. -- --config "
                         "configs/pretrain.py:size=base --workdir /mnt/shared/runs/base")
   execute(commands(args, main_args), args.dry_run)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
   """`pod_main` with user errors as one line `error: ...`."""
-  cli.run(pod_main, argv)
+  errors.run(pod_main, argv)
 
 
 if __name__ == "__main__":

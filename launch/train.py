@@ -26,7 +26,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from launch import (checkpointing, compile_ahead, config_checks, flops, input_pipeline, metrics_writer, optimizer,
+from encoder import errors
+from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, task_eval, warm_start, workload)
 from launch.model import PretrainingModel, encoder_config, last_positions
 from launch.progress import Progress
@@ -42,28 +43,28 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   finetuning = workload.is_finetuning(config)
   names = config.objectives.split("+")
   if not finetuning and set(config.objective_weights.keys()) != set(names):
-    raise config_checks.ConfigError(f"config.objective_weights has keys {sorted(config.objective_weights.keys())} "
+    raise errors.ConfigError(f"config.objective_weights has keys {sorted(config.objective_weights.keys())} "
                                     f"but config.objectives={config.objectives!r}: give one weight per objective")
   if not finetuning and config.task:
-    raise config_checks.ConfigError(f"config.task={config.task!r} must be '' for pretraining, or a task block "
+    raise errors.ConfigError(f"config.task={config.task!r} must be '' for pretraining, or a task block "
                                     "(configs/finetune.py) for fine-tuning")
   if not finetuning and -1 in (config.eval_every_steps, config.checkpoint_every_steps):
-    raise config_checks.ConfigError("eval_every_steps / checkpoint_every_steps = -1 (per epoch / per evaluation) "
+    raise errors.ConfigError("eval_every_steps / checkpoint_every_steps = -1 (per epoch / per evaluation) "
                                     "is for fine-tuning only; give a number of steps")
   choices = {"parallelism": ("jit", "pmap"), "best_mode": ("min", "max")}
   for key, allowed in choices.items():
     if config[key] not in allowed:
-      raise config_checks.ConfigError(f"config.{key}={config[key]!r} is not one of {allowed}")
+      raise errors.ConfigError(f"config.{key}={config[key]!r} is not one of {allowed}")
   if config.parallelism == "pmap" and (config.mesh_model != 1 or config.fsdp):
-    raise config_checks.ConfigError("parallelism='pmap' replicates the model: set config.mesh_model=1 and "
+    raise errors.ConfigError("parallelism='pmap' replicates the model: set config.mesh_model=1 and "
                                     "config.fsdp=False, or use parallelism='jit'")
   for key in ("batch_size", "grad_accum_steps", "log_every_steps") + (() if finetuning else ("num_train_steps",)):
     if config[key] < 1:
-      raise config_checks.ConfigError(f"config.{key}={config[key]} must be at least 1")
+      raise errors.ConfigError(f"config.{key}={config[key]} must be at least 1")
   micro = config.batch_size // config.grad_accum_steps
   data_axis = jax.device_count() // config.mesh_model
   if config.batch_size % config.grad_accum_steps or micro % data_axis:
-    raise config_checks.ConfigError(
+    raise errors.ConfigError(
         f"config.batch_size={config.batch_size} must split into grad_accum_steps={config.grad_accum_steps} "
         f"micro-batches, each divisible by the {data_axis} data-parallel devices")
 

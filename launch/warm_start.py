@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from encoder import errors
 from encoder import hf_checkpoint, pretrained
-from launch import config_checks
 from objectives import registry
 
 
@@ -27,7 +27,7 @@ def _run_params(workdir: Path) -> dict:
   manager.close()
   params = state["params"]
   if "encoder" not in params:
-    raise config_checks.ConfigError(f"config.init='run:{workdir}': checkpoint {directory / str(step)} has no encoder "
+    raise errors.ConfigError(f"config.init='run:{workdir}': checkpoint {directory / str(step)} has no encoder "
                                     f"parameters (top-level keys {sorted(params)})")
   return jax.tree.map(np.asarray, params)
 
@@ -44,7 +44,7 @@ def pretrained_params(init: str) -> dict | None:
   if kind == "run":
     params = _run_params(Path(where))
     return {name: tree for name, tree in params.items() if name == "encoder" or name in registry.OBJECTIVES}
-  raise config_checks.ConfigError(f"config.init={init!r} must be 'hf:<name or directory>', 'run:<workdir>' or ''")
+  raise errors.ConfigError(f"config.init={init!r} must be 'hf:<name or directory>', 'run:<workdir>' or ''")
 
 
 def check_matches(init: str, loaded: dict, expected: dict) -> None:
@@ -56,7 +56,7 @@ def check_matches(init: str, loaded: dict, expected: dict) -> None:
   got, want = flat(loaded), flat(expected)
   for path in sorted(set(got) | set(want)):
     if got.get(path) != want.get(path):
-      raise config_checks.ConfigError(
+      raise errors.ConfigError(
           f"config.init={init!r}: parameter {path} has shape {got.get(path)} in the checkpoint but {want.get(path)} "
           "in the model of config.model/config.data.tokenizer; train with the checkpoint's own model config and "
           "tokenizer (configs/finetune.py and configs/pretrain.py read them from the checkpoint)")

@@ -8,7 +8,8 @@ from typing import Any, Callable, Iterator, NamedTuple
 import ml_collections
 import numpy as np
 
-from launch import config_checks, finetune_data, input_pipeline
+from encoder import errors
+from launch import finetune_data, input_pipeline
 from objectives import registry
 from objectives.objective import Objective
 from tasks import registry as task_registry
@@ -54,7 +55,7 @@ def finetuning(config: ml_collections.ConfigDict) -> Workload:
   per_epoch = finetune_data.steps_per_epoch(len(data.train.examples), config.batch_size)
   total = config.num_train_steps if config.num_train_steps > 0 else config.epochs * per_epoch
   if total < 1:
-    raise config_checks.ConfigError(f"config.epochs={config.epochs} gives no training steps: set it to at least 1")
+    raise errors.ConfigError(f"config.epochs={config.epochs} gives no training steps: set it to at least 1")
   batches = lambda start: finetune_data.train_batches(data, batch_size=config.batch_size, seed=config.seed,
                                                       start_step=start, total_steps=total,
                                                       prefetch=config.data.prefetch)

@@ -38,7 +38,7 @@ from array_record.python import array_record_module
 
 from encoder import pretrained
 from encoder.tokenizer import load_tokenizer
-from launch import cli
+from encoder import errors
 from objectives import corpus as corpus_lib
 
 FORMAT = "encoderlab-prepared-v1"
@@ -273,7 +273,7 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
   (also written to out/metadata.json). stop_after_shards (a debugging aid) stops after writing that many shards,
   before metadata.json."""
   if processes < 1 or shard_documents < 1:
-    raise cli.UserError(f"--processes {processes} and --shard-documents {shard_documents} must be at least 1")
+    raise errors.UserError(f"--processes {processes} and --shard-documents {shard_documents} must be at least 1")
   files = expand_inputs(inputs)
   sources, described = {}, {}
   for spec in (f for f in files if isinstance(f, str)):
@@ -356,4 +356,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  errors.run(main)

@@ -20,7 +20,7 @@ import argparse
 import json
 from typing import Any, Sequence
 
-from launch import cli
+from encoder import errors
 from tasks import bootstrap, metrics, tag_schemes
 from tasks.readers.lines import ReaderError, numbered_lines
 
@@ -44,7 +44,7 @@ def read_tag_column(path: str) -> Column:
     sentences.append(tags)
     lines.append(numbers)
   if not sentences:
-    raise cli.UserError(f"{path}: expected sentences (token lines 'word ... TAG', a blank line between "
+    raise errors.UserError(f"{path}: expected sentences (token lines 'word ... TAG', a blank line between "
                         "sentences), found none")
   return sentences, lines
 
@@ -54,7 +54,7 @@ def read_label_column(path: str) -> Column:
   error."""
   rows = [(line.split()[-1], n) for n, line in numbered_lines(path) if line.strip()]
   if not rows:
-    raise cli.UserError(f"{path}: expected one example per line (the label or score in the last column), found none")
+    raise errors.UserError(f"{path}: expected one example per line (the label or score in the last column), found none")
   return [[label] for label, _ in rows], [[n] for _, n in rows]
 
 
@@ -77,7 +77,7 @@ def load_scores(gold_path: str, pred_paths: Sequence[str]) -> tuple[list[float],
   for path in pred_paths:
     pred, lines = read_score_column(path)
     if len(pred) != len(gold):
-      raise cli.UserError(f"{path}: {len(pred)} scores but {gold_path} has {len(gold)}"
+      raise errors.UserError(f"{path}: {len(pred)} scores but {gold_path} has {len(gold)}"
                           + (f" (line {lines[len(gold)]} is the first extra)" if len(pred) > len(gold) else "")
                           + ": the files must have the same examples")
     preds.append(pred)
@@ -91,12 +91,12 @@ def check_aligned(gold_path: str, gold: Column, pred_path: str, pred: Column, un
     if len(g) != len(p):
       j = min(len(g), len(p))
       at = lambda lines: lines[j] if j < len(lines) else lines[-1] + 1
-      raise cli.UserError(f"{pred_path}:{at(p)}: sentence {i + 1} has {len(p)} {unit}s but in {gold_path} "
+      raise errors.UserError(f"{pred_path}:{at(p)}: sentence {i + 1} has {len(p)} {unit}s but in {gold_path} "
                           f"(line {at(g)}) it has {len(g)}: pred needs the same {unit}s and blank lines as gold")
   if len(gold_tags) != len(pred_tags):
     longer, lines = (gold_path, gold_lines) if len(gold_tags) > len(pred_tags) else (pred_path, pred_lines)
     short, groups = min(len(gold_tags), len(pred_tags)), "sentences" if unit == "token" else "labels"
-    raise cli.UserError(f"{longer}:{lines[short][0]}: {gold_path} has {len(gold_tags)} {groups} and "
+    raise errors.UserError(f"{longer}:{lines[short][0]}: {gold_path} has {len(gold_tags)} {groups} and "
                         f"{pred_path} has {len(pred_tags)}: the files must have the same {groups}")
 
 
@@ -215,7 +215,7 @@ def score_files(argv: Sequence[str] | None = None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
   """`score` with user errors (a missing file, a bad tag, misaligned files) as one line `error: path:line: ...`."""
-  cli.run(score_files, argv)
+  errors.run(score_files, argv)
 
 
 if __name__ == "__main__":

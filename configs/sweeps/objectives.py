@@ -13,7 +13,7 @@ the presets' top_k=6 assumes MiniLM's 6 layers.
 """
 
 from configs import common
-from launch.config_checks import ConfigError
+from encoder.errors import ConfigError
 from launch.sweep import grid, seeds
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sbo", "mlm+nsp+sbo")

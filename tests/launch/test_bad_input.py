@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from encoder.pretrained import minilm_path
-from launch import cli
+from encoder import errors
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "sentence_A\tsentence_B\tlabel\n"
@@ -137,7 +137,7 @@ def test_scorer_refuses_an_empty_gold_file(tmp_path):
 def test_debug_shows_the_traceback(tmp_path):
   pred = write(tmp_path / "pred", GOLD.replace("Peter B-PER", "Peter Peter"))
   args = ("-m", "tasks.score", "conll", "--gold", write(tmp_path / "gold", GOLD), "--pred", pred)
-  for done in (command(*args, "--debug"), command(*args, env={cli.DEBUG_ENV: "1"})):
+  for done in (command(*args, "--debug"), command(*args, env={errors.DEBUG_ENV: "1"})):
     assert done.returncode != 0 and "Traceback" in done.stderr and "ReaderError" in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"error: {pred}:4:")
 
@@ -152,7 +152,7 @@ def test_bf16_reference_refused_on_a_cpu_without_bf16_units(monkeypatch):
   from benchmarks import finetune  # pylint: disable=import-outside-toplevel
   from encoder import matmul  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(matmul, "bf16_dots", lambda: False)
-  with pytest.raises(cli.UserError, match=r"--precision bfloat16: this CPU has no bf16 matrix instructions .*float32"):
+  with pytest.raises(errors.UserError, match=r"--precision bfloat16: this CPU has no bf16 matrix instructions .*float32"):
     finetune.main(["--task", "sick", "--reference", "--precision", "bfloat16"])
 
 
@@ -160,8 +160,8 @@ def test_cli_run_reports_user_errors_and_keeps_bugs_loud(tmp_path):
   def fails(error: Exception):
     raise error
   with pytest.raises(SystemExit, match=r"^error: a.tsv:3: expected 2 columns, got 3$"):
-    cli.run(fails, cli.UserError("a.tsv:3: expected 2 columns, got 3"))
+    errors.run(fails, errors.UserError("a.tsv:3: expected 2 columns, got 3"))
   with pytest.raises(SystemExit, match=rf"^error: {tmp_path / 'missing'}: No such file or directory$"):
-    cli.run(open, tmp_path / "missing")
+    errors.run(open, tmp_path / "missing")
   with pytest.raises(KeyError):  # A programming error keeps its traceback.
-    cli.run(fails, KeyError("bug"))
+    errors.run(fails, KeyError("bug"))

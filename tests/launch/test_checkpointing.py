@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from encoder import errors
 from configs import pretrain
-from launch import checkpointing, config_checks
+from launch import checkpointing
 
 
 @pytest.fixture()
@@ -68,7 +69,7 @@ def test_refuses_workdir_of_another_model(tmp_path, config):
   (tmp_path / "checkpoints" / "5").mkdir(parents=True)
   other = pretrain.get_config("runlocal")
   other.model.num_layers = 3
-  with pytest.raises(config_checks.ConfigError, match=r"different model.*model\.num_layers: 2 -> 3"):
+  with pytest.raises(errors.ConfigError, match=r"different model.*model\.num_layers: 2 -> 3"):
     checkpointing.check_compatible(tmp_path, other)
   checkpointing.check_compatible(tmp_path, config)  # Same model: fine.
   assert json.loads((tmp_path / "config.json").read_text())["model"]["num_layers"] == 2

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from encoder import errors
 from configs import common, pretrain
 from encoder.config import PRESETS
 from launch import config_checks
@@ -37,9 +38,9 @@ def test_config_is_locked(config):
 
 
 def test_mistyped_key_names_close_matches(config):
-  with pytest.raises(config_checks.ConfigError, match=r"'optimizer.learnig_rate'.*optimizer\.learning_rate"):
+  with pytest.raises(errors.ConfigError, match=r"'optimizer.learnig_rate'.*optimizer\.learning_rate"):
     config_checks.check_overrides(config, [("optimizer.learnig_rate", "0.1")], "test")
-  with pytest.raises(config_checks.ConfigError, match=r"'num_train_step'.*num_train_steps"):
+  with pytest.raises(errors.ConfigError, match=r"'num_train_step'.*num_train_steps"):
     config_checks.check_overrides(config, [("num_train_step", "3")], "test")
 
 
@@ -47,7 +48,7 @@ def test_mistyped_key_names_close_matches(config):
                                                 ("optimizer.learning_rate", "fast", "float"),
                                                 ("measure_mfu", "maybe", "bool")])
 def test_wrong_type_names_key_value_and_type(config, key, value, expected):
-  with pytest.raises(config_checks.ConfigError, match=rf"'{re.escape(key)}' got '{value}'.*valid {expected}"):
+  with pytest.raises(errors.ConfigError, match=rf"'{re.escape(key)}' got '{value}'.*valid {expected}"):
     config_checks.check_overrides(config, [(key, value)], "test")
 
 

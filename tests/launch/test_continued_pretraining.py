@@ -6,9 +6,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from encoder import errors
 from configs import pretrain
 from encoder import hf_checkpoint, pretrained
-from launch import config_checks, train, warm_start
+from launch import train, warm_start
 from tests.conftest import require_data
 
 
@@ -54,6 +55,6 @@ def test_continues_the_imported_minilm_encoder(tmp_path):
 def test_a_checkpoint_of_another_shape_is_refused():
   loaded = {"encoder": {"embeddings": {"word_embeddings": {"embedding": np.zeros((30522, 384))}}}, "other": {}}
   expected = {"encoder": {"embeddings": {"word_embeddings": {"embedding": np.zeros((1000, 384))}}}, "mlm": {}}
-  with pytest.raises(config_checks.ConfigError, match=r"'encoder'\]\['embeddings'.*\(30522, 384\) in the checkpoint "
+  with pytest.raises(errors.ConfigError, match=r"'encoder'\]\['embeddings'.*\(30522, 384\) in the checkpoint "
                      r"but \(1000, 384\)"):
     warm_start.check_matches("run:/somewhere", loaded, expected)

@@ -11,7 +11,8 @@ import pytest
 
 from configs import demo as demo_config
 from configs import finetune
-from launch import cli, demo, finetune_data, predict, train
+from encoder import errors
+from launch import demo, finetune_data, predict, train
 from tasks.readers import read_conllu
 from tests.conftest import require_data
 
@@ -110,6 +111,6 @@ def test_demo_rerun_shows_the_finished_runs_again_and_fresh_keeps_other_files(de
   assert again == first
   (tmp_path / "mlm").mkdir()
   (tmp_path / "mlm" / "notes.txt").write_text("mine")
-  with pytest.raises(cli.UserError, match="holds no config.json"):
+  with pytest.raises(errors.UserError, match="holds no config.json"):
     demo.clear_runs(tmp_path)
   assert (tmp_path / "mlm" / "notes.txt").is_file()

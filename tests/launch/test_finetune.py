@@ -11,9 +11,10 @@ import pytest
 import scipy.stats
 import seqeval.metrics
 
+from encoder import errors
 from configs import common, finetune
 from encoder import hf_checkpoint, pretrained
-from launch import config_checks, finetune_data, task_eval, train, workload
+from launch import finetune_data, task_eval, train, workload
 from launch.model import PretrainingModel, encoder_config
 from tests.conftest import require_data
 
@@ -33,10 +34,9 @@ def _encoder(workdir) -> dict:
 
 
 @pytest.fixture(scope="module")
-def conll_run(tmp_path_factory):
-  require_data("conll2003/bio/train.txt")
-  workdir = tmp_path_factory.mktemp("conll")
-  return workdir, train.train_and_evaluate(_config("task=conll2003,runlocal"), workdir)
+def conll_run(trained):
+  workdir = trained("conll2003")
+  return workdir, json.loads((workdir / "results.json").read_text())
 
 
 def test_batch_of_a_step_is_a_pure_function_of_the_step():
@@ -158,5 +158,5 @@ def test_auxiliary_score_trains_and_needs_a_score_column(tmp_path):
   config = _config("task=sick,runlocal", num_train_steps=2, **{"task.score_weight": 1.0})
   results = train.train_and_evaluate(config, tmp_path)
   assert results["train"]["train/classification_score_mse"] > 0 and set(results["dev"]) == {"accuracy", "macro_f1"}
-  with pytest.raises(config_checks.ConfigError, match=r"trains on scores, but 'train\[:64\]' of sst2 has none"):
+  with pytest.raises(errors.ConfigError, match=r"trains on scores, but 'train\[:64\]' of sst2 has none"):
     finetune_data.load(_config("task=sst2,runlocal", **{"task.score_weight": 1.0}))

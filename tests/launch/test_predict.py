@@ -16,45 +16,13 @@ import pytest
 
 from configs import demo as demo_config
 from configs import finetune
-from launch import cli, predict, train
+from encoder import errors
+from launch import predict
 from tasks import score
 from tasks.readers import read_conllu
 from tests.conftest import require_data
 
-# name -> (configs/finetune.py argument, overrides, a data file the run needs); "ud_sample" is the demo's POS run on
-# the packaged EWT sample (greedy tagging of plain tags with word endings; needs no data directory).
-RUNS = {
-    "sst2": ("task=sst2,runlocal", {"optimizer.ema_decay": 0.9}, "sst2/train.tsv"),  # Evaluated with an EMA.
-    "sick": ("task=sick,runlocal", {}, "sick/SICK_train.txt"),
-    "sick_relatedness": ("task=sick_relatedness,runlocal", {}, "sick/SICK_train.txt"),
-    "conll2003_crf": ("task=conll2003_crf,runlocal", {}, "conll2003/bio/train.txt"),
-    "conll2003_spans": ("task=conll2003_spans,runlocal", {}, "conll2003/bio/train.txt"),
-    "ud_sample": (None, {}, None),
-}
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _config(name: str):
-  arg, overrides, _ = RUNS[name]
-  config = demo_config.pos_config(runlocal=True) if arg is None else finetune.get_config(arg)
-  config.update_from_flattened_dict(overrides)
-  return config
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  """name -> the workdir of that run, trained once per module (skipped when its data is absent)."""
-  workdirs = {}
-
-  def get(name: str) -> Path:
-    if RUNS[name][2]:
-      require_data(RUNS[name][2])
-    if name not in workdirs:
-      workdir = tmp_path_factory.mktemp(name)
-      train.train_and_evaluate(_config(name), workdir)
-      workdirs[name] = workdir
-    return workdirs[name]
-  return get
 
 
 def _dev(workdir: Path) -> list[dict]:
@@ -69,7 +37,7 @@ def _inputs(records: list[dict]) -> list[dict]:
 def _user_error(argv: list[str]) -> str:
   """The one-line message of launch.predict's exit on a user error."""
   with pytest.raises(SystemExit) as exit_info:
-    cli.run(predict.main, argv)
+    errors.run(predict.main, argv)
   message = str(exit_info.value.code)
   assert message.startswith("error: ") and "\n" not in message
   return message
@@ -88,7 +56,7 @@ def test_split_words_gives_the_treebank_words():
     assert sum(predict.split_words(text, True) == w for text, w in zip(texts, words)) == expected
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize("name", ["sst2", "sick", "sick_relatedness", "conll2003_crf", "conll2003_spans", "ud_sample"])
 def test_dev_predictions_equal_the_runs_own(trained, name):
   workdir = trained(name)
   results = json.loads((workdir / "results.json").read_text())
@@ -239,5 +207,5 @@ def test_labels_and_buckets_come_from_results_or_the_training_data(trained, tmp_
   assert labels == list(finetune.UPOS) and set(buckets) <= set(config.data.buckets) | {config.task.max_length}
   config.task.files = f"train:{tmp_path / 'gone.conllu'},validation:{tmp_path / 'gone.conllu'}"
   assert predict.labels_and_buckets(config, {"labels": ["A", "B"], "buckets": [16, 32]}) == (["A", "B"], (16, 32))
-  with pytest.raises(cli.UserError, match="results.json does not record its labels and length buckets"):
+  with pytest.raises(errors.UserError, match="results.json does not record its labels and length buckets"):
     predict.labels_and_buckets(config, {})

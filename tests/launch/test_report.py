@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from launch import cli, report
+from encoder import errors
+from launch import report
 
 REPO = Path(__file__).resolve().parents[2]
 LABELS = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
@@ -133,7 +134,7 @@ def test_curves_and_self_contained_page(runs):
 
 def test_user_errors(runs, tmp_path):
   root, _, _ = runs
-  with pytest.raises(cli.UserError, match="--baseline nope: no such group or run"):
+  with pytest.raises(errors.UserError, match="--baseline nope: no such group or run"):
     report.write_report([root], tmp_path / "out", baselines=["nope"])
   result = subprocess.run([sys.executable, "-m", "launch.report", str(tmp_path / "missing")], cwd=REPO,
                           capture_output=True, text=True, check=False)

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from launch import cli, report, sweep
-from launch.config_checks import ConfigError
+from encoder import errors
+from launch import report, sweep
+from encoder.errors import ConfigError
 from tests.conftest import require_data
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,11 +91,11 @@ def test_sick_recipes_sweep_builds_every_point_of_the_results_table():
 
 
 def test_bad_sweeps_are_one_line_errors(tmp_path):
-  with pytest.raises(cli.UserError, match="both named 'seed-0'"):
+  with pytest.raises(errors.UserError, match="both named 'seed-0'"):
     sweep.expand({"config": "c.py", "points": [{"seed": 0}, {"seed": 0}]}, tmp_path)
-  with pytest.raises(cli.UserError, match="unknown key"):
+  with pytest.raises(errors.UserError, match="unknown key"):
     sweep.expand({"config": "c.py", "points": [{}], "pionts": []}, tmp_path)
-  with pytest.raises(cli.UserError, match="non-empty list"):
+  with pytest.raises(errors.UserError, match="non-empty list"):
     sweep.expand({"config": "c.py", "points": []}, tmp_path)
   result = _sweep(["--sweep", str(tmp_path / "missing.py"), "--print"])
   assert result.returncode == 1 and result.stderr.strip().startswith("error:") and "missing.py" in result.stderr

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launch import cli, tpu_pod
+from encoder import errors
+from launch import tpu_pod
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN_ARGS = ["--config", "configs/pretrain.py:size=base,objectives=mlm+nsp", "--workdir", "/mnt/shared/runs/base"]
@@ -78,6 +79,6 @@ def test_run_reuses_or_creates_the_slice(tmp_path):
 
 
 def test_unknown_slice_type():
-  with pytest.raises(cli.UserError, match="--type v9-8: expected"):
+  with pytest.raises(errors.UserError, match="--type v9-8: expected"):
     tpu_pod.accelerator_type("v9-8")
   assert tpu_pod.accelerator_type("v5e-16") == "v5litepod-16"
