@@ -6,13 +6,14 @@ import numpy as np
 import pytest
 
 from encoder import PRESETS, Encoder, preset
+from tests.conftest import require_package
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
 
 
 def _hf_parameter_count(cfg) -> int:
-  torch = pytest.importorskip("torch")
-  transformers = pytest.importorskip("transformers")
+  torch = require_package("torch")
+  transformers = require_package("transformers")
   hf_config = transformers.BertConfig(
       vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
       num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,

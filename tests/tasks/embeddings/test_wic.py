@@ -15,6 +15,7 @@ from encoder.tokenizer import load_tokenizer
 from tasks.embeddings import wic
 from tasks.embeddings.extract import Embedder
 from tasks.embeddings.standardize import Standardizer
+from tests.conftest import require_package
 
 LAYERS = 4  # The stand-in has 4 layers + embeddings.
 
@@ -95,7 +96,7 @@ def test_best_threshold_equals_brute_force_and_never_splits_ties():
 
 
 def test_logistic_regression_equals_scikit_learn():
-  linear_model = pytest.importorskip("sklearn.linear_model")
+  linear_model = require_package("sklearn.linear_model")
   rng = np.random.default_rng(1)
   x = rng.normal(size=(400, 5)) * [1, 10, 0.1, 3, 1] + [0, 5, 0, -2, 1]
   y = (x @ [1, 0.1, 5, -0.3, 0] + rng.normal(size=400)) > 0
