@@ -153,11 +153,26 @@ def _write_wic(root):
 
 
 def test_evaluate_wic_end_to_end_with_the_stand_in(tmp_path):
+  """Every threshold row's dev accuracy equals the one recomputed from its threshold, the dev cosines and the gold
+  labels; dev = train here (the same pairs, z-scored with train's statistics), so every row's dev equals its train
+  accuracy; the reported accuracy is the first row of best cross-validated train accuracy."""
   _write_wic(tmp_path)
   result = wic.evaluate_wic(StandIn(), tmp_path, folds=3)
-  assert len(result["table"]) == len(wic.methods(LAYERS))
-  assert result["train_cv_accuracy"] == max(row["train_cv"] for row in result["table"])
-  assert 0 <= result["dev_accuracy"] <= 100 and result["train_pairs"] == result["dev_pairs"] == 12
+  table = result["table"]
+  assert len(table) == len(wic.methods(LAYERS))
+  assert result["train_pairs"] == result["dev_pairs"] == 12
+  gold = np.array([line == "T" for line in (tmp_path / "dev" / "dev.gold.txt").read_text().split()])
+  train_pairs, standardizer = wic.embed_pairs(StandIn(), wic.read_wic_split(tmp_path, "train"))
+  dev = wic.pair_features(wic.embed_pairs(StandIn(), wic.read_wic_split(tmp_path, "dev"))[0], standardizer)
+  for row in table:
+    assert row["dev"] == pytest.approx(row["train"])
+    if "threshold" in row:
+      cosines = dev[row["method"].replace("cos ", "target ", 1)]
+      assert row["dev"] == pytest.approx(100 * np.mean((cosines >= row["threshold"]) == gold))
+  chosen = next(row for row in table if row["train_cv"] == max(r["train_cv"] for r in table))
+  assert (result["method"], result["dev_accuracy"], result["train_cv_accuracy"]) == (
+      chosen["method"], chosen["dev"], chosen["train_cv"])
+  assert 0 < result["dev_accuracy"] <= 100 and len(train_pairs.labels) == 12
   assert result["single_cosine"]["method"].startswith("cos ")
   assert "context" not in result["target_only"]["method"]
 
