@@ -23,7 +23,7 @@ def missing(what: str, why: str) -> None:
   """Skip the test with the reason; under CI fail it instead, naming what CI must have."""
   if in_ci():
     pytest.fail(f"CI must have {what}: {why}", pytrace=False)
-  pytest.skip(f"{what} is absent: {why}")
+  pytest.skip(f"{what} is absent: {why}", allow_module_level=True)  # Also from a module-level import.
 
 
 def require_package(name: str):
