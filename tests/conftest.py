@@ -1,5 +1,6 @@
-"""Shared fixtures: the real-data directory (skip locally when absent, fail in CI)."""
+"""Shared fixtures and the skip rule: data or a reference package that is absent skips locally, fails under CI."""
 
+import importlib
 import os
 
 import jax
@@ -10,15 +11,35 @@ from configs import paths
 # The tests check the math against numpy and torch in full float32: no TF32 matmuls when they run on a recent GPU.
 jax.config.update("jax_default_matmul_precision", "float32")
 
+TRUE_SPELLINGS = ("1", "true", "yes", "on", "y")
+
+
+def in_ci() -> bool:
+  """CI mode: $CI set to a true spelling (CI=true, CI=1, CI=yes, CI=True, ...), as CI services set it."""
+  return os.environ.get("CI", "").strip().lower() in TRUE_SPELLINGS
+
+
+def missing(what: str, why: str) -> None:
+  """Skip the test with the reason; under CI fail it instead, naming what CI must have."""
+  if in_ci():
+    pytest.fail(f"CI must have {what}: {why}", pytrace=False)
+  pytest.skip(f"{what} is absent: {why}", allow_module_level=True)  # Also from a module-level import.
+
+
+def require_package(name: str):
+  """The imported module `name` (a test reference: torch, sklearn.linear_model, ...); skip/fail as in `missing`."""
+  try:
+    return importlib.import_module(name)
+  except ImportError as err:
+    missing(f"the reference package {name!r}", f"{err} (pip install -e '.[test,ref]')")
+
 
 def require_data(relative: str):
-  """Path to a shared data file; skips with a reason when absent, fails when CI=true."""
+  """Path to a shared data file; skip/fail as in `missing`."""
   try:
     return paths.data_file(relative)
   except FileNotFoundError as err:
-    if os.environ.get("CI", "").lower() == "true":
-      pytest.fail(f"CI must have the shared data: {err}")
-    pytest.skip(f"shared data absent: {err}")
+    missing("the shared data", str(err))
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """HF checkpoint import/export against transformers' PyTorch BERT: hidden-state parity, bitwise roundtrips, errors."""
 
 import json
-import os
 from pathlib import Path
 import shutil
 
@@ -16,6 +15,7 @@ import transformers
 from encoder import hf_checkpoint as hf
 from encoder import pretrained
 from encoder.model import Encoder
+from tests.conftest import missing
 
 TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
             max_position_embeddings=24, type_vocab_size=2, layer_norm_eps=1e-12)
@@ -296,9 +296,7 @@ def minilm():
   try:
     path = pretrained.minilm_path()
   except pretrained.PretrainedNotFoundError as err:
-    if os.environ.get("CI", "").lower() == "true":
-      pytest.fail(f"CI must have the MiniLM checkpoint: {err}")
-    pytest.skip(str(err))
+    missing("the MiniLM checkpoint", str(err))
   assert pretrained.resolve_checkpoint("all-MiniLM-L6-v2") == path
   return path, hf.load_hf_checkpoint(path)
 

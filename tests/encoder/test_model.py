@@ -4,15 +4,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy.special import erf
 
 from encoder import PRESETS, Encoder, preset
+from tests.conftest import require_package
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
 
 
 def _hf_parameter_count(cfg) -> int:
-  torch = pytest.importorskip("torch")
-  transformers = pytest.importorskip("transformers")
+  torch = require_package("torch")
+  transformers = require_package("transformers")
   hf_config = transformers.BertConfig(
       vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
       num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
@@ -94,15 +96,58 @@ def test_a_token_outside_the_segment_does_change_outputs(tiny_model):
   assert not np.allclose(np.asarray(same[-1][0, :2]), np.asarray(split[-1][0, :2]), atol=1e-4)
 
 
-def test_pre_layer_norm_variant_runs_and_differs():
+def _numpy_pre_ln_encoder(p, ids, types, eps):
+  """Pre-LN BERT restated in float64 numpy from the parameter tree: x = word + position + type embeddings (no
+  LayerNorm), each block x += Attn(LN(x)); x += FFN(LN(x)), a final LayerNorm, the pooler on [CLS]."""
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), p)
+  norm = lambda x, n: (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + eps) * n["scale"] + n[
+      "bias"]
+  gelu = lambda x: 0.5 * x * (1 + erf(x / np.sqrt(2)))
+  e = p["embeddings"]
+  x = (e["word_embeddings"]["embedding"][ids] + e["position_embeddings"]["embedding"][np.arange(ids.shape[1])]
+       + e["token_type_embeddings"]["embedding"][types])
+  bias = np.where((ids != 0)[:, None, None, :], 0.0, -1e30)  # [batch, 1, 1, key]: padding keys never attended.
+  hidden = [x]
+  for i in range(len([k for k in p if k.startswith("layer_")])):
+    layer = p[f"layer_{i}"]
+    attention = layer["attention"]
+    h = norm(x, layer["attention_layer_norm"])
+    q, k, v = (np.einsum("blh,hnd->bnld", h, attention["qkv"]["kernel"][:, j])
+               + attention["qkv"]["bias"][j][None, :, None] for j in range(3))
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1]) + bias
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    context = (weights / weights.sum(-1, keepdims=True)) @ v  # [batch, heads, length, head_dim]
+    x = x + np.einsum("bnld,ndh->blh", context, attention["output"]["kernel"]) + attention["output"]["bias"]
+    mlp = layer["mlp"]
+    h = gelu(norm(x, layer["output_layer_norm"]) @ mlp["intermediate"]["kernel"] + mlp["intermediate"]["bias"])
+    x = x + h @ mlp["output"]["kernel"] + mlp["output"]["bias"]
+    hidden.append(x)
+  hidden[-1] = norm(x, p["final_layer_norm"])
+  pooled = np.tanh(hidden[-1][:, 0] @ p["pooler"]["kernel"] + p["pooler"]["bias"])
+  return hidden, pooled
+
+
+def test_pre_layer_norm_variant_equals_a_numpy_restatement_and_differs_from_post_ln():
+  """Every hidden state (real tokens) and the pooled [CLS] of pre-LN equal the float64 restatement on the same random
+  weights (biases and LayerNorm parameters too); post-LN on the same block weights gives another encoder."""
   cfg = TINY.replace(pre_layer_norm=True)
-  model = Encoder(cfg)
-  ids = jnp.asarray([[3, 4, 5, 0]])
-  params = model.init(jax.random.key(0), ids)
-  assert "final_layer_norm" in params["params"]
-  out = model.apply(params, ids)
-  assert len(out.hidden_states) == cfg.num_layers + 1
-  assert np.all(np.isfinite(np.asarray(out.last)))
+  rng = np.random.default_rng(0)
+  ids = np.array([[2, 7, 9, 11, 4, 5, 0, 0], [3, 8, 15, 6, 12, 10, 14, 13]], np.int32)
+  types = np.array([[0, 0, 0, 1, 1, 1, 0, 0], [0] * 4 + [1] * 4], np.int32)
+  init = jax.jit(Encoder(cfg).init)(jax.random.key(0), jnp.asarray(ids))["params"]
+  params = jax.tree.map(lambda a: np.asarray(a) + rng.normal(0.0, 0.1, a.shape).astype(np.float32), init)
+  out = jax.jit(Encoder(cfg).apply)({"params": params}, jnp.asarray(ids), jnp.asarray(types))
+  hidden, pooled = _numpy_pre_ln_encoder(params, ids, types, cfg.layer_norm_eps)
+  valid = ids != 0
+  assert len(out.hidden_states) == len(hidden) == cfg.num_layers + 1
+  for ours, reference in zip(out.hidden_states, hidden):
+    np.testing.assert_allclose(np.asarray(ours)[valid], reference[valid], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out.pooled, pooled, rtol=1e-5, atol=1e-5)
+  post_ln = {k: v for k, v in params.items() if k != "final_layer_norm"}
+  post_ln["embeddings"] = {**params["embeddings"], "layer_norm": {"scale": np.ones(cfg.hidden_size, np.float32),
+                                                                  "bias": np.zeros(cfg.hidden_size, np.float32)}}
+  post = jax.jit(Encoder(TINY).apply)({"params": post_ln}, jnp.asarray(ids), jnp.asarray(types))
+  assert np.abs(np.asarray(post.last) - np.asarray(out.last))[valid].max() > 0.1
 
 
 def test_mixed_precision_keeps_fp32_params_and_hidden_states():

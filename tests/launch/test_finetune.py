@@ -111,9 +111,18 @@ def test_pos_preset_trains_with_word_endings_and_writes_every_word(tmp_path):
   config = _config("task=ud_pos,runlocal", num_train_steps=2)
   assert config.task.last_subword and config.task.case_features
   results = train.train_and_evaluate(config, tmp_path)
-  assert results["step"] == 2 and 0 <= results["test"]["accuracy"] <= 100
+  assert results["step"] == 2
   rows = [json.loads(line) for line in (tmp_path / "predictions" / "test.jsonl").read_text().splitlines()]
-  assert len(rows) == 32 and all(len(r["prediction"]) <= len(r["words"]) for r in rows)
+  assert len(rows) == 32 and all(len(r["prediction"]) <= len(r["words"]) for r in rows)  # Past truncation: none.
+  # test.conll writes every word of every sentence (word, gold, predicted; "O" past truncation, so wrong).
+  blocks = [[line.split(" ") for line in block.splitlines()]
+            for block in (tmp_path / "predictions" / "test.conll").read_text().split("\n\n")]
+  assert [[w for w, _, _ in block] for block in blocks] == [r["words"] for r in rows]
+  assert [[g for _, g, _ in block] for block in blocks] == [r["tags"] for r in rows]
+  padded = [r["prediction"] + ["O"] * (len(r["words"]) - len(r["prediction"])) for r in rows]
+  assert [[p for _, _, p in block] for block in blocks] == padded
+  words = [(g, p) for block in blocks for _, g, p in block]
+  assert results["test"]["accuracy"] == pytest.approx(100 * np.mean([g == p for g, p in words]))  # In %.
 
 
 def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):

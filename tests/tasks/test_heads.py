@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy.special import erf
+from scipy.special import erf, logsumexp
 
 from encoder import EncoderOutput
 from tasks import alignment, batching, classification, examples, span_ner
@@ -332,20 +332,40 @@ def test_tagging_head_with_last_subword_is_a_dense_layer_over_both_states():
                              atol=1e-6)
 
 
+def _bio_paths_brute_force(emissions, transitions, start, end):
+  """{path: score} over every well-formed O/B-PER/I-PER path (I-PER only after B-PER or I-PER), in float64."""
+  valid = lambda path: all(tag != 2 or (i > 0 and path[i - 1] in (1, 2)) for i, tag in enumerate(path))
+  return {path: start[path[0]] + sum(emissions[i, tag] for i, tag in enumerate(path))
+          + sum(transitions[a, b] for a, b in zip(path, path[1:])) + end[path[-1]]
+          for path in itertools.product(range(3), repeat=len(emissions)) if valid(path)}
+
+
 def test_tagging_crf_decoding_respects_bio():
+  """With emissions pushed toward I-PER, Viterbi never starts or follows O with it; the head's loss (mean NLL per
+  sentence) and decoding equal a brute-force enumeration of the well-formed paths, with random CRF parameters."""
   from tasks import tagging
   rng = np.random.default_rng(4)
   outputs, batch = _outputs(rng), _tagging_batch()
   objective = tagging.build({"tags": ["O", "B-PER", "I-PER"], "crf": True, "scheme": "IOB2", "dropout": 0.0})
   params = objective.head.init(jax.random.key(0), outputs, batch)
   # Push emissions toward I-PER everywhere: a greedy tagger emits an invalid O/start -> I-PER, the CRF cannot.
-  params = jax.tree.map(jnp.asarray, params)  # A fresh tree that the next line may edit.
-  params["params"]["classifier"]["bias"] = jnp.asarray([0.0, 0.0, 50.0])
+  params = jax.tree.map(jnp.asarray, params)  # A fresh tree that the next lines may edit.
+  params["params"]["classifier"]["bias"] = jnp.asarray([0.0, 0.0, 5.0])
+  crf = {name: rng.normal(size=params["params"]["crf"][name].shape) for name in ("transitions", "start", "end")}
+  params["params"]["crf"] = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), crf)
   predictions = objective.head.apply(params, outputs, batch)
   decoded = np.asarray(tagging.decode(predictions, batch))
   assert decoded[0, 0] != 2 and decoded[1, 0] != 2  # A sentence never starts with I-PER.
   loss, metrics = objective.loss(predictions, batch)
-  assert np.isfinite(float(loss)) and float(metrics["tagging_loss"][1]) == 2
+  assert float(metrics["tagging_loss"][1]) == 2
+  emissions, labels = np.asarray(predictions["word_logits"], np.float64), np.asarray(batch["word_labels"])
+  nll = []
+  for row in range(2):
+    length = int((labels[row] >= 0).sum())
+    scores = _bio_paths_brute_force(emissions[row, :length], crf["transitions"], crf["start"], crf["end"])
+    nll.append(logsumexp(list(scores.values())) - scores[tuple(labels[row, :length])])
+    assert tuple(decoded[row, :length]) == max(scores, key=scores.get)
+  np.testing.assert_allclose(float(loss), np.mean(nll), rtol=1e-5)
   grads = jax.grad(lambda p: objective.loss(objective.head.apply(p, outputs, batch), batch)[0])(params)
   assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(grads))
 

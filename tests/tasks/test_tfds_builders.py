@@ -9,7 +9,7 @@ import tensorflow_datasets as tfds
 from tasks import tfds_builders
 from tasks.readers import READERS, ReaderError, read_conll, read_conllu, read_spans_jsonl, read_tsv
 from tasks.tfds_builders import PRESETS, custom, load_split, prepare
-from tests.conftest import require_data
+from tests.conftest import require_data, require_package
 
 SPANS = ('{"words": ["New", "York", "Times"], "spans": [{"start": 0, "end": 2, "label": "LOC"}, '
          '{"start": 0, "end": 3, "label": "ORG"}]}\n{"words": ["no", "entity"], "spans": []}\n')
@@ -59,7 +59,7 @@ def test_sick_reads_back_with_plain_tfds_and_split_slices(sick, cache):
 
 
 def test_grain_reads_a_record_source(sick):
-  grain = pytest.importorskip("grain")
+  grain = require_package("grain")
   source, records = sick["test"]
   assert list(grain.MapDataset.source(source)[:4]) == records[:4]
 

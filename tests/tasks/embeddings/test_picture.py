@@ -6,6 +6,7 @@ import pytest
 from tasks import picture as picture_command
 from tasks.embeddings import picture
 from tasks.readers.lines import ReaderError
+from tests.conftest import require_data, require_package
 
 
 class StandIn:
@@ -49,7 +50,7 @@ def test_context_and_annotations():
 
 
 def test_sense_picture_writes_a_png(tmp_path):
-  pytest.importorskip("matplotlib")
+  require_package("matplotlib")
   sentences = [f"the {w} die rolled {v}".split() for w in ("red", "blue", "green") for v in ("far", "near")]
   sentences += [f"old men die {w}".split() for w in ("young", "slowly", "alone", "at home")]
   labels = ["cube"] * 6 + ["verb"] * 4
@@ -77,7 +78,6 @@ def test_label_file_must_align_with_the_input(tmp_path):
 
 
 def test_sense_labels_read_wordnet_glosses():
-  from tests.conftest import require_data
   wordnet = require_data("wordnet/wordnet-3.0")
   glosses = picture.load_glosses(wordnet)
   assert picture.sense_label("die%2:30:00::", glosses).startswith("die (v, 1): pass from physical life")
@@ -86,7 +86,7 @@ def test_sense_labels_read_wordnet_glosses():
 
 
 def test_command_draws_an_input_file_with_labels(tmp_path, monkeypatch, capsys):
-  pytest.importorskip("matplotlib")
+  require_package("matplotlib")
   text, labels = tmp_path / "text.txt", tmp_path / "labels.txt"
   text.write_text("".join(f"the {c} die rolled\nold men die {c}\n" for c in ("red", "blue", "green", "grey")))
   labels.write_text("cube\nverb\n" * 4)

@@ -15,6 +15,7 @@ from encoder.tokenizer import load_tokenizer
 from tasks.embeddings import wic
 from tasks.embeddings.extract import Embedder
 from tasks.embeddings.standardize import Standardizer
+from tests.conftest import require_package
 
 LAYERS = 4  # The stand-in has 4 layers + embeddings.
 
@@ -95,7 +96,7 @@ def test_best_threshold_equals_brute_force_and_never_splits_ties():
 
 
 def test_logistic_regression_equals_scikit_learn():
-  linear_model = pytest.importorskip("sklearn.linear_model")
+  linear_model = require_package("sklearn.linear_model")
   rng = np.random.default_rng(1)
   x = rng.normal(size=(400, 5)) * [1, 10, 0.1, 3, 1] + [0, 5, 0, -2, 1]
   y = (x @ [1, 0.1, 5, -0.3, 0] + rng.normal(size=400)) > 0
@@ -152,11 +153,26 @@ def _write_wic(root):
 
 
 def test_evaluate_wic_end_to_end_with_the_stand_in(tmp_path):
+  """Every threshold row's dev accuracy equals the one recomputed from its threshold, the dev cosines and the gold
+  labels; dev = train here (the same pairs, z-scored with train's statistics), so every row's dev equals its train
+  accuracy; the reported accuracy is the first row of best cross-validated train accuracy."""
   _write_wic(tmp_path)
   result = wic.evaluate_wic(StandIn(), tmp_path, folds=3)
-  assert len(result["table"]) == len(wic.methods(LAYERS))
-  assert result["train_cv_accuracy"] == max(row["train_cv"] for row in result["table"])
-  assert 0 <= result["dev_accuracy"] <= 100 and result["train_pairs"] == result["dev_pairs"] == 12
+  table = result["table"]
+  assert len(table) == len(wic.methods(LAYERS))
+  assert result["train_pairs"] == result["dev_pairs"] == 12
+  gold = np.array([line == "T" for line in (tmp_path / "dev" / "dev.gold.txt").read_text().split()])
+  train_pairs, standardizer = wic.embed_pairs(StandIn(), wic.read_wic_split(tmp_path, "train"))
+  dev = wic.pair_features(wic.embed_pairs(StandIn(), wic.read_wic_split(tmp_path, "dev"))[0], standardizer)
+  for row in table:
+    assert row["dev"] == pytest.approx(row["train"])
+    if "threshold" in row:
+      cosines = dev[row["method"].replace("cos ", "target ", 1)]
+      assert row["dev"] == pytest.approx(100 * np.mean((cosines >= row["threshold"]) == gold))
+  chosen = next(row for row in table if row["train_cv"] == max(r["train_cv"] for r in table))
+  assert (result["method"], result["dev_accuracy"], result["train_cv_accuracy"]) == (
+      chosen["method"], chosen["dev"], chosen["train_cv"])
+  assert 0 < result["dev_accuracy"] <= 100 and len(train_pairs.labels) == 12
   assert result["single_cosine"]["method"].startswith("cos ")
   assert "context" not in result["target_only"]["method"]
 
