@@ -22,11 +22,9 @@ from typing import Any, Sequence
 
 from configs import common, finetune
 from encoder import errors
-from launch import config_checks, finetune_data, host_memory, metrics_writer, train, xla_flags
-from tasks import bootstrap, evaluation
-from tasks import examples as task_examples
-
-WORD_TASKS = ("tagging", "span_ner")
+from launch import config_checks, host_memory, metrics_writer, train, xla_flags
+from tasks import bootstrap, finetune_data, registry, tagging
+from tasks.family import TaskFamily
 
 
 def _set(config, assignment: str) -> None:
@@ -59,19 +57,28 @@ def train_seconds(workdir: Path) -> float:
   return seconds
 
 
-def comparable(task: dict[str, Any], records: Sequence[dict], predictions: Sequence[Any]) -> list:
+def tag_columns(family: TaskFamily, records: Sequence[dict], predictions: Sequence[Any]) -> tuple[list, list]:
+  """Word tasks' gold and predicted tags of every word per sentence (spans written as tags)."""
+  if family.name == "span_ner":
+    return family.tag_columns(records, predictions)
+  return ([family.gold_tags(r) for r in records],
+          [tagging.padded(p, len(r["words"])) for r, p in zip(records, predictions)])
+
+
+def comparable(family: TaskFamily, records: Sequence[dict], predictions: Sequence[Any]) -> list:
   """Predictions as the bootstrap reads them: tags of every word per sentence, [label] per example, or scores."""
-  if task["name"] in WORD_TASKS:
-    return [evaluation.tags_of(task, p, len(r["words"])) for r, p in zip(records, predictions)]
-  return list(predictions) if task["name"] == "regression" else [[p] for p in predictions]
+  if family.word_level:
+    return tag_columns(family, records, predictions)[1]
+  return list(predictions) if family.name == "regression" else [[p] for p in predictions]
 
 
-def p_value(task: dict[str, Any], records: Sequence[dict], ours: list, reference: list) -> float:
+def p_value(family: TaskFamily, records: Sequence[dict], ours: list, reference: list) -> float:
   """Paired bootstrap p-value that ours beats the reference (entity F1, Pearson's r, or accuracy of labels / tags)."""
-  if task["name"] == "regression":
+  task = family.task
+  if family.name == "regression":
     return bootstrap.pearson_bootstrap([r["score"] for r in records], ours, reference).p_value
-  if task["name"] in WORD_TASKS:
-    gold = [evaluation.gold_tags_of(task, r) for r in records]
+  if family.word_level:
+    gold = tag_columns(family, records, [[] for _ in records])[0]
     if task.get("scheme"):
       return bootstrap.entity_f1_bootstrap(gold, ours, reference, mode=task["score_mode"],
                                            scheme=task["scheme"]).p_value
@@ -83,15 +90,14 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
   """HF PyTorch fine-tuning of config.init's checkpoint with the same recipe: scores and comparable predictions on
   `split`. Span NER is compared with plain BIO tagging of the same data (the target: within 0.5 F1 of tagging)."""
   from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel  (torch only when asked)
-  task, train_examples, split_examples = data.task, data.train.examples, split.examples
-  if task["name"] == "span_ner":
-    task = finetune_data.task_mapping(config.task, ())
-    task.update(name="tagging")
-    tags = task_examples.label_vocabulary(task, data.train.records)
-    task.update(labels=tags, tags=tags)
-    train_examples = task_examples.encode(task, data.tokenizer, data.train.records, tags)
-    split_examples = task_examples.encode(task, data.tokenizer, split.records, tags)
-  kind = {"classification": "sequence", "regression": "regression"}.get(task["name"], "token")
+  family, train_examples, split_examples = data.family, data.train.examples, split.examples
+  if family.name == "span_ner":
+    family = registry.family(finetune_data.task_mapping(config.task, ()) | {"name": "tagging"})
+    family = registry.family(family.task | {"labels": family.label_vocabulary(data.train.records)})
+    train_examples = finetune_data.encode(family, data.tokenizer, data.train.records)
+    split_examples = finetune_data.encode(family, data.tokenizer, split.records)
+  task = family.task
+  kind = {"classification": "sequence", "regression": "regression"}.get(family.name, "token")
   labels, score_weight = task["labels"], config.task.score_weight if kind == "sequence" else 0.0
   bf16 = config.model.dtype == "bfloat16"  # Our mixed precision: the reference runs under torch.autocast.
   model = finetune_reference.build_model(kind, common.model_from_init(config.init)[1],
@@ -110,8 +116,8 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
     predictions = raw
   else:
     predictions = [[labels[t] for t in row] for row in raw]
-  return {"scores": evaluation.score(task, split.records, predictions),
-          "comparable": comparable(task, split.records, predictions), **timing}
+  return {"scores": family.score(split.records, predictions),
+          "comparable": comparable(family, split.records, predictions), **timing}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -164,13 +170,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     reference = run_reference(config, data, split)
     ours = [json.loads(line)["prediction"] for line in
             (workdir / "predictions" / f"{split.name}.jsonl").read_text(encoding="utf-8").splitlines()]
-    ours = comparable(data.task, split.records, [[tuple(s) for s in p] if data.task["name"] == "span_ner" else p
-                                                 for p in ours])
+    ours = comparable(data.family, split.records, [[tuple(s) for s in p] if data.family.name == "span_ner" else p
+                                                   for p in ours])
     out.update(reference_score=round(100 * reference["scores"][metric], 2),
                reference_train_seconds=round(reference["train_seconds"], 1),
                reference_examples_per_s=round(reference["examples_per_s"], 1),
                speedup=round(out["examples_per_s"] / reference["examples_per_s"], 2),
-               p_value=p_value(data.task, split.records, ours, reference["comparable"]))
+               p_value=p_value(data.family, split.records, ours, reference["comparable"]))
   print(json.dumps(out))
   return out
 

@@ -8,10 +8,10 @@ the evaluation's own code paths.
   from launch.predict import Predictor
   Predictor.from_workdir("runs/conll").predict(["EU rejects German call to boycott British lamb ."])
 
-Inputs are encoded as the run encoded its data (`tasks.examples.encode`), batched into the run's length buckets with
-its evaluation batch size (`launch.finetune_data.eval_batches`: a handful of jit shapes, each compiled once), run
+Inputs are encoded as the run encoded its data (`tasks.finetune_data.encode`), batched into the run's length buckets
+with its evaluation batch size (`tasks.finetune_data.eval_batches`: a handful of jit shapes, each compiled once), run
 through the same jitted outputs and decoded by the same functions as the run's evaluation
-(`launch.task_eval.device_outputs` and `decode`: argmax or CRF Viterbi as trained, tags in the trained scheme, span
+(`tasks.evaluation.device_outputs` and `decode`, through the run's task family: argmax or CRF Viterbi as trained, tags in the trained scheme, span
 NER with the threshold tuned on dev). So the dev split gives back the run's own `predictions/dev.*` (tested).
 
 Raw text for word tasks is split into words the way CoNLL-2003 and UD English were tokenized (`split_words`).
@@ -27,19 +27,17 @@ from typing import Any, Callable, Iterable, Sequence
 
 import jax
 import ml_collections
-import numpy as np
 import orbax.checkpoint as ocp
 
 from encoder import errors
-from launch import checkpointing, finetune_data, task_eval
+from launch import checkpointing
 from launch.input_pipeline import tokenizer_for
 from launch.model import PretrainingModel, encoder_config
-from tasks import alignment, evaluation, examples, tfds_builders
-from tasks import registry as task_registry
+from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
+from tasks.family import TaskFamily
 from tasks.readers import ReaderError, numbered_lines, read_conllu, read_tsv
 
 FORMATS = ("text", "words", "tsv", "conll", "conllu")
-WORD_TASKS = ("tagging", "span_ner")
 STDIN = "-"
 
 # Words as CoNLL-2003 and UD English-EWT have them (Penn Treebank conventions): abbreviations and initials (U.S., e.g.,
@@ -85,7 +83,7 @@ def _results(workdir: Path) -> dict[str, Any]:
 def labels_and_buckets(config: ml_collections.ConfigDict, results: dict[str, Any]
                        ) -> tuple[list[str], tuple[int, ...]]:
   """The run's label vocabulary (index order) and evaluation length buckets: from results.json when it records them,
-  else rebuilt from the training split exactly as the run built them (`launch.finetune_data.load`)."""
+  else rebuilt from the training split exactly as the run built them (`tasks.finetune_data.load`)."""
   if "labels" in results and "buckets" in results:
     return list(results["labels"]), tuple(results["buckets"])
   try:
@@ -138,13 +136,13 @@ def _reader_options(task: ml_collections.ConfigDict) -> dict[str, Any]:
 @dataclasses.dataclass(frozen=True)
 class Predictor:
   """A fine-tuned run ready to label new inputs (build it with `Predictor.from_workdir`)."""
-  task: dict[str, Any]  # The task mapping the run's heads and decoders read (launch.finetune_data.task_mapping).
+  family: TaskFamily  # The run's task family, built from its task mapping (tasks.finetune_data.task_mapping).
   tokenizer: Any
   params: Any  # On the default device.
-  outputs: Callable  # jitted (params, batch) -> per-row outputs (classification: logits).
+  outputs: Callable  # jitted (params, batch) -> per-row outputs (the evaluation's `device_outputs`).
   batch_size: int  # The run's evaluation batch (rows per jit call).
   buckets: tuple[int, ...]  # The run's padded token lengths (jit shapes).
-  threshold: float | None  # Span NER: the acceptance threshold tuned on dev (results.json).
+  threshold: float | None  # A decoding threshold the run tuned on dev (results.json), if any.
   reader_options: dict[str, Any]  # The run's data format and reader options (TSV columns, header).
   step: int  # The checkpoint's step.
 
@@ -156,18 +154,22 @@ class Predictor:
     step, params = restore_params(workdir, config, checkpoint)
     results = _results(workdir)
     labels, buckets = labels_and_buckets(config, results)
-    task = finetune_data.task_mapping(config.task, labels)
+    family = registry.family(finetune_data.task_mapping(config.task, labels))
     tokenizer = tokenizer_for(config.data.tokenizer)
-    model = PretrainingModel(encoder_config(config.model, tokenizer.vocab_size),
-                             (task_registry.get(task["name"])(task),))
-    return cls(task, tokenizer, params, jax.jit(_device_outputs(model, task["name"])),
+    model = PretrainingModel(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
+    return cls(family, tokenizer, params, jax.jit(evaluation.device_outputs(model, family)),
                config.batch_size // config.grad_accum_steps, buckets, results.get("threshold"),
                _reader_options(config.task), step)
 
   @property
+  def task(self) -> dict[str, Any]:
+    """The run's task mapping."""
+    return self.family.task
+
+  @property
   def word_task(self) -> bool:
-    """Whether the run labels words (tagging, span NER) rather than whole texts."""
-    return self.task["name"] in WORD_TASKS
+    """Whether the run labels words rather than whole texts."""
+    return self.family.word_level
 
   @property
   def pairs(self) -> bool:
@@ -195,9 +197,8 @@ class Predictor:
     return {"text_a": text_a, "text_b": text_b}
 
   def predict(self, inputs: Iterable[str | Sequence[str] | dict]) -> list[dict]:
-    """One output dict per input: {"label", "probabilities"} (classification), {"score"} (regression),
-    {"words", "tags"} (tagging; None for words past max_length), {"words", "entities": [{"start", "end" (exclusive),
-    "label", "score", "text"}]} (span NER); classification and regression outputs also hold their texts."""
+    """One output dict per input, as the run's family writes it (`TaskFamily.output`): e.g. {"label",
+    "probabilities"} for classification, {"words", "tags"} for tagging (None for words past max_length)."""
     return self.predict_records([self.record(item) for item in inputs])
 
   def predict_records(self, records: Sequence[dict]) -> list[dict]:
@@ -205,18 +206,13 @@ class Predictor:
     records = [self._checked(i, r) for i, r in enumerate(records)]
     if not records:
       return []
-    placeholder = "O" if self.task.get("scheme") else self.task["labels"][0]  # Gold is unknown; never read.
-    gold = [{"words": r["words"], "tags": [placeholder] * len(r["words"]), "spans": []} if self.word_task
-            else {"text_a": r["text_a"], "text_b": r.get("text_b"), "label": None} for r in records]
-    split = finetune_data.Split("input", gold, examples.encode(self.task, self.tokenizer, gold, self.task["labels"]))
-    raw = task_eval.raw_predictions(self.outputs, self.params, split, batch_size=self.batch_size,
-                                    buckets=self.buckets, widths=examples.list_widths(self.task),
-                                    to_device=lambda batch: batch)
-    if self.task["name"] == "classification":  # Argmax of the logits, as the evaluation's device_outputs.
-      decoded = task_eval.decode(self.task, split, [int(np.argmax(r)) for r in raw])
-    else:
-      decoded = task_eval.decode(self.task, split, raw, self.threshold)
-    return [self._output(record, example, r, d) for record, example, r, d in zip(records, split.examples, raw, decoded)]
+    unlabelled = [self.family.unlabelled(r) for r in records]
+    split = finetune_data.Split("input", unlabelled, finetune_data.encode(self.family, self.tokenizer, unlabelled))
+    raw = evaluation.raw_predictions(self.outputs, self.params, split, batch_size=self.batch_size,
+                                     buckets=self.buckets, widths=self.family.widths(), to_device=lambda batch: batch)
+    decoded = evaluation.decode(self.family, split, raw, self.threshold)
+    return [self.family.output(record, example, r, d)
+            for record, example, r, d in zip(records, split.examples, raw, decoded)]
 
   def _checked(self, index: int, record: dict) -> dict:
     """The record, or a UserError naming input `index` when it cannot be labelled by this run."""
@@ -232,42 +228,10 @@ class Predictor:
                             f"the run was trained on {'pairs' if self.pairs else 'single texts'}")
     return record
 
-  def _output(self, record: dict, example: dict, raw: np.ndarray, decoded: Any) -> dict:
-    name, labels = self.task["name"], self.task["labels"]
-    if name == "classification":
-      probs = np.exp(raw.astype(np.float64) - raw.max())
-      probs /= probs.sum()
-      return _texts(record) | {"label": decoded, "probabilities": dict(zip(labels, probs.round(6).tolist()))}
-    if name == "regression":
-      return _texts(record) | {"score": decoded}
-    words = list(record["words"])
-    if name == "tagging":
-      return {"words": words, "tags": list(decoded) + [None] * (len(words) - len(decoded))}
-    index = {(int(s), int(e)): i for i, (s, e) in enumerate(example["span_words"].reshape(-1, 2))}
-    return {"words": words, "entities": [
-        {"start": start, "end": end, "label": label, "score": round(float(raw[index[start, end - 1],
-                                                                            1 + labels.index(label)]), 6),
-         "text": " ".join(words[start:end])} for start, end, label in decoded]}
-
   def conll(self, output: dict) -> str:
     """A word task's output as CoNLL lines `word tag` (tags in the trained scheme; untagged words "O", as the run's
     own .conll files), a blank line after the sentence: what `python -m tasks.score` reads."""
-    words = output["words"]
-    prediction = ([t for t in output["tags"] if t is not None] if self.task["name"] == "tagging"
-                  else [(e["start"], e["end"], e["label"]) for e in output["entities"]])
-    return "".join(f"{w} {t}\n" for w, t in zip(words, evaluation.tags_of(self.task, prediction, len(words)))) + "\n"
-
-
-def _texts(record: dict) -> dict:
-  return {"text_a": record["text_a"]} | ({"text_b": record["text_b"]} if record.get("text_b") else {})
-
-
-def _device_outputs(model: PretrainingModel, task_name: str) -> Callable:
-  """The evaluation's device outputs; classification returns its logits instead of their argmax, so one pass gives
-  the label (their argmax, on the host) and the probabilities."""
-  if task_name == "classification":
-    return lambda params, batch: model.apply({"params": params}, batch, train=False)["classification"]["logits"]
-  return task_eval.device_outputs(model, task_name)
+    return self.family.conll(output)
 
 
 def read_inputs(path: str, input_format: str, predictor: Predictor) -> tuple[list[dict], list[int]]:

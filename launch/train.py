@@ -6,7 +6,7 @@ metrics.jsonl + TensorBoard + progress line -> async orbax checkpoints. Resumes 
 by itself; stops on NaN/inf (naming the step) without touching the last good checkpoint; on SIGTERM saves and
 returns.
 The same loop fine-tunes when the config has a task block (launch/workload.py): the data, the initial encoder
-(launch/warm_start.py) and the evaluation (launch/task_eval.py: dev scores, best-dev checkpoint, test predictions)
+(launch/warm_start.py) and the evaluation (tasks/evaluation.py: dev scores, best-dev checkpoint, test predictions)
 are what differ.
 """
 
@@ -28,10 +28,10 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from encoder import errors
 from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
-                    sharding, steps, task_eval, warm_start, workload)
+                    sharding, steps, warm_start, workload)
 from launch.model import PretrainingModel, encoder_config, last_positions
 from launch.progress import Progress
-from tasks import regimes
+from tasks import evaluation, regimes
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -183,10 +183,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   eval_batch = config.batch_size // accum
 
   if finetuning:  # Task scores on the whole dev split (jit over the mesh with the canonical parameters).
-    predict = jax.jit(task_eval.device_outputs(model, config.task.name),
+    predict = jax.jit(evaluation.device_outputs(model, data.family),
                       in_shardings=(state_shardings.params, NamedSharding(mesh, P("data"))), out_shardings=replicated)
     eval_to_device = functools.partial(sharding.global_batch, mesh=mesh, accum=1, parallelism="jit")
-    evaluate_dev, final_evaluation = task_eval.make_evaluator(data, predict, batch_size=eval_batch,
+    evaluate_dev, final_evaluation = evaluation.make_evaluator(data, predict, batch_size=eval_batch,
                                                               to_device=eval_to_device)
 
   def evaluate(device_state) -> dict[str, float]:
@@ -280,7 +280,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     results |= _task_results(config, workdir, target, final_state, final_evaluation)
     # What launch.predict needs to encode new inputs as this run did, without reading its training data again.
     results |= {"labels": list(data.task["labels"]), "buckets": list(data.buckets)}
-  task_eval.write_results(workdir, results)
+  evaluation.write_results(workdir, results)
   return results
 
 

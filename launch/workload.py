@@ -9,10 +9,10 @@ import ml_collections
 import numpy as np
 
 from encoder import errors
-from launch import finetune_data, input_pipeline
+from launch import input_pipeline
 from objectives import registry
 from objectives.objective import Objective
-from tasks import registry as task_registry
+from tasks import finetune_data
 
 
 class Workload(NamedTuple):
@@ -51,7 +51,7 @@ def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
 def finetuning(config: ml_collections.ConfigDict) -> Workload:
   """config.task on its dataset: config.epochs passes (or config.num_train_steps when positive)."""
   data = finetune_data.load(config)
-  objective = task_registry.get(config.task.name)(data.task)
+  objective = data.family.objective()
   per_epoch = finetune_data.steps_per_epoch(len(data.train.examples), config.batch_size)
   total = config.num_train_steps if config.num_train_steps > 0 else config.epochs * per_epoch
   if total < 1:

@@ -13,8 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder import errors
 from objectives import layers, objective
 from objectives.objective import Objective
+from tasks import metrics
 
 POOLINGS = ("cls", "pooled", "mean")
 
@@ -136,6 +138,88 @@ def encode_example(tokenizer, text_a: str, text_b: str | None, label: int, *, ma
           "label": np.asarray(label, np.int32)} | ({} if score is None else {"score": np.asarray(score, np.float32)})
 
 
-def label_index(labels: Sequence[str]) -> dict[str, int]:
-  """Label name -> class index, in the configured order (the order predictions are written in)."""
-  return {name: index for index, name in enumerate(labels)}
+def texts(record: dict) -> dict:
+  """The input texts of a record, as predictions echo them."""
+  return {"text_a": record["text_a"]} | ({"text_b": record["text_b"]} if record.get("text_b") else {})
+
+
+class SentenceFamily:
+  """What sentence(-pair) families share: [CLS] A [SEP] (B [SEP]) examples, one row of outputs per example, scores
+  from real-valued `score` columns, `.labels` prediction files (one prediction a line)."""
+  word_level = False
+
+  def __init__(self, task: Mapping[str, Any]):
+    self.task = dict(task)
+
+  def usable(self, records: Sequence[dict]) -> bool:
+    return True
+
+  def reader_checks(self) -> dict[str, Any]:
+    return {}
+
+  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
+    """score_mean (the score output's initial bias) when the task trains on scores; an error when a record has none."""
+    if not self.uses_scores():
+      return {}
+    if any(r.get("score") is None for r in train_records):
+      raise errors.ConfigError(
+          f"task {self.name!r}{' with score_weight' if self.name == 'classification' else ''} trains on scores, but "
+          f"{self.task['train_split']!r} of {self.task['dataset'] or self.task['files']} has none: give the TSV reader "
+          "a score column (config.task.columns=...,score:<column>)")
+    return {"score_mean": float(np.mean([r["score"] for r in train_records]))}
+
+  def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]) -> dict[str, np.ndarray]:
+    label = lookup(record["label"]) if self.name == "classification" and record.get("label") is not None else -1
+    return encode_example(tokenizer, record["text_a"], record.get("text_b"), label, max_length=self.task["max_length"],
+                          score=record.get("score") if self.uses_scores() else None)
+
+  def widths(self) -> dict[str, Callable[[int], int]]:
+    return {}
+
+  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
+    return None
+
+  def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
+    return {"labels": "".join(f"{p}\n" for p in predictions)}
+
+  def unlabelled(self, record: dict) -> dict:
+    return {"text_a": record["text_a"], "text_b": record.get("text_b"), "label": None}
+
+
+class Classification(SentenceFamily):
+  """Sentence(-pair) classification: a label per example, scored by accuracy and macro-F1."""
+  name = "classification"
+  bootstrap = ("labels", "labels")
+
+  def uses_scores(self) -> bool:
+    """Whether the task also regresses the records' scores (`score_weight`)."""
+    return bool(self.task.get("score_weight"))
+
+  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
+    return sorted({r["label"] for r in train_records})
+
+  def file_labels(self, data_format: str) -> list[str] | None:
+    return list(self.task["labels"]) or None
+
+  def objective(self) -> Objective:
+    return build(self.task)
+
+  def outputs(self, predictions: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
+    """The logits: `decode` takes their argmax, predict also their softmax."""
+    return predictions["logits"]
+
+  def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> str:
+    return self.task["labels"][int(np.argmax(raw))]
+
+  def has_labels(self, records: Sequence[dict]) -> bool:
+    return all(r.get("label") is not None for r in records)
+
+  def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
+    result = metrics.label_scores([r["label"] for r in records], list(predictions))
+    return {"accuracy": result["accuracy"], "macro_f1": result["macro"]["f1"]}
+
+  def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
+    probabilities = np.exp(raw.astype(np.float64) - raw.max())
+    probabilities /= probabilities.sum()
+    return texts(record) | {"label": prediction,
+                            "probabilities": dict(zip(self.task["labels"], probabilities.round(6).tolist()))}

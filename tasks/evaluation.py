@@ -1,70 +1,97 @@
-"""Decoded predictions -> scores and prediction files (`workdir/predictions/<split>.jsonl`, and `.conll` for
-tagging) so that any result can be re-scored independently with `python -m tasks.score`."""
+"""Fine-tuning evaluation: predict a whole split on device, decode on the host, score, write prediction files.
+
+Every step goes through the task's family (`tasks.family`): its device `outputs` (jitted with the model), `tune` (a
+decoding threshold chosen on dev and used on test: choices are made on dev, never on test), `decode` and `score`.
+Predictions are written to `workdir/predictions/<split>.jsonl` (one record + prediction a line) and the family's
+files beside it (`.conll` columns for word tasks, `.labels` lines for sentence tasks), so that any result can be
+re-scored independently with `python -m tasks.score`.
+"""
 
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
-from tasks import metrics, tag_schemes
+import jax
+import numpy as np
+
+from tasks import finetune_data
+from tasks.family import TaskFamily
 
 
-def score(task: Mapping[str, Any], records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
-  """The task's metrics: accuracy + macro-F1 (classification), Pearson + Spearman + MSE (regression), entity P/R/F1
-  or tag accuracy (tagging, spans)."""
-  if task["name"] == "regression":
-    return metrics.regression_scores([r["score"] for r in records], list(predictions))
-  if task["name"] == "classification":
-    gold = [r["label"] for r in records]
-    result = metrics.label_scores(gold, list(predictions))
-    return {"accuracy": result["accuracy"], "macro_f1": result["macro"]["f1"]}
-  gold_tags = [gold_tags_of(task, r) for r in records]
-  pred_tags = [tags_of(task, p, len(r["words"])) for r, p in zip(records, predictions)]
-  if task["name"] == "tagging" and not task.get("scheme"):  # Plain labels (POS): word accuracy.
-    return {"accuracy": float(metrics.accuracy_from_counts(metrics.accuracy_counts(gold_tags, pred_tags).sum(0)))}
-  scheme = task.get("scheme") or "IOB2"
-  result = metrics.entity_scores(gold_tags, pred_tags, mode=task.get("score_mode", "conlleval"), scheme=scheme)
-  out = {"precision": result["micro"]["precision"], "recall": result["micro"]["recall"], "f1": result["micro"]["f1"],
-         "accuracy": result["accuracy"]}
-  out.update({f"f1_{kind}": row["f1"] for kind, row in result["per_type"].items()})
+def device_outputs(model, family: TaskFamily) -> Callable[[Any, dict[str, jax.Array]], jax.Array]:
+  """(params, batch) -> the family's decodable outputs for every row (jit it)."""
+  def outputs(params, batch):
+    return family.outputs(model.apply({"params": params}, batch, train=False)[family.name], batch)
+  return outputs
+
+
+def raw_predictions(predict: Callable, params: Any, split: finetune_data.Split, *, batch_size: int,
+                    buckets: Sequence[int], widths: dict[str, Callable[[int], int]], to_device: Callable
+                    ) -> list[np.ndarray]:
+  """Per-example device outputs of a whole split, in split order (padding rows and widths cut off)."""
+  out: list[Any] = [None] * len(split.examples)
+  for indices, local in finetune_data.eval_batches(split, batch_size=batch_size, buckets=buckets, widths=widths):
+    values = np.asarray(jax.device_get(predict(params, to_device(local))))
+    for row, i in enumerate(indices):
+      width = next((len(split.examples[i][field]) for field in widths), None)  # Word / span rows: cut the padding.
+      out[i] = values[row] if width is None else values[row, :width]
   return out
 
 
-def gold_tags_of(task: Mapping[str, Any], record: dict) -> list[str]:
-  """Gold tags in the scored scheme (span records are rendered in BIO/`scheme`)."""
-  if "tags" in record:
-    source, target = task.get("source_scheme"), task.get("scheme")
-    if source and target and tag_schemes.canonical_scheme(source) != tag_schemes.canonical_scheme(target):
-      return tag_schemes.convert(record["tags"], source, target)
-    return list(record["tags"])
-  spans = [(s["label"], s["start"], s["end"]) for s in record["spans"]]
-  return tag_schemes.tags_from_spans(spans, len(record["words"]), task.get("scheme") or "IOB2")
+def decode(family: TaskFamily, split: finetune_data.Split, raw: Sequence[np.ndarray],
+           threshold: float | None = None) -> list[Any]:
+  """Raw outputs -> predictions as the scorer reads them."""
+  return [family.decode(r, example, threshold) for r, example in zip(raw, split.examples)]
 
 
-def tags_of(task: Mapping[str, Any], prediction: Any, num_words: int) -> list[str]:
-  """Predicted tags for every word: tag lists are padded with "O" past truncation; span lists are rendered."""
-  if task["name"] == "span_ner":
-    spans = [(label, start, end) for start, end, label in prediction]
-    return tag_schemes.tags_from_spans(spans, num_words, task.get("scheme") or "IOB2")
-  return list(prediction) + ["O"] * (num_words - len(prediction))
+def score_split(family: TaskFamily, split: finetune_data.Split, predictions: Sequence[Any]) -> dict[str, float]:
+  """The family's scores of a split (fractions), {} when it has no labels."""
+  return family.score(split.records, predictions) if family.has_labels(split.records) else {}
 
 
-def write_predictions(directory: str | os.PathLike, split: str, task: Mapping[str, Any], records: Sequence[dict],
+def write_predictions(directory: Path, family: TaskFamily, split: finetune_data.Split,
                       predictions: Sequence[Any]) -> list[Path]:
-  """Writes <split>.jsonl (one record + prediction per line) and, for word-level tasks, <split>.conll
-  (word, gold, predicted), atomically (temp file + rename)."""
-  directory = Path(directory)
+  """predictions/<split>.jsonl and the family's files beside it, each written atomically."""
   directory.mkdir(parents=True, exist_ok=True)
-  written = [_atomic_write(directory / f"{split}.jsonl", "".join(
-      json.dumps({**record, "prediction": prediction}, ensure_ascii=False) + "\n"
-      for record, prediction in zip(records, predictions)))]
-  if task["name"] not in ("classification", "regression"):
-    blocks = []
-    for record, prediction in zip(records, predictions):
-      gold, pred = gold_tags_of(task, record), tags_of(task, prediction, len(record["words"]))
-      blocks.append("".join(f"{w} {g} {p}\n" for w, g, p in zip(record["words"], gold, pred)))
-    written.append(_atomic_write(directory / f"{split}.conll", "\n".join(blocks)))
-  return written
+  files = {"jsonl": "".join(json.dumps({**record, "prediction": prediction}, ensure_ascii=False) + "\n"
+                            for record, prediction in zip(split.records, predictions))}
+  files |= family.prediction_files(split.records, predictions)
+  return [_atomic_write(directory / f"{split.name}.{suffix}", text) for suffix, text in files.items()]
+
+
+def make_evaluator(data: finetune_data.TaskData, predict: Callable, *, batch_size: int, to_device: Callable):
+  """(evaluate_dev(params) -> {"eval/<metric>": value}, final(params, workdir) -> {"dev", "test", ...})."""
+  family = data.family
+  run = lambda params, split: raw_predictions(predict, params, split, batch_size=batch_size, buckets=data.buckets,
+                                              widths=data.widths, to_device=to_device)
+
+  def evaluate_dev(params) -> dict[str, float]:
+    raw = run(params, data.eval)
+    threshold = family.tune(data.eval.examples, raw)
+    scores = score_split(family, data.eval, decode(family, data.eval, raw, threshold))
+    return {f"eval/{k}": float(v) for k, v in scores.items()} | (
+        {} if threshold is None else {"eval/threshold": threshold})
+
+  def final(params, workdir: Path, write_files: bool) -> dict[str, Any]:
+    raw = run(params, data.eval)
+    threshold = family.tune(data.eval.examples, raw)
+    results: dict[str, Any] = {"threshold": threshold} if threshold is not None else {}
+    for split, split_raw in ((data.eval, raw), (data.test, None)):
+      if split is None:
+        continue
+      predictions = decode(family, split, split_raw if split_raw is not None else run(params, split), threshold)
+      results[split.name] = score_split(family, split, predictions)
+      if write_files:
+        write_predictions(workdir / "predictions", family, split, predictions)
+    return results
+  return evaluate_dev, final
+
+
+def write_results(workdir: Path, results: dict[str, Any]) -> None:
+  """workdir/results.json (process 0 only), replaced atomically so a kill never leaves half a file."""
+  if jax.process_index() == 0:
+    _atomic_write(workdir / "results.json", json.dumps(results, indent=2) + "\n")
 
 
 def _atomic_write(path: Path, text: str) -> Path:

@@ -45,6 +45,12 @@ def entity_counts(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], 
       pairs.append((sentence_spans(g, mode, scheme), sentence_spans(p, mode, scheme)))
     except ValueError as err:
       raise ValueError(f"sentence {i}: {err}") from err
+  return span_counts(pairs)
+
+
+def span_counts(pairs: Sequence[tuple[set, set]]) -> tuple[list[str], np.ndarray]:
+  """(sorted types, counts [examples, types, (tp, pred, gold)]) of exact matches between (gold, predicted) sets of
+  (type, start, end) spans, one pair per example: nested or overlapping spans are scored as they are."""
   types = sorted({s[0] for g, p in pairs for s in g | p})
   index = {t: j for j, t in enumerate(types)}
   counts = np.zeros((len(pairs), len(types), 3), np.int64)

@@ -1,20 +1,30 @@
-"""Fine-tuning tasks by config name (`config.task.name`); adding one is a new module plus one line here."""
+"""Fine-tuning task families by config name (`config.task.name`); adding one is its module plus one line here
+(docs/design.md, "Adding a task family")."""
 
-from typing import Any, Callable, Mapping
+import difflib
+from typing import Any, Mapping
 
-from objectives.objective import Objective
+from encoder import errors
 from tasks import classification, regression, span_ner, tagging
+from tasks.family import TaskFamily
 
-TASKS: dict[str, Callable[[Mapping[str, Any]], Objective]] = {
-    "classification": classification.build,  # Sentence and sentence-pair ([CLS] A [SEP] B [SEP]) classification.
-    "regression": regression.build,  # A real-valued score per sentence (pair): SICK relatedness, STS-B.
-    "tagging": tagging.build,  # BIO/IO/BIOES tagging (NER, POS), greedy or CRF.
-    "span_ner": span_ner.build,  # Span classification with NULL, flat or nested.
+FAMILIES: dict[str, type] = {
+    "classification": classification.Classification,  # Sentence and sentence-pair ([CLS] A [SEP] B [SEP]) labels.
+    "regression": regression.Regression,  # A real-valued score per sentence (pair): SICK relatedness, STS-B.
+    "tagging": tagging.Tagging,  # BIO/IO/BIOES tagging (NER) or plain tags (POS), greedy or CRF.
+    "span_ner": span_ner.SpanNER,  # Span classification with NULL, flat or nested.
 }
 
 
-def get(name: str) -> Callable[[Mapping[str, Any]], Objective]:
-  """The builder of task `name`; an error lists the registered names."""
-  if name not in TASKS:
-    raise ValueError(f"unknown task {name!r}; registered tasks: {sorted(TASKS)}")
-  return TASKS[name]
+def family_class(name: str) -> type:
+  """The family registered as `name`; an error lists the registered names."""
+  if name not in FAMILIES:
+    close = difflib.get_close_matches(name, FAMILIES, n=1)
+    raise errors.ConfigError(f"config.task.name={name!r} is not a task family"
+                             f"{f'; did you mean {close[0]!r}?' if close else ''} (known: {', '.join(FAMILIES)})")
+  return FAMILIES[name]
+
+
+def family(task: Mapping[str, Any]) -> TaskFamily:
+  """The family of a task's config mapping (`config.task` as a dict, with its "labels")."""
+  return family_class(task["name"])(task)

@@ -6,11 +6,14 @@ on the raw scale of the data (1-5 for SICK; the output's bias starts at the trai
 and Spearman's rho (`tasks.metrics`).
 """
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
 
 from objectives import layers
 from objectives.objective import Objective
-from tasks import classification
+from tasks import classification, metrics
 
 
 def regression_loss(predictions, batch):
@@ -25,3 +28,37 @@ def build(config: Mapping[str, Any]) -> Objective:
   head = classification.ClassificationHead(0, pooling=pooling, dropout=layers.option(config, "dropout", 0.1),
                                            score=True, score_bias=float(layers.option(config, "score_mean", 0.0)))
   return Objective(name="regression", head=head, loss=regression_loss, reads=classification.reads(pooling))
+
+
+class Regression(classification.SentenceFamily):
+  """A real-valued score per example, scored by Pearson, Spearman and the mean squared error."""
+  name = "regression"
+  bootstrap = ("scores", "labels")
+
+  def uses_scores(self) -> bool:
+    """Always: the score is the target."""
+    return True
+
+  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
+    return []  # One real-valued output, no label vocabulary.
+
+  def file_labels(self, data_format: str) -> None:
+    return None
+
+  def objective(self) -> Objective:
+    return build(self.task)
+
+  def outputs(self, predictions: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
+    return predictions["score"]
+
+  def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> float:
+    return float(raw)
+
+  def has_labels(self, records: Sequence[dict]) -> bool:
+    return all(r.get("score") is not None for r in records)
+
+  def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
+    return metrics.regression_scores([r["score"] for r in records], list(predictions))
+
+  def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
+    return classification.texts(record) | {"score": prediction}

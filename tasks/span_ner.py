@@ -14,11 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder import errors
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
-from tasks import word_shape
+from tasks import metrics, tag_schemes, tagging, word_shape
 from tasks.alignment import first_subword_positions
+from tasks.readers import tagging_to_spans
 
 NULL = 0  # Label index of "no entity"; entity types are 1..K.
 POOLINGS = ("mean", "attention")
@@ -149,3 +151,131 @@ def tune_threshold(probs: Sequence[np.ndarray], span_words: Sequence[np.ndarray]
   def f1_at(threshold):
     return span_f1(gold, [decode_spans(p, w, threshold=threshold, nested=nested) for p, w in zip(probs, span_words)])
   return float(max(grid, key=lambda t: (f1_at(t), -t)))
+
+
+def overlaps(spans: Sequence[dict]) -> bool:
+  """Whether any two of a record's spans share a word (nested or crossing entities)."""
+  ordered = sorted((s["start"], s["end"]) for s in spans)
+  return any(start < previous_end for (_, previous_end), (start, _) in zip(ordered, ordered[1:]))
+
+
+class SpanNER:
+  """Every word span up to max_span_width classified over NULL + entity types; flat (greedy non-overlap) or nested
+  (task.nested: overlapping spans kept), scored by exact-match span P/R/F1 (and token accuracy when flat)."""
+  name = "span_ner"
+  word_level = True
+  bootstrap = ("conll", "conll")  # Flat runs only: nested predictions have no .conll file.
+
+  def __init__(self, task: Mapping[str, Any]):
+    self.task = dict(task)
+    self.scheme = self.task.get("scheme") or "IOB2"
+
+  def gold_spans(self, record: dict) -> list[dict]:
+    """The record's spans (a tagging record's tags chunked in the trained scheme)."""
+    if "spans" in record:
+      return record["spans"]
+    tags = tag_schemes.recode(record["tags"], self.task.get("source_scheme"), self.task.get("scheme"))
+    return tagging_to_spans({**record, "tags": tags}, scheme=self.scheme)["spans"]
+
+  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
+    return sorted({s["label"] for r in train_records for s in self.gold_spans(r)})
+
+  def file_labels(self, data_format: str) -> list[str] | None:
+    types = list(self.task["labels"])
+    if not types:
+      return None
+    return types if data_format == "spans" else tag_schemes.tag_vocab(
+        types, self.task.get("source_scheme") or self.task.get("scheme"))
+
+  def usable(self, records: Sequence[dict]) -> bool:
+    """Flat runs refuse nested gold: greedy flat decoding could never predict it, and .conll files cannot hold it."""
+    return bool(self.task.get("nested")) or not any("spans" in r and overlaps(r["spans"]) for r in records)
+
+  def reader_checks(self) -> dict[str, Any]:
+    return {} if self.task.get("nested") else {"flat": True}
+
+  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
+    return {}
+
+  def objective(self) -> Objective:
+    return build(self.task)
+
+  def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]) -> dict[str, np.ndarray]:
+    spans = [(s["start"], s["end"], 1 + lookup(s["label"])) for s in self.gold_spans(record)]
+    return encode_spans(tokenizer, record["words"], spans, max_length=self.task["max_length"],
+                        max_width=self.task.get("max_span_width", 8),
+                        case_features=bool(self.task.get("case_features")))
+
+  def widths(self) -> dict[str, Callable[[int], int]]:
+    """The spans of L - 2 words (between [CLS] and [SEP]) at L tokens."""
+    width = self.task.get("max_span_width", 8)
+    spans = lambda length: len(enumerate_spans(max(length - 2, 1), width))
+    return dict.fromkeys(("span_starts", "span_ends", "span_words", "span_labels"), spans)
+
+  def outputs(self, predictions: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
+    """Probabilities over NULL + types per candidate span."""
+    return jax.nn.softmax(predictions, axis=-1)
+
+  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> float:
+    """The acceptance threshold with the best dev F1 (used on test: chosen on dev, never on test)."""
+    gold = [[(int(s), int(e) + 1, int(label)) for (s, e), label in zip(ex["span_words"], ex["span_labels"])
+             if label > 0] for ex in examples]
+    return tune_threshold(raw, [ex["span_words"].reshape(-1, 2) for ex in examples], gold,
+                          nested=bool(self.task.get("nested")))
+
+  def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> list[tuple[int, int, str]]:
+    return [(start, end, self.task["labels"][label - 1]) for start, end, label in
+            decode_spans(raw, example["span_words"].reshape(-1, 2), threshold=threshold,
+                         nested=bool(self.task.get("nested")))]
+
+  def has_labels(self, records: Sequence[dict]) -> bool:
+    return True
+
+  def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
+    """Exact-match span P/R/F1 (micro, and F1 per type) over each sentence's set of spans, nested or not; flat runs
+    also token accuracy (of the spans written as tags)."""
+    pairs = [({(s["label"], s["start"], s["end"]) for s in self.gold_spans(r)},
+              {(label, start, end) for start, end, label in p}) for r, p in zip(records, predictions)]
+    types, counts = metrics.span_counts(pairs)
+    result = metrics.scores_from_counts(types, counts.sum(axis=0))
+    accuracy = {} if self.task.get("nested") else {"accuracy": float(metrics.accuracy_from_counts(
+        metrics.accuracy_counts(*self.tag_columns(records, predictions)).sum(0)))}
+    return ({"precision": result["micro"]["precision"], "recall": result["micro"]["recall"],
+             "f1": result["micro"]["f1"]} | accuracy | {f"f1_{kind}": row["f1"] for kind, row in
+                                                        result["per_type"].items()})
+
+  def tag_columns(self, records: Sequence[dict], predictions: Sequence[Any]) -> tuple[list, list]:
+    """Gold tags (a tagging record's own, in the trained scheme) and the predicted spans as tags, per sentence (flat
+    spans only)."""
+    tags = lambda spans, record: tag_schemes.tags_from_spans(spans, len(record["words"]), self.scheme)
+    gold = [tag_schemes.recode(r["tags"], self.task.get("source_scheme"), self.task.get("scheme")) if "tags" in r
+            else tags([(s["label"], s["start"], s["end"]) for s in r["spans"]], r) for r in records]
+    return gold, [tags([(label, start, end) for start, end, label in p], r) for r, p in zip(records, predictions)]
+
+  def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
+    """Flat runs: `.conll` (word, gold tag, predicted tag); nested spans live in the .jsonl file only."""
+    if self.task.get("nested"):
+      return {}
+    gold, predicted = self.tag_columns(records, predictions)
+    return {"conll": "\n".join(tagging.conll_block(r["words"], g, p)
+                               for r, g, p in zip(records, gold, predicted))}
+
+  def unlabelled(self, record: dict) -> dict:
+    return {"words": record["words"], "spans": []}
+
+  def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
+    """{"words", "entities": [{"start", "end" (exclusive), "label", "score", "text"}]}."""
+    words, labels = list(record["words"]), self.task["labels"]
+    index = {(int(s), int(e)): i for i, (s, e) in enumerate(example["span_words"].reshape(-1, 2))}
+    return {"words": words, "entities": [
+        {"start": start, "end": end, "label": label,
+         "score": round(float(raw[index[start, end - 1], 1 + labels.index(label)]), 6),
+         "text": " ".join(words[start:end])} for start, end, label in prediction]}
+
+  def conll(self, output: dict) -> str:
+    if self.task.get("nested"):
+      raise errors.UserError("--output conll cannot hold nested spans (the run trained with config.task.nested): "
+                             "use --output jsonl")
+    spans = [(e["label"], e["start"], e["end"]) for e in output["entities"]]
+    return tagging.conll_block(output["words"],
+                               tag_schemes.tags_from_spans(spans, len(output["words"]), self.scheme)) + "\n"

@@ -192,6 +192,14 @@ def convert(tags: Sequence[str], source: str, target: str, allow_lossy: bool = F
   return tags_from_spans(spans_from_tags(tags, source), len(tags), target, allow_lossy)
 
 
+def recode(tags: Sequence[str], source: str | None, target: str | None) -> list[str]:
+  """A record's tags in the trained scheme: converted from the data's `source` scheme when both are given and differ
+  (e.g. IOB1 -> BIOES), else as they are."""
+  if source and target and canonical_scheme(source) != canonical_scheme(target):
+    return convert(tags, source, target)
+  return list(tags)
+
+
 def allowed_transitions(tags: Sequence[str], scheme: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Which tag bigrams a well-formed `scheme` sequence can contain, for constrained (CRF/Viterbi) decoding.
 

@@ -12,12 +12,13 @@ from typing import Any, Callable, Mapping, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
+from tasks import alignment, metrics, tag_schemes, word_shape
 from tasks import crf as crf_lib
-from tasks import word_shape
 
 
 class TaggingHead(nn.Module):
@@ -88,3 +89,110 @@ def build(config: Mapping[str, Any]) -> Objective:
                      case_features=layers.option(config, "case_features", 0),
                      last_subword=layers.option(config, "last_subword", False))
   return Objective(name="tagging", head=head, loss=tagging_loss)
+
+
+def conll_block(words: Sequence[str], *columns: Sequence[str]) -> str:
+  """One sentence as CoNLL lines `word column...` (what `tasks.score` reads)."""
+  return "".join(" ".join(fields) + "\n" for fields in zip(words, *columns))
+
+
+def padded(tags: Sequence[str], num_words: int) -> list[str]:
+  """Predicted tags for every word: "O" past truncation (as the run's .conll files and the scorer read them)."""
+  return list(tags) + [tag_schemes.OUTSIDE] * (num_words - len(tags))
+
+
+class Tagging:
+  """A tag per word (BIO/IO/BIOES entities, or plain tags such as UPOS), scored by entity P/R/F1 (or accuracy)."""
+  name = "tagging"
+  word_level = True
+  bootstrap = ("conll", "conll")
+
+  def __init__(self, task: Mapping[str, Any]):
+    self.task = dict(task)
+
+  def gold_tags(self, record: dict) -> list[str]:
+    """The record's tags in the trained scheme."""
+    return tag_schemes.recode(record["tags"], self.task.get("source_scheme"), self.task.get("scheme"))
+
+  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
+    tags = {t for r in train_records for t in r["tags"]}
+    if not self.task.get("scheme"):  # Plain labels (POS): every tag seen in training.
+      return sorted(tags)
+    return tag_schemes.tag_vocab(sorted({tag_schemes.split_tag(t)[1] for t in tags} - {""}), self.task["scheme"])
+
+  def file_labels(self, data_format: str) -> list[str] | None:
+    labels = list(self.task["labels"])
+    if not labels or not self.task.get("scheme"):
+      return labels or None
+    types = tag_schemes.entity_types(labels)
+    return types if data_format == "spans" else tag_schemes.tag_vocab(
+        types, self.task.get("source_scheme") or self.task["scheme"])
+
+  def usable(self, records: Sequence[dict]) -> bool:
+    return True
+
+  def reader_checks(self) -> dict[str, Any]:
+    return {}
+
+  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
+    return {}
+
+  def objective(self) -> Objective:
+    return build(self.task | {"tags": self.task["labels"]})
+
+  def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]) -> dict[str, np.ndarray]:
+    return alignment.encode_words(tokenizer, record["words"], [lookup(t) for t in self.gold_tags(record)],
+                                  max_length=self.task["max_length"], alignment=self.task.get("alignment", "first"),
+                                  case_features=bool(self.task.get("case_features")),
+                                  last_subword=bool(self.task.get("last_subword")))
+
+  def widths(self) -> dict[str, Callable[[int], int]]:
+    """At most L words fit in L tokens."""
+    return dict.fromkeys(("word_positions", "word_labels"), lambda length: length)
+
+  def outputs(self, predictions: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Array:
+    return decode(predictions, batch)
+
+  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
+    return None
+
+  def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> list[str]:
+    return [self.task["labels"][int(t)] for t in raw]
+
+  def has_labels(self, records: Sequence[dict]) -> bool:
+    return True
+
+  def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
+    """Entity P/R/F1 (micro, and F1 per type) and token accuracy; plain tags: word accuracy."""
+    gold = [self.gold_tags(r) for r in records]
+    predicted = [padded(p, len(r["words"])) for r, p in zip(records, predictions)]
+    if not self.task.get("scheme"):
+      return {"accuracy": float(metrics.accuracy_from_counts(metrics.accuracy_counts(gold, predicted).sum(0)))}
+    return entity_scores(self.task, gold, predicted)
+
+  def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
+    return {"conll": "\n".join(conll_block(r["words"], self.gold_tags(r), padded(p, len(r["words"])))
+                               for r, p in zip(records, predictions))}
+
+  def unlabelled(self, record: dict) -> dict:
+    placeholder = tag_schemes.OUTSIDE if self.task.get("scheme") else self.task["labels"][0]  # Never read.
+    return {"words": record["words"], "tags": [placeholder] * len(record["words"])}
+
+  def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
+    """{"words", "tags"}: None for words past max_length."""
+    words = list(record["words"])
+    return {"words": words, "tags": list(prediction) + [None] * (len(words) - len(prediction))}
+
+  def conll(self, output: dict) -> str:
+    tags = padded([t for t in output["tags"] if t is not None], len(output["words"]))
+    return conll_block(output["words"], tags) + "\n"
+
+
+def entity_scores(task: Mapping[str, Any], gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
+                  ) -> dict[str, float]:
+  """Micro entity P/R/F1, token accuracy and F1 per type of tag sequences in the task's scheme and scoring mode."""
+  result = metrics.entity_scores(gold, predicted, mode=task.get("score_mode", "conlleval"),
+                                 scheme=task.get("scheme") or "IOB2")
+  return ({"precision": result["micro"]["precision"], "recall": result["micro"]["recall"],
+           "f1": result["micro"]["f1"], "accuracy": result["accuracy"]}
+          | {f"f1_{kind}": row["f1"] for kind, row in result["per_type"].items()})

@@ -225,11 +225,12 @@ def split_file(dataset: str | DatasetConfig, name: str, *, data_dir: str | os.Pa
 
 
 def read_file(dataset: str | DatasetConfig, name: str, *, data_dir: str | os.PathLike | None = None,
-              label_names: Sequence[str] | None = None) -> Iterator[dict]:
+              label_names: Sequence[str] | None = None, **checks) -> Iterator[dict]:
   """The reader's records of one named split's file, read directly (no tfds): what preparing it would store. With
-  `label_names` (labels, tags or span labels as the file writes them) another one is a ReaderError at its line."""
+  `label_names` (labels, tags or span labels as the file writes them) another one is a ReaderError at its line; so
+  is a record that fails the reader's `checks` (e.g. flat=True: overlapping spans)."""
   config = _config(dataset)
-  options = _options(config, name)
+  options = _options(config, name) | checks
   if label_names is not None and (config.format != "tsv" or options.get("label") is not None):
     options["label_names"] = tuple(label_names)
   return readers.READERS[config.format](split_file(config, name, data_dir=data_dir), **options)

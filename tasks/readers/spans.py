@@ -19,7 +19,7 @@ def _is_int(value) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_record(obj, label_names: set[str] | None) -> str | None:
+def _check_record(obj, label_names: set[str] | None, flat: bool = False) -> str | None:
   """What is wrong with a decoded line (None when it is a valid span record)."""
   if not isinstance(obj, dict) or "words" not in obj or "spans" not in obj:
     return f"{_FORMAT}; got a {type(obj).__name__}{f' with keys {sorted(obj)}' if isinstance(obj, dict) else ''}"
@@ -41,11 +41,19 @@ def _check_record(obj, label_names: set[str] | None) -> str | None:
     if key in seen:
       return f"spans[{i}] not to repeat an earlier span, got {span!r} twice"
     seen.add(key)
+  if flat:
+    ordered = sorted(spans, key=lambda s: (s["start"], s["end"]))
+    for first, second in zip(ordered, ordered[1:]):
+      if second["start"] < first["end"]:
+        return (f"spans that do not overlap (set config.task.nested=true for nested entities), got {first!r} and "
+                f"{second!r}")
   return None
 
 
-def read_spans_jsonl(path: str | os.PathLike, *, label_names: Sequence[str] | None = None) -> Iterator[dict]:
-  """Yields {"words", "spans"} per non-blank line, spans sorted by (start, -end, label); validates every line."""
+def read_spans_jsonl(path: str | os.PathLike, *, label_names: Sequence[str] | None = None,
+                     flat: bool = False) -> Iterator[dict]:
+  """Yields {"words", "spans"} per non-blank line, spans sorted by (start, -end, label); validates every line (with
+  `flat`, overlapping spans are an error too)."""
   allowed = None if label_names is None else set(label_names)
   for number, line in numbered_lines(path):
     if not line.strip():
@@ -54,7 +62,7 @@ def read_spans_jsonl(path: str | os.PathLike, *, label_names: Sequence[str] | No
       obj = json.loads(line)
     except json.JSONDecodeError as err:
       raise ReaderError(path, number, f"{_FORMAT}; invalid JSON at column {err.colno}: {err.msg}") from None
-    problem = _check_record(obj, allowed)
+    problem = _check_record(obj, allowed, flat)
     if problem:
       raise ReaderError(path, number, problem)
     spans = [{"start": s["start"], "end": s["end"], "label": s["label"]} for s in obj["spans"]]

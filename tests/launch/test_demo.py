@@ -12,7 +12,8 @@ import pytest
 from configs import demo as demo_config
 from configs import finetune
 from encoder import errors
-from launch import demo, finetune_data, predict, train
+from launch import demo, predict, train
+from tasks import finetune_data
 from tasks.readers import read_conllu
 from tests.conftest import require_data
 

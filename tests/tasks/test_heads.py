@@ -10,7 +10,7 @@ import pytest
 from scipy.special import erf, logsumexp
 
 from encoder import EncoderOutput
-from tasks import alignment, batching, classification, examples, span_ner
+from tasks import alignment, batching, classification, registry, span_ner
 
 
 @dataclasses.dataclass
@@ -72,7 +72,7 @@ def test_collate_pads_to_bucket_and_batch_size():
 @pytest.mark.parametrize("name", ["tagging", "span_ner"])
 def test_collate_gives_word_and_span_fields_one_width_per_bucket(name):
   rng = np.random.default_rng(0)
-  widths = examples.list_widths({"name": name, "max_span_width": 4})
+  widths = registry.family({"name": name, "max_span_width": 4, "labels": []}).widths()
   buckets, shapes = (8, 16, 32), {}
   for _ in range(200):  # Random batches of random sentences, some cut by max_length: one shape per bucket.
     words = [["".join("abcdefg"[k] for k in rng.integers(0, 7, rng.integers(1, 8))) for _ in range(rng.integers(1, 14))]

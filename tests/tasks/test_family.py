@@ -1,4 +1,5 @@
-"""Records -> examples -> (gold) predictions -> scores and files, on real CoNLL-2003 and SICK with the MiniLM vocab."""
+"""Each task family: records -> examples -> (gold) predictions -> scores and files, on real CoNLL-2003 and SICK with the
+MiniLM vocab."""
 
 import itertools
 import json
@@ -8,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tasks import evaluation, examples, readers
+from tasks import evaluation, finetune_data, readers, registry
 from tests.conftest import require_data
 
 
@@ -28,10 +29,19 @@ def conll():
 NER = {"name": "tagging", "scheme": "BIOES", "source_scheme": "IOB1", "max_length": 24, "labels": []}
 
 
+def family(task: dict, labels=None):
+  """The family of `task`, with `labels` (else the task's own)."""
+  return registry.family(task if labels is None else {**task, "labels": list(labels)})
+
+
+def encode(task: dict, tokenizer, records: list, labels) -> list:
+  return finetune_data.encode(family(task, labels), tokenizer, records)
+
+
 def test_tag_vocabulary_and_encoding_from_iob1(conll, tokenizer):
-  tags = examples.label_vocabulary(NER, conll)
+  tags = family(NER).label_vocabulary(conll)
   assert tags[0] == "O" and "S-PER" in tags and "E-MISC" in tags and len(tags) == 17
-  encoded = examples.encode(NER, tokenizer, conll, tags)
+  encoded = encode(NER, tokenizer, conll, tags)
   assert len(encoded) == len(conll)
   truncated = sum(len(e["word_positions"]) < len(r["words"]) for e, r in zip(encoded, conll))
   assert truncated > 0  # max_length 24 cuts some sentences: scoring must still see every word.
@@ -42,15 +52,16 @@ def test_tag_vocabulary_and_encoding_from_iob1(conll, tokenizer):
 
 
 def test_gold_predictions_score_perfectly_except_truncation(conll, tokenizer, tmp_path):
-  tags = examples.label_vocabulary(NER, conll)
-  encoded = examples.encode(NER, tokenizer, conll, tags)
+  tags = family(NER).label_vocabulary(conll)
+  encoded = encode(NER, tokenizer, conll, tags)
   predictions = [[tags[i] for i in e["word_labels"]] for e in encoded]
-  scores = evaluation.score(NER, conll, predictions)
+  scores = family(NER).score(conll, predictions)
   full = {**NER, "max_length": 512}
-  full_predictions = [[tags[i] for i in e["word_labels"]] for e in examples.encode(full, tokenizer, conll, tags)]
-  assert evaluation.score(full, conll, full_predictions)["f1"] == 1.0
+  full_predictions = [[tags[i] for i in e["word_labels"]] for e in encode(full, tokenizer, conll, tags)]
+  assert family(full).score(conll, full_predictions)["f1"] == 1.0
   assert scores["f1"] < 1.0  # Truncated words are predicted "O" (an entity cut in two also costs precision).
-  written = evaluation.write_predictions(tmp_path, "validation", NER, conll, predictions)
+  written = evaluation.write_predictions(tmp_path, family(NER, tags), finetune_data.Split("validation", conll, encoded),
+                                         predictions)
   assert [p.name for p in written] == ["validation.jsonl", "validation.conll"]
   assert json.loads(written[0].read_text().splitlines()[0])["prediction"] == predictions[0]
   # Re-scoring the written file independently gives the same F1.
@@ -67,30 +78,30 @@ def test_gold_predictions_score_perfectly_except_truncation(conll, tokenizer, tm
 def test_span_task_from_tagging_records(conll, tokenizer):
   task = {"name": "span_ner", "scheme": "IOB2", "source_scheme": "IOB1", "max_length": 512, "max_span_width": 10,
           "labels": []}
-  labels = examples.label_vocabulary(task, conll)
+  labels = family(task).label_vocabulary(conll)
   assert labels == ["LOC", "MISC", "ORG", "PER"]
-  encoded = examples.encode(task, tokenizer, conll, labels)
+  encoded = encode(task, tokenizer, conll, labels)
   predictions = []
   for e in encoded:
     gold = e["span_labels"] > 0
     predictions.append(sorted((int(w[0]), int(w[1]) + 1, labels[l - 1])
                               for w, l in zip(e["span_words"][gold], e["span_labels"][gold])))
-  assert evaluation.score(task, conll, predictions)["f1"] == 1.0
+  assert family(task).score(conll, predictions)["f1"] == 1.0
 
 
 def test_classification_examples_on_sick(tokenizer):
   path = require_data("sick/SICK_trial.txt")
   records = list(readers.read_tsv(path, text_a="sentence_A", text_b="sentence_B", label="entailment_judgment"))
   task = {"name": "classification", "max_length": 128, "labels": ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]}
-  encoded = examples.encode(task, tokenizer, records, task["labels"])
+  encoded = encode(task, tokenizer, records, task["labels"])
   first = encoded[0]
   assert first["input_ids"][0] == tokenizer.cls_id and list(first["input_ids"]).count(tokenizer.sep_id) == 2
   assert set(first["type_ids"]) == {0, 1}
   gold = [r["label"] for r in records]
-  assert evaluation.score(task, records, gold) == {"accuracy": 1.0, "macro_f1": 1.0}
-  assert evaluation.score(task, records, ["NEUTRAL"] * len(gold))["accuracy"] == pytest.approx(282 / 500)
+  assert family(task).score(records, gold) == {"accuracy": 1.0, "macro_f1": 1.0}
+  assert family(task).score(records, ["NEUTRAL"] * len(gold))["accuracy"] == pytest.approx(282 / 500)
   with pytest.raises(ValueError, match="record 0: label '[A-Z]+' is not in"):
-    examples.encode({**task, "labels": ["ENTAILMENT"]}, tokenizer, records[:5], ["ENTAILMENT"])
+    encode({**task, "labels": ["ENTAILMENT"]}, tokenizer, records[:5], ["ENTAILMENT"])
 
 
 def test_scores_are_encoded_when_the_task_trains_on_them(tokenizer):
@@ -101,16 +112,16 @@ def test_scores_are_encoded_when_the_task_trains_on_them(tokenizer):
                                   score="relatedness_score"))[:20]
   labels = ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"]
   plain = {"name": "classification", "max_length": 128, "labels": labels}
-  assert "score" not in examples.encode(plain, tokenizer, records, labels)[0]
-  auxiliary = examples.encode({**plain, "score_weight": 0.5}, tokenizer, records, labels)
+  assert "score" not in encode(plain, tokenizer, records, labels)[0]
+  auxiliary = encode({**plain, "score_weight": 0.5}, tokenizer, records, labels)
   assert [float(e["score"]) for e in auxiliary] == pytest.approx([r["score"] for r in records])
   regression = {"name": "regression", "max_length": 128, "labels": []}
-  assert examples.label_vocabulary(regression, records) == []
-  encoded = examples.encode(regression, tokenizer, records, [])
+  assert family(regression).label_vocabulary(records) == []
+  encoded = encode(regression, tokenizer, records, [])
   assert [float(e["score"]) for e in encoded] == pytest.approx([r["score"] for r in records])
   assert all(int(e["label"]) == -1 for e in encoded)
   unscored = [{k: v for k, v in r.items() if k != "score"} for r in records]
-  assert "score" not in examples.encode(regression, tokenizer, unscored, [])[0]  # An unlabeled test split.
+  assert "score" not in encode(regression, tokenizer, unscored, [])[0]  # An unlabeled test split.
   gold = [r["score"] for r in records]
-  assert evaluation.score(regression, records, gold) == {"pearson": pytest.approx(1.0), "spearman": pytest.approx(1.0),
+  assert family(regression).score(records, gold) == {"pearson": pytest.approx(1.0), "spearman": pytest.approx(1.0),
                                                          "mse": 0.0}

@@ -22,10 +22,8 @@ import numpy as np
 from configs import paths
 from encoder import errors
 from launch.input_pipeline import tokenizer_for
-from tasks import batching, examples, readers, tag_schemes, tfds_builders
-
-
-LABELLED_TASKS = ("classification", "tagging", "span_ner")  # Tasks whose files' labels are checked (file_labels).
+from tasks import batching, readers, registry, tfds_builders
+from tasks.family import TaskFamily
 
 
 class Split(NamedTuple):
@@ -37,13 +35,14 @@ class Split(NamedTuple):
 
 class TaskData(NamedTuple):
   """Everything the engine needs from a task's data."""
-  task: dict[str, Any]  # The config.task fields as the tasks/ modules read them, plus "labels" / "tags".
+  task: dict[str, Any]  # The config.task fields as the tasks/ modules read them, plus "labels" (and train_fields).
+  family: TaskFamily  # The task's family, built from `task`.
   tokenizer: Any
   train: Split
   eval: Split
   test: Split | None
   buckets: tuple[int, ...]  # Padded token lengths (jit shapes).
-  widths: dict[str, Callable[[int], int]]  # Word / span field -> its padded width at a bucket (tasks.examples).
+  widths: dict[str, Callable[[int], int]]  # Word / span field -> its padded width at a bucket (TaskFamily.widths).
 
 
 def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict[str, Any]:
@@ -52,9 +51,26 @@ def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict
   mapping["labels"] = list(labels)
   mapping["scheme"] = task.scheme or None
   mapping["source_scheme"] = task.source_scheme or None
-  if task.name == "tagging":
-    mapping["tags"] = list(labels)
   return mapping
+
+
+def label_vocabulary(task: ml_collections.ConfigDict, train_records: Sequence[dict]) -> list[str]:
+  """The task's labels / tags / entity types in index order: the config's, else derived from the training records."""
+  return list(task.labels) or registry.family(task_mapping(task, ())).label_vocabulary(train_records)
+
+
+def encode(family: TaskFamily, tokenizer, records: Sequence[dict]) -> list[dict]:
+  """Every record of a split as an example; a label outside the task's labels is an error naming the record."""
+  labels = family.task["labels"]
+  index = {label: i for i, label in enumerate(labels)}
+
+  def lookup(where: int) -> Callable[[str], int]:
+    def find(label: str) -> int:
+      if label not in index:
+        raise errors.UserError(f"record {where}: label {label!r} is not in the task's labels {list(labels)[:20]}")
+      return index[label]
+    return find
+  return [family.encode(tokenizer, record, lookup(i)) for i, record in enumerate(records)]
 
 
 def reader_options(columns: str) -> dict[str, Any]:
@@ -107,17 +123,6 @@ def _records(dataset, split: str, cache_dir: str, key: str) -> list[dict]:
   return source.__getitems__(list(range(len(source)))) if len(source) else []
 
 
-def file_labels(task: ml_collections.ConfigDict, labels: Sequence[str], data_format: str) -> list[str] | None:
-  """The task's labels as the data files write them: tags in the files' scheme (`source_scheme`), span labels of a
-  spans file; None when there is nothing to check (regression, other tasks, no labels)."""
-  if task.name not in LABELLED_TASKS or not labels:
-    return None
-  if task.name == "classification" or (task.name == "tagging" and not task.scheme):
-    return list(labels)
-  types = list(labels) if task.name == "span_ner" else tag_schemes.entity_types(labels)
-  return types if data_format == "spans" else tag_schemes.tag_vocab(types, task.source_scheme or task.scheme)
-
-
 def _format(dataset: str | tfds_builders.DatasetConfig) -> str:
   return (tfds_builders.PRESETS[dataset] if isinstance(dataset, str) else dataset).format
 
@@ -145,9 +150,21 @@ def _check_labels(dataset, split: str, records: Sequence[dict], allowed: Sequenc
   raise errors.UserError(f"{files}: expected the task's labels ({', '.join(allowed)}), found {unknown!r}")
 
 
+def _check_records(family: TaskFamily, dataset, split: str, records: Sequence[dict]) -> None:
+  """A record the family cannot use fails at its line: the split's files are read again with the family's reader
+  checks (`TaskFamily.reader_checks`), which raise a ReaderError there."""
+  if family.usable(records):
+    return
+  for name in tfds_builders.split_names(split):
+    for _ in tfds_builders.read_file(dataset, name, **family.reader_checks()):
+      pass
+  raise errors.UserError(f"{dataset}: split {split!r} holds a record that task {family.name!r} cannot use")
+
+
 def check_splits(task: ml_collections.ConfigDict, dataset, splits: dict[str, str]) -> None:
-  """Reads each split's files once, before tfds prepares them: a malformed line, a split without examples or a label
-  outside the task's labels (config.task.labels, else the training split's) fails naming the file and line."""
+  """Reads each split's files once, before tfds prepares them: a malformed line, a split without examples, a record
+  the task cannot use or a label outside the task's labels (config.task.labels, else the training split's) fails
+  naming the file and line."""
   records = {}
   for role, split in splits.items():
     records[role] = []
@@ -160,10 +177,10 @@ def check_splits(task: ml_collections.ConfigDict, dataset, splits: dict[str, str
         raise errors.UserError(f"{tfds_builders.split_file(dataset, name)}: expected examples for the {role} split "
                             f"(config.task.{role}_split={split!r}), found none")
       records[role] += found
-  if task.name in LABELLED_TASKS:
-    labels = examples.label_vocabulary(task_mapping(task, task.labels), records["train"])
-    for role, split in splits.items():
-      _check_labels(dataset, split, records[role], file_labels(task, labels, _format(dataset)))
+  family = registry.family(task_mapping(task, label_vocabulary(task, records["train"])))
+  for role, split in splits.items():
+    _check_records(family, dataset, split, records[role])
+    _check_labels(dataset, split, records[role], family.file_labels(_format(dataset)))
 
 
 def load(config: ml_collections.ConfigDict) -> TaskData:
@@ -178,29 +195,24 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   train_records = read("train_split")
   if not train_records:
     raise errors.ConfigError(f"config.task.train_split={task.train_split!r} of {task.dataset or task.files} "
-                                    "has no records")
-  mapping = task_mapping(task, examples.label_vocabulary(task_mapping(task, task.labels), train_records))
-  if examples.uses_scores(mapping):
-    if any(r.get("score") is None for r in train_records):
-      raise errors.ConfigError(
-          f"task {task.name!r}{' with score_weight' if task.name == 'classification' else ''} trains on scores, but "
-          f"{task.train_split!r} of {task.dataset or task.files} has none: give the TSV reader a score column "
-          "(config.task.columns=...,score:<column>)")
-    mapping["score_mean"] = float(np.mean([r["score"] for r in train_records]))  # The score output's initial bias.
-  allowed = file_labels(task, mapping["labels"], _format(dataset))
+                             "has no records")
+  family = registry.family(task_mapping(task, label_vocabulary(task, train_records)))
+  family = registry.family(family.task | family.train_fields(train_records))
+  allowed = family.file_labels(_format(dataset))
 
-  def split(name: str, records: list[dict], split_string: str) -> Split:  # A prepared split: its labels checked.
-    _check_labels(dataset, split_string, records, allowed)
-    return Split(name, records, examples.encode(mapping, tokenizer, records, mapping["labels"]))
-  test = split("test", read("test_split"), task.test_split) if task.test_split else None
-  train = split("train", train_records, task.train_split)
+  records = {"train": train_records, "dev": read("eval_split")} | (
+      {"test": read("test_split")} if task.test_split else {})
+  for name, split_string in zip(records, (task.train_split, task.eval_split, task.test_split)):
+    _check_records(family, dataset, split_string, records[name])  # Prepared splits: checked again (the task may
+    _check_labels(dataset, split_string, records[name], allowed)   # differ from the one that prepared them).
+  train, dev, test = (Split(name, records[name], encode(family, tokenizer, records[name])) if name in records
+                      else None for name in ("train", "dev", "test"))
   buckets = tuple(sorted({min(b, task.max_length) for b in config.data.buckets} | {task.max_length}))
   per_epoch = steps_per_epoch(len(train.examples), config.batch_size)
   epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs
   longest = [n for _, n in _longest_per_batch(train, config.batch_size, config.seed, range(max(epochs, 1)))]
   buckets = batching.prune_buckets(longest, buckets, config.data.compile_cost)
-  return TaskData(mapping, tokenizer, train, split("dev", read("eval_split"), task.eval_split), test, buckets,
-                  examples.list_widths(mapping))
+  return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths())
 
 
 def _longest_per_batch(train: Split, batch_size: int, seed: int, epochs: range) -> Iterator[tuple[int, int]]:

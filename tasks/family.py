@@ -1,0 +1,80 @@
+"""The task-family contract (DESIGN, "Contracts between parts"): everything about fine-tuning that depends on the
+kind of task lives in its family's module, behind these methods; the data pipeline (`tasks.finetune_data`), the
+evaluation (`tasks.evaluation`), the engine, `launch.predict` and reports call them and never name a family.
+
+A family is built from the task's config mapping (`config.task` as a dict, plus its label vocabulary under
+"labels"): `tasks.registry.family(task)`. Adding one is its module plus one registry line; see docs/design.md,
+"Adding a task family".
+
+Values that pass between the methods: a *record* is what a reader yields (`tasks.readers`: {"text_a", "text_b",
+"label", "score"} or {"words", "tags"} or {"words", "spans"}); an *example* is a record encoded for the model (numpy
+arrays: `input_ids`, `type_ids` and the family's own fields); *raw* is one example's row of `outputs` on the host
+(padding cut off by `widths`); a *prediction* is what `decode` makes of it and what `score` and the prediction files
+read (a label, a score, a tag list, a list of (start, end, label) spans).
+"""
+
+from typing import Any, Callable, Protocol, Sequence
+
+import jax
+import numpy as np
+
+from objectives.objective import Objective
+
+
+class TaskFamily(Protocol):
+  """What a task family provides; `task` is its config mapping."""
+  name: str  # The registry name (config.task.name).
+  word_level: bool  # Labels words (inputs are word lists) rather than whole texts.
+  bootstrap: tuple[str, str] | None  # (tasks.score bootstrap --task, prediction file suffix) for reports.
+  task: dict[str, Any]
+
+  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
+    """Labels / tags / entity types in index order, when the config names none (derived from train, sorted)."""
+
+  def file_labels(self, data_format: str) -> list[str] | None:
+    """The task's labels as the data files write them (checked at their line), or None: nothing to check."""
+
+  def usable(self, records: Sequence[dict]) -> bool:
+    """Whether the task can train and score on every record (not: nested spans without task.nested)."""
+
+  def reader_checks(self) -> dict[str, Any]:
+    """Reader options that refuse, at their line, the records `usable` rejects (read again to name the line)."""
+
+  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
+    """Task fields computed from the training records (e.g. the score output's initial bias); may raise UserError."""
+
+  def objective(self) -> Objective:
+    """The head and its loss."""
+
+  def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]) -> dict[str, np.ndarray]:
+    """One record as an example; `lookup` maps a label to its index (an unknown label raises naming the record)."""
+
+  def widths(self) -> dict[str, Callable[[int], int]]:
+    """Padded width of each per-word / per-span example field at a token bucket length (`tasks.batching.collate`)."""
+
+  def outputs(self, predictions: Any, batch: dict[str, jax.Array]) -> jax.Array:
+    """The head's predictions -> what `decode` reads, per row (runs on device, inside jit)."""
+
+  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> float | None:
+    """A decoding threshold chosen on dev (span NER), or None."""
+
+  def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> Any:
+    """One example's raw outputs -> its prediction."""
+
+  def has_labels(self, records: Sequence[dict]) -> bool:
+    """Whether a split can be scored (SST-2's test split has no labels)."""
+
+  def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
+    """The family's metrics of a split (fractions)."""
+
+  def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
+    """Files written beside `<split>.jsonl`: suffix -> text (`.conll` columns, `.labels` lines)."""
+
+  def unlabelled(self, record: dict) -> dict:
+    """A record to predict (no gold) completed with placeholder gold, so `encode` takes it."""
+
+  def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
+    """What `launch.predict` returns for one input."""
+
+  def conll(self, output: dict) -> str:
+    """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (tasks.score's format)."""
