@@ -17,10 +17,12 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from encoder import errors
+
 Document = list[str]  # Sentences in order.
 
 
-class CorpusError(ValueError):
+class CorpusError(errors.UserError):
   """Pretraining text without usable content; the message names the file (and line) and what was found."""
 
 
