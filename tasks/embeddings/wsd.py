@@ -24,6 +24,8 @@ import time
 import jax
 import numpy as np
 
+from encoder import errors
+from encoder.array_files import load_npz
 from tasks.embeddings.layers import parse_layers, select_layers
 from tasks.readers import raganato, semcor, wordnet as wordnet_reader
 from tasks.readers.lines import ReaderError
@@ -54,9 +56,9 @@ class SenseSums:
 
   @classmethod
   def load(cls, path: str | os.PathLike) -> "SenseSums":
-    """Reads what `save` wrote."""
-    with np.load(path) as data:
-      return cls(data["keys"].tolist(), data["counts"], data["sums"], dict(data["meta"].tolist()))
+    """Reads what `save` wrote (a damaged file is a UserError naming it)."""
+    data = load_npz(path, ("keys", "counts", "sums", "meta"))
+    return cls(data["keys"].tolist(), data["counts"], data["sums"], dict(data["meta"].tolist()))
 
 
 def accumulate_sense_sums(embedder, sentences: Sequence[dict], *, pooling: str = "mean",
