@@ -15,15 +15,17 @@ _UNREADABLE = (ValueError, EOFError, zipfile.BadZipFile)
 
 
 class ArrayFileError(errors.UserError):
-  """An .npy / .npz file that is not a readable array file of numbers or strings."""
-
-  def __init__(self, path: str | os.PathLike, found: str):
-    super().__init__(f"{path}: expected a complete numpy array file without Python objects, found {found}; "
-                     "write it again (or remove it, if it is a cache)")
+  """An .npy / .npz file that is not a readable array file of numbers or strings, or lacks an array."""
 
 
-def _found(err: BaseException) -> str:
-  """numpy's reason, as the `found` part of the message."""
+def _unreadable(path: str | os.PathLike, found: str) -> ArrayFileError:
+  """The error for a file numpy cannot read (or of the other kind), with numpy's reason as what was found."""
+  return ArrayFileError(f"{path}: expected a complete numpy array file without Python objects, found {found}; "
+                        "write it again (or remove it, if it is a cache)")
+
+
+def _reason(err: BaseException) -> str:
+  """numpy's reason, on one line."""
   return f"{type(err).__name__}: {' '.join(str(err).split())}"
 
 
@@ -32,9 +34,9 @@ def load_npy(path: str | os.PathLike, *, mmap: bool = False) -> np.ndarray:
   try:
     array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
   except _UNREADABLE as err:
-    raise ArrayFileError(path, _found(err)) from None
+    raise _unreadable(path, _reason(err)) from None
   if not isinstance(array, np.ndarray):
-    raise ArrayFileError(path, "an .npz archive (several arrays), not one .npy array")
+    raise _unreadable(path, "an .npz archive (several arrays), not one .npy array")
   return array
 
 
@@ -43,14 +45,15 @@ def load_npz(path: str | os.PathLike, names: Sequence[str]) -> dict[str, np.ndar
   try:
     data = np.load(path, allow_pickle=False)
   except _UNREADABLE as err:
-    raise ArrayFileError(path, _found(err)) from None
+    raise _unreadable(path, _reason(err)) from None
   if not isinstance(data, np.lib.npyio.NpzFile):
-    raise ArrayFileError(path, "one .npy array, not an .npz archive")
+    raise _unreadable(path, "one .npy array, not an .npz archive")
   with data:
     missing = sorted(set(names) - set(data.files))
     if missing:
-      raise ArrayFileError(path, f"an .npz archive without {missing} (it has {sorted(data.files)})")
+      raise ArrayFileError(f"{path}: expected an .npz archive with the arrays {sorted(names)}, found "
+                           f"{sorted(data.files)} (without {missing})")
     try:
       return {name: data[name] for name in names}
     except _UNREADABLE as err:
-      raise ArrayFileError(path, _found(err)) from None
+      raise _unreadable(path, _reason(err)) from None

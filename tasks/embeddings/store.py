@@ -66,7 +66,8 @@ def open_store(directory: str | os.PathLike, settings: dict) -> int:
       raise errors.UserError(f"{directory / META}: the store there was made with other settings ({', '.join(changed)} "
                        "differ); give the same options to resume it, or another --out")
   elif directory.is_dir() and any(directory.iterdir()):
-    raise errors.UserError(f"{directory}: the directory exists, is not empty and holds no {META}; give a new or empty --out")
+    raise errors.UserError(f"{directory}: the directory exists, is not empty and holds no {META}; give a new or "
+                           "empty --out")
   directory.mkdir(parents=True, exist_ok=True)
   keep = complete_shards(directory)
   for path in directory.iterdir():
@@ -141,5 +142,6 @@ def load_vectors(directory: str | os.PathLike) -> np.ndarray:
   """Every row of a store in one array in memory (for stores that fit)."""
   shards = list(iter_shards(directory))
   if not shards:
-    raise FileNotFoundError(f"{directory}: no shard-00000.npy; not an embeddings store (python -m tasks.embeddings.embed)")
+    raise FileNotFoundError(f"{directory}: no shard-00000.npy; not an embeddings store (python -m "
+                            "tasks.embeddings.embed)")
   return np.concatenate(shards)

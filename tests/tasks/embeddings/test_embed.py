@@ -1,4 +1,5 @@
-"""python -m tasks.embeddings.embed: the store's rows and index against the Embedder, byte-identical resume, bad-input errors."""
+"""python -m tasks.embeddings.embed: the store's rows and index against the Embedder, byte-identical resume,
+bad-input errors."""
 
 import json
 import subprocess
@@ -124,8 +125,8 @@ def test_bad_input_is_one_error_line_naming_file_and_line(checkpoint, tmp_path, 
 def test_the_command_reports_bad_input_without_a_traceback(checkpoint, tmp_path):
   path = tmp_path / "bad.txt"
   path.write_bytes(b"ok\n\xc3\x28\n")
-  done = subprocess.run([sys.executable, "-m", "tasks.embeddings.embed", "--init", f"hf:{checkpoint}", "--input", str(path),
-                         "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+  done = subprocess.run([sys.executable, "-m", "tasks.embeddings.embed", "--init", f"hf:{checkpoint}", "--input",
+                         str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
   assert done.returncode != 0 and "Traceback" not in done.stderr
   lines = done.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith(f"error: {path}:2: expected UTF-8 text")
