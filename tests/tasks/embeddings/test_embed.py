@@ -130,3 +130,13 @@ def test_the_command_reports_bad_input_without_a_traceback(checkpoint, tmp_path)
   assert done.returncode != 0 and "Traceback" not in done.stderr
   lines = done.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith(f"error: {path}:2: expected UTF-8 text")
+
+
+def test_an_out_path_that_is_a_file_is_refused_and_kept(checkpoint, text, tmp_path):
+  taken = tmp_path / "taken"
+  taken.write_text("keep me\n")
+  with pytest.raises(SystemExit) as stop:
+    run(checkpoint, text, taken, "--layers", "last")
+  assert str(stop.value) == f"error: {taken}: --out must be a directory for the store, found a file; give " \
+                            "another --out"
+  assert taken.read_text() == "keep me\n"
