@@ -118,11 +118,10 @@ def _have(module: str) -> bool:
 def anisotropy_section(embedder: Embedder) -> dict:
   """Anisotropy (expected cosine of random word-instance pairs, 95% bootstrap CI over lines) of the last layer's
   word vectors of WikiText-2 validation (whole lines, long ones in windows), raw and standardized with the mean/std
-  fitted on the same vectors (tasks.anisotropy's reading and defaults)."""
-  from tasks import anisotropy as command  # pylint: disable=import-outside-toplevel
+  fitted on the same vectors (python -m tasks.embeddings.anisotropy's reading and defaults)."""
   from tasks.embeddings import anisotropy, standardize  # pylint: disable=import-outside-toplevel
-  lines = command.read_word_lines(paths.data_file("wikitext-2/raw/wiki.valid.raw"))
-  vectors, line_of, _ = command.word_vectors(embedder, lines, "last")
+  lines = anisotropy.read_word_lines(paths.data_file("wikitext-2/raw/wiki.valid.raw"))
+  vectors, line_of, _ = anisotropy.word_vectors(embedder, lines, "last")
   vectors = vectors[:, 0]
   raw = anisotropy.anisotropy(vectors, groups=line_of)
   standardized = anisotropy.anisotropy(standardize.Standardizer.fit(vectors).apply(vectors), groups=line_of)

@@ -5,11 +5,12 @@ command parses it) or ENCODERLAB_DEBUG=1 shows the traceback of user errors too.
   if __name__ == "__main__":
     errors.run(main)               # or errors.run(app.run, main, flags_parser=...) for absl commands
 
-A user error is a `UserError` (raise it from command code: `raise errors.UserError(f"{path}: expected ..., got ...")`),
-one of the library errors in `_LIBRARY_ERRORS` (each names the file and line, key or field), a missing or
-unreadable file, or undecodable text / JSON. Plain ValueError, KeyError and TypeError are not: numpy and JAX raise
-them for bugs, so the input check that knows the file must raise one of the above. This module imports only the
-standard library, so every command (tasks.score included) can use it without loading JAX.
+A user error is a `UserError` (raise it from command code: `raise errors.UserError(f"{path}: expected ..., got ...")`;
+every library error type derives from it: ReaderError, CheckpointError, TokenizerError, CorpusError, ...), a
+missing or unreadable file, or undecodable text / JSON. Plain ValueError, KeyError and TypeError are not: numpy and
+JAX raise them for bugs, so the input check that knows the file must raise one of the above. This module imports
+only the standard library and sits at the bottom of the import graph, so every module can derive its errors from it
+and every command (tasks.score included) can use it without loading JAX.
 """
 
 import json
@@ -24,16 +25,6 @@ T = TypeVar("T")
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "ENCODERLAB_DEBUG"
 
-# (module, class) of the library's own user-error types; matched only when the module is already imported (an error
-# of that type can only have been raised if it is), so this module stays free of heavy imports.
-_LIBRARY_ERRORS = (
-    ("tasks.readers.lines", "ReaderError"),         # path:line: expected ...
-        ("encoder.hf_checkpoint", "CheckpointError"),   # init=hf:<dir> without config.json, pickle-only, non-BERT, ...
-    ("encoder.tokenizer", "TokenizerError"),        # config.data.tokenizer: a pickle or an unknown format
-    ("objectives.corpus", "CorpusError"),           # pretraining text without usable lines
-    ("tasks.tfds_builders", "SplitError"),          # a split name or slice the data does not have
-    ("launch.train", "NonFiniteLossError"),         # the run diverged: says from which step to resume
-)
 _FILE_ERRORS = (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
@@ -46,11 +37,8 @@ class ConfigError(UserError):
   """A user error in a config file or a --config.* override."""
 
 
-def user_error_types() -> tuple[type[BaseException], ...]:
-  """The exception types reported as one line (see the module docstring)."""
-  library = tuple(getattr(sys.modules[module], name) for module, name in _LIBRARY_ERRORS
-                  if module in sys.modules and hasattr(sys.modules[module], name))
-  return (UserError, *library, *_FILE_ERRORS, UnicodeDecodeError, json.JSONDecodeError)
+# The exception types reported as one line (see the module docstring).
+USER_ERRORS = (UserError, *_FILE_ERRORS, UnicodeDecodeError, json.JSONDecodeError)
 
 
 def message(err: BaseException) -> str:
@@ -76,7 +64,7 @@ def run(main: Callable[..., T], *args: Any, **kwargs: Any) -> T:
   sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != DEBUG_FLAG]
   try:
     return main(*args, **kwargs)
-  except user_error_types() as err:  # pylint: disable=catching-non-exception  (a tuple of exception types)
+  except USER_ERRORS as err:
     if debug:
       traceback.print_exc()
     raise SystemExit(f"error: {message(err)}") from None

@@ -17,6 +17,7 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from encoder import errors
 from encoder.config import EncoderConfig
 
 CONFIG_FILE = "config.json"
@@ -35,7 +36,7 @@ _CONVERT_HINT = ("convert it once with `transformers`: AutoModel.from_pretrained
                  "safe_serialization=True) (use the class named in config.json's architectures to keep its heads)")
 
 
-class CheckpointError(ValueError):
+class CheckpointError(errors.UserError):
   """A HuggingFace checkpoint that cannot be imported or exported; the message names the file and tensor."""
 
 

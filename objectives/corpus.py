@@ -17,10 +17,13 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
+from encoder import errors
+from encoder.array_files import load_npy
+
 Document = list[str]  # Sentences in order.
 
 
-class CorpusError(ValueError):
+class CorpusError(errors.UserError):
   """Pretraining text without usable content; the message names the file (and line) and what was found."""
 
 
@@ -245,7 +248,7 @@ def encode_documents(documents: Sequence[Document], tokenizer: Any, cache_dir: s
       (documents_fingerprint(documents) + tokenizer_fingerprint(tokenizer)).encode()).hexdigest()[:32]
   folder = Path(cache_dir) / key
   if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
-    return EncodedCorpus(*(np.load(folder / f"{name}.npy", allow_pickle=False) for name in _FIELDS))
+    return EncodedCorpus(*(load_npy(folder / f"{name}.npy") for name in _FIELDS))
   corpus = tokenize_documents(documents, tokenizer)
   _check_usable(corpus, tokenizer, source)
   folder.mkdir(parents=True, exist_ok=True)
@@ -281,6 +284,6 @@ def load_corpus(paths: Sequence[str | Path], tokenizer: Any, cache_dir: str | Pa
                        f"{tokenizer_fingerprint(tokenizer)}".encode()).hexdigest()[:32]
   folder = Path(cache_dir) / key
   if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
-    return EncodedCorpus(*(np.load(folder / f"{name}.npy", allow_pickle=False) for name in _FIELDS))
+    return EncodedCorpus(*(load_npy(folder / f"{name}.npy") for name in _FIELDS))
   documents = read_documents(paths, min_document_sentences=min_document_sentences, short_documents=short_documents)
   return encode_documents(documents, tokenizer, cache_dir, key, source)

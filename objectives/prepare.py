@@ -17,8 +17,9 @@ reads the directory. Layout of DIR:
   shard-00000.index.npy      int64 [2 + 3D + S]: D, S, sentences per document, file number and first line of each
                              document, token count of each sentence (what packing needs without reading tokens)
   shard-00000.counts.npy     int64 [vocab_size]: token id counts (the unigram law for random replacements)
-  shard-00000.done.json      completion marker: the settings, counts and sha256 of the three files
-  metadata.json              written last: settings, totals and the shard list
+  shard-00000.done.json      completion marker: the settings, counts, sizes and sha256 of the three files
+  metadata.json              written last: settings, totals and the shard list (objectives.prepared checks each
+                             file's size and sha256 against it before reading the file)
 """
 
 import argparse
@@ -126,7 +127,8 @@ def _tfds_documents(spec: str, source: Any, text_key: str) -> Iterator[tuple[int
         yield number, paragraphs
 
 
-def _sha256(path: Path) -> str:
+def sha256(path: Path) -> str:
+  """The hex sha256 of a file's bytes (the checksums in done.json and metadata.json)."""
   with path.open("rb") as f:
     return hashlib.file_digest(f, "sha256").hexdigest()
 
@@ -249,7 +251,8 @@ def _write_shard(out: str, index: int, documents: list[tuple[int, int, list[str]
   return {"name": stem, "documents": len(documents), "sentences": len(sentence_lengths),
           "tokens": int(sentence_lengths.sum()), "words": words,
           "usable_tokens": int(counts.sum() - counts[special].sum()),
-          "sha256": {suffix: _sha256(directory / f"{stem}{suffix}") for suffix in SUFFIXES}}
+          "bytes": {suffix: (directory / f"{stem}{suffix}").stat().st_size for suffix in SUFFIXES},
+          "sha256": {suffix: sha256(directory / f"{stem}{suffix}") for suffix in SUFFIXES}}
 
 
 def _finished(directory: Path, index: int, settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -262,7 +265,7 @@ def _finished(directory: Path, index: int, settings: dict[str, Any]) -> dict[str
     raise corpus_lib.CorpusError(f"{marker}: the shard was prepared with other settings ({done['settings']}), not "
                                  f"{settings}; give an empty --out directory")
   files = {directory / f"{done['shard']['name']}{suffix}": digest for suffix, digest in done["shard"]["sha256"].items()}
-  ok = all(path.is_file() and _sha256(path) == digest for path, digest in files.items())
+  ok = all(path.is_file() and sha256(path) == digest for path, digest in files.items())
   return done["shard"] if ok else None
 
 
@@ -283,7 +286,7 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
   directory = Path(out)
   directory.mkdir(parents=True, exist_ok=True)
   inputs_meta = [described[f] | {"text_key": tfds_text_key} if isinstance(f, str)
-                 else {"path": str(f), "bytes": f.stat().st_size, "sha256": _sha256(f)} for f in files]
+                 else {"path": str(f), "bytes": f.stat().st_size, "sha256": sha256(f)} for f in files]
   settings = {"format": FORMAT, "tokenizer_fingerprint": corpus_lib.tokenizer_fingerprint(vocab),
               "vocab_size": vocab.vocab_size, "token_dtype": token_dtype(vocab.vocab_size).name,
               "shard_documents": shard_documents, "inputs": inputs_meta}

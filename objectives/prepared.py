@@ -1,7 +1,8 @@
 """A prepared directory (objectives.prepare) as an EncodedCorpus-like view that reads documents on demand.
 
 Opening reads only metadata.json and each shard's small index (sentences per document, token counts per sentence),
-which is what packing needs; `tokens[a:b]` and `word_starts[a:b]` read the documents holding that range from the
+which is what packing needs (each file checked against the size and sha256 metadata.json records; a shard's
+array_record, too large to hash at load, by its size then, by its sha256 when first opened); `tokens[a:b]` and `word_starts[a:b]` read the documents holding that range from the
 array_record shards (random access, recently read documents cached), so a host reads only the documents of its
 rows. Offsets are those of objectives.corpus.load_corpus on the same files and reading options, so the packed rows
 are identical.
@@ -80,7 +81,7 @@ class PreparedCorpus:
         return self._cache[index]
       shard, record = (int(x) for x in self.records[index])
       if shard not in self._readers:
-        self._readers[shard] = _reader(self.directory, shard)
+        self._readers[shard] = _reader(self.directory, self.metadata["shards"][shard])
     _, tokens, word_starts = prepare.decode_document(self._readers[shard].read([record])[0], self._dtype)
     with self._lock:
       self._cache[index] = (tokens, word_starts)
@@ -99,15 +100,36 @@ class PreparedCorpus:
     return counts / total
 
 
-def _reader(directory: Path, shard: int) -> Any:
-  """A random-access reader of one shard (no read-ahead: rows are read in shuffled order)."""
-  return array_record_module.ArrayRecordReader(str(directory / f"{prepare.shard_name(shard)}.array_record"),
+def checked_file(directory: Path, shard: dict[str, Any], suffix: str, *, digest: bool = True) -> Path:
+  """One file of a shard, checked against metadata.json before it is read: its size (when recorded) and, unless
+  digest=False, its sha256; a missing, truncated or damaged file is a CorpusError naming it."""
+  path = directory / f"{shard['name']}{suffix}"
+  again = ("run python -m objectives.prepare again with the same --input, --tokenizer and --out: it rewrites the "
+           "damaged shards")
+  if not path.is_file():
+    raise corpus_lib.CorpusError(f"{path}: missing, but {directory / 'metadata.json'} lists it; {again}")
+  size, expected = shard.get("bytes", {}).get(suffix), shard["sha256"][suffix]
+  if size is not None and path.stat().st_size != size:
+    raise corpus_lib.CorpusError(f"{path}: {path.stat().st_size} bytes, metadata.json records {size}: the shard is "
+                                 f"truncated or overwritten; {again}")
+  if digest and prepare.sha256(path) != expected:
+    raise corpus_lib.CorpusError(f"{path}: its sha256 differs from the one metadata.json records "
+                                 f"({expected[:16]}...): the shard is damaged; {again}")
+  return path
+
+
+def _reader(directory: Path, shard: dict[str, Any]) -> Any:
+  """A random-access reader of one shard (no read-ahead: rows are read in shuffled order), opened once its sha256
+  matches metadata.json's (read once per shard and process: the shards are too large to hash all at load)."""
+  return array_record_module.ArrayRecordReader(str(checked_file(directory, shard, ".array_record")),
                                                "readahead_buffer_size:0")
 
 
-def _shard_index(directory: Path, name: str) -> tuple[np.ndarray, ...]:
+def _shard_index(directory: Path, shard: dict[str, Any]) -> tuple[np.ndarray, ...]:
   """(sentences per document, file number per document, first line per document, tokens per sentence)."""
-  index = np.load(directory / f"{name}.index.npy", allow_pickle=False)
+  checked_file(directory, shard, ".array_record", digest=False)  # At load: its size only (a truncated shard).
+  name = shard["name"]
+  index = np.load(checked_file(directory, shard, ".index.npy"), allow_pickle=False)
   documents, sentences = int(index[0]), int(index[1])
   parts = np.split(index[2:], [documents, 2 * documents, 3 * documents])
   if len(parts[3]) != sentences:
@@ -134,7 +156,7 @@ def open_prepared(directory: str | Path, tokenizer: Any = None, *, min_document_
                                  f"vocabulary differs from {tokenizer!r}; prepare it again with the config's tokenizer")
   sentence_counts, files, lines, lengths, records = [], [], [], [], []
   for number, shard in enumerate(metadata["shards"]):
-    counts, file_numbers, first_lines, sentence_lengths = _shard_index(directory, shard["name"])
+    counts, file_numbers, first_lines, sentence_lengths = _shard_index(directory, shard)
     sentence_counts.append(counts)
     files.append(file_numbers)
     lines.append(first_lines)
@@ -148,9 +170,9 @@ def open_prepared(directory: str | Path, tokenizer: Any = None, *, min_document_
         f"{metadata['inputs'][files[d]]['path']}:{lines[d]}: document has {sentence_counts[d]} sentence(s), fewer "
         f"than min_document_sentences={min_document_sentences}; remove it or pass short_documents='skip'")
   records = np.concatenate(records)
-  token_counts = sum(np.load(directory / f"{s['name']}.counts.npy", allow_pickle=False) for s in metadata["shards"])
+  token_counts = sum(np.load(checked_file(directory, s, ".counts.npy"), allow_pickle=False) for s in metadata["shards"])
   for shard, record in records[~keep]:  # Dropped documents' tokens leave the unigram law (only they are read).
-    record_bytes = _reader(directory, int(shard)).read([int(record)])[0]
+    record_bytes = _reader(directory, metadata["shards"][int(shard)]).read([int(record)])[0]
     tokens = prepare.decode_document(record_bytes, np.dtype(metadata["token_dtype"]))[1]
     token_counts = token_counts - np.bincount(tokens, minlength=len(token_counts))
   lengths = np.concatenate(lengths)[np.repeat(keep, sentence_counts)]

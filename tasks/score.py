@@ -29,11 +29,17 @@ LENIENT_SCHEME = "BIOES"  # conlleval mode reads any scheme: O or B-, I-, E-, S-
 
 
 def read_tag_column(path: str) -> Column:
-  """Sentences of last-column tags from a CoNLL file, with the line number of every tag; none is an error."""
+  """Sentences of last-column tags from a CoNLL file, with the line number of every tag; none is an error, and so
+  is a token line whose number of columns differs from the first one's (conlleval refuses such a file too)."""
   sentences, lines, tags, numbers = [], [], [], []
+  width = first = None
   for number, line in numbered_lines(path):
     fields = line.split()
     if fields and not fields[0].startswith("-DOCSTART-"):
+      width, first = (len(fields), number) if width is None else (width, first)
+      if len(fields) != width:
+        raise ReaderError(path, number, f"{width} whitespace-separated columns as in line {first}, got "
+                          f"{len(fields)}: {line.strip()!r}")
       tags.append(fields[-1])
       numbers.append(number)
     elif tags:  # A blank (or -DOCSTART-) line closes the sentence.

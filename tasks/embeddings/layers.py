@@ -11,6 +11,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from encoder import errors
+
 FORMS = ('"last", a layer number "0".."L" (0 = embeddings) or "-1", several "3,4,5" (kept separate), "all", '
          '"last4_mean", "last4_sum", "mean:3,4,5", "sum:3,4,5"')
 REDUCTIONS = ("one", "stack", "mean", "sum")
@@ -34,8 +36,8 @@ class LayerSpec:
     for layer in self.layers:
       index = layer + num_layers + 1 if layer < 0 else layer
       if not 0 <= index <= num_layers:
-        raise ValueError(f"layer spec {self.text!r}: layer {layer} does not exist in an encoder of {num_layers} "
-                         f"layers (0..{num_layers}, or -{num_layers + 1}..-1 from the end)")
+        raise errors.UserError(f"layer spec {self.text!r}: layer {layer} does not exist in an encoder of "
+                               f"{num_layers} layers (0..{num_layers}, or -{num_layers + 1}..-1 from the end)")
       out.append(index)
     return tuple(out)
 
@@ -48,15 +50,15 @@ def _numbers(spec: str, text: str) -> tuple[int, ...]:
   try:
     numbers = tuple(int(part) for part in text.split(","))
   except ValueError:
-    raise ValueError(f"bad layer spec {spec!r}: {text!r} is not a comma-separated list of layer numbers; "
-                     f"accepted forms: {FORMS}") from None
+    raise errors.UserError(f"bad layer spec {spec!r}: {text!r} is not a comma-separated list of layer numbers; "
+                           f"accepted forms: {FORMS}") from None
   if len(set(numbers)) != len(numbers):
-    raise ValueError(f"bad layer spec {spec!r}: a layer is listed twice; accepted forms: {FORMS}")
+    raise errors.UserError(f"bad layer spec {spec!r}: a layer is listed twice; accepted forms: {FORMS}")
   return numbers
 
 
 def parse_layers(spec: "str | LayerSpec") -> LayerSpec:
-  """A layer spec string (module docstring) -> LayerSpec; a bad one raises ValueError naming the accepted forms."""
+  """A layer spec string (module docstring) -> LayerSpec; a bad one raises UserError naming the accepted forms."""
   if isinstance(spec, LayerSpec):
     return spec
   text = str(spec).strip().lower()
@@ -67,16 +69,17 @@ def parse_layers(spec: "str | LayerSpec") -> LayerSpec:
   if text.startswith("last") and text[4:].partition("_")[2] in ("mean", "sum"):
     count, _, reduce = text[4:].partition("_")
     if not count.isdigit() or int(count) < 1:
-      raise ValueError(f"bad layer spec {spec!r}: expected lastN_mean or lastN_sum with N >= 1 (e.g. last4_mean); "
-                       f"accepted forms: {FORMS}")
+      raise errors.UserError(f"bad layer spec {spec!r}: expected lastN_mean or lastN_sum with N >= 1 (e.g. "
+                             f"last4_mean); accepted forms: {FORMS}")
     return LayerSpec(tuple(range(-int(count), 0)), reduce, spec)
   reduce, colon, numbers = text.partition(":")
   if colon:
     if reduce not in ("mean", "sum") or not numbers:
-      raise ValueError(f"bad layer spec {spec!r}: expected mean:<layers> or sum:<layers>; accepted forms: {FORMS}")
+      raise errors.UserError(f"bad layer spec {spec!r}: expected mean:<layers> or sum:<layers>; accepted forms: "
+                             f"{FORMS}")
     return LayerSpec(_numbers(spec, numbers), reduce, spec)
   if not text:
-    raise ValueError(f"empty layer spec; accepted forms: {FORMS}")
+    raise errors.UserError(f"empty layer spec; accepted forms: {FORMS}")
   layers = _numbers(spec, text)
   return LayerSpec(layers, "one" if len(layers) == 1 and "," not in text else "stack", spec)
 

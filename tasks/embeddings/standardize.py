@@ -15,6 +15,9 @@ import os
 
 import numpy as np
 
+from encoder import errors
+from encoder.array_files import load_npz
+
 FIT_CHUNK = 16384  # Rows converted to float64 at a time.
 DEAD_DIMENSION = 1e-6  # A std below this times its layer's median std is rounding noise: such a dimension is centred.
 
@@ -74,13 +77,10 @@ class Standardizer:
 
   @classmethod
   def load(cls, path: str | os.PathLike) -> "Standardizer":
-    """Reads a file written by `save`; a clear error for a file without mean/std/count."""
-    with np.load(path) as data:
-      missing = {"mean", "std", "count"} - set(data.files)
-      if missing:
-        raise ValueError(f"{path}: not a standardizer file (missing {sorted(missing)}; has {sorted(data.files)})")
-      mean, std, count = data["mean"], data["std"], int(data["count"])
+    """Reads a file written by `save`; a file without mean/std/count, or not an array file, is a UserError."""
+    data = load_npz(path, ("mean", "std", "count"))
+    mean, std, count = data["mean"], data["std"], int(data["count"])
     if mean.shape != std.shape or mean.dtype != np.float32 or std.dtype != np.float32:
-      raise ValueError(f"{path}: mean {mean.shape} {mean.dtype} and std {std.shape} {std.dtype} must be float32 "
+      raise errors.UserError(f"{path}: mean {mean.shape} {mean.dtype} and std {std.shape} {std.dtype} must be float32 "
                        f"arrays of one shape")
     return cls(mean, std, count)

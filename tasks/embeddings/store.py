@@ -16,6 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from encoder import errors
+from encoder.array_files import load_npy
+
 INDEX = "index.jsonl"
 META = "meta.json"
 PARTIAL = ".partial"
@@ -50,17 +53,21 @@ def open_store(directory: str | os.PathLike, settings: dict) -> int:
   """Prepares `directory` for writing with these settings; returns the first shard to write (0 for a new store).
 
   A directory already holding a store made with the same settings is resumed: shards after the complete ones and
-  partial files are removed, the index is cut back to the complete shards' rows. Other settings raise ValueError.
+  partial files are removed, the index is cut back to the complete shards' rows. Other settings, or a path that
+  is not a directory, raise UserError.
   """
   directory = Path(directory)
+  if directory.exists() and not directory.is_dir():
+    raise errors.UserError(f"{directory}: --out must be a directory for the store, found a file; give another --out")
   if (directory / META).is_file():
     found = read_meta(directory).get("settings")
     if found != settings:
       changed = sorted(k for k in set(found or {}) | set(settings) if (found or {}).get(k) != settings.get(k))
-      raise ValueError(f"{directory / META}: the store there was made with other settings ({', '.join(changed)} "
+      raise errors.UserError(f"{directory / META}: the store there was made with other settings ({', '.join(changed)} "
                        "differ); give the same options to resume it, or another --out")
   elif directory.is_dir() and any(directory.iterdir()):
-    raise ValueError(f"{directory}: the directory exists, is not empty and holds no {META}; give a new or empty --out")
+    raise errors.UserError(f"{directory}: the directory exists, is not empty and holds no {META}; give a new or "
+                           "empty --out")
   directory.mkdir(parents=True, exist_ok=True)
   keep = complete_shards(directory)
   for path in directory.iterdir():
@@ -82,14 +89,14 @@ def _truncate_lines(path: Path, lines: int) -> None:
   with open(path, "rb+") as handle:
     for _ in range(lines):
       if not handle.readline():
-        raise ValueError(f"{path}: has fewer lines than the complete shards have rows ({lines}); the store is "
+        raise errors.UserError(f"{path}: has fewer lines than the complete shards have rows ({lines}); the store is "
                          "damaged: remove the directory and start again")
     handle.truncate()
 
 
 def shard_rows(path: str | os.PathLike) -> int:
   """The number of rows of a .npy shard (its header only)."""
-  return int(np.load(path, mmap_mode="r").shape[0])
+  return int(load_npy(path, mmap=True).shape[0])
 
 
 class ShardWriter:
@@ -128,12 +135,13 @@ def read_index(directory: str | os.PathLike) -> Iterator[dict]:
 def iter_shards(directory: str | os.PathLike) -> Iterator[np.ndarray]:
   """Each complete shard, memory-mapped read-only, in order."""
   for number in range(complete_shards(directory)):
-    yield np.load(shard_path(directory, number), mmap_mode="r")
+    yield load_npy(shard_path(directory, number), mmap=True)
 
 
 def load_vectors(directory: str | os.PathLike) -> np.ndarray:
   """Every row of a store in one array in memory (for stores that fit)."""
   shards = list(iter_shards(directory))
   if not shards:
-    raise FileNotFoundError(f"{directory}: no shard-00000.npy; not an embeddings store (python -m tasks.embed)")
+    raise FileNotFoundError(f"{directory}: no shard-00000.npy; not an embeddings store (python -m "
+                            "tasks.embeddings.embed)")
   return np.concatenate(shards)

@@ -3,8 +3,10 @@
 from collections.abc import Iterator
 import os
 
+from encoder import errors
 
-class ReaderError(ValueError):
+
+class ReaderError(errors.UserError):
   """A malformed input line: `path:line: expected ...` (1-based line number, what was expected, what was found)."""
 
   def __init__(self, path: str | os.PathLike, line: int, expected: str):

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import os
 from pathlib import Path
 
+from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
 
 WIC_POS = ("N", "V")
@@ -47,10 +48,16 @@ def read_wic(data_path: str | os.PathLike, gold_path: str | os.PathLike | None =
                         f"(the files must have the same number of lines)")
 
 
-def read_wic_split(data_dir: str | os.PathLike, split: str) -> list[dict]:
-  """All labelled records of `DIR/{split}/{split}.{data,gold}.txt` (gold may be absent: labels None)."""
+def read_wic_split(data_dir: str | os.PathLike, split: str, *, labelled: bool = True) -> list[dict]:
+  """All records of `DIR/{split}/{split}.{data,gold}.txt`, labelled: a missing gold file is a UserError (nothing is
+  scored without gold), unless labelled=False, which reads the data alone when gold is absent (labels None)."""
   data, gold = wic_files(data_dir, split)
-  return list(read_wic(data, gold if gold.is_file() else None))
+  if gold.is_file():
+    return list(read_wic(data, gold))
+  if labelled:
+    raise errors.UserError(f"{gold}: no such file: the {split} split needs its gold labels (T or F per line of "
+                           f"{data}) to be scored")
+  return list(read_wic(data))
 
 
 def _parse(path, number: int, line: str) -> dict:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from encoder import errors
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer, train_sentencepiece, train_wordpiece
 from objectives import corpus, pipeline, prepare, prepared
@@ -178,6 +179,33 @@ def test_a_missing_or_mismatched_directory_is_an_error(valid_dir, tmp_path):
   other.ids_to_tokens = lambda ids: ["x"] * len(ids)  # A different vocabulary, so a different fingerprint.
   with pytest.raises(corpus.CorpusError, match="vocabulary differs"):
     prepared.open_prepared(tmp_path / "copy", other)
+
+
+@pytest.mark.parametrize("damage, when, name", [
+    ("flip", "read", "shard-00001.array_record"),  # Same size: found by its sha256 when the shard is first opened.
+    ("truncate", "open", "shard-00001.array_record"),  # Found by its size at load.
+    ("flip", "open", "shard-00002.index.npy"),
+    ("delete", "open", "shard-00003.counts.npy"),
+])
+def test_a_damaged_shard_is_one_line_naming_it(valid_dir, tmp_path, damage, when, name):
+  copy = tmp_path / "copy"
+  shutil.copytree(valid_dir, copy)
+  path = copy / name
+  data = path.read_bytes()
+  if damage == "delete":
+    path.unlink()
+  else:
+    path.write_bytes(data[:len(data) // 2] if damage == "truncate" else data[:-9] + bytes([data[-9] ^ 1]) + data[-8:])
+
+  def read() -> None:
+    view = prepared.open_prepared(copy)
+    if when == "read":
+      view.tokens[:view.document_token_offsets[40]]  # Documents 0..39: shards 0..2.
+
+  with pytest.raises(SystemExit) as stop:
+    errors.run(read)
+  message = str(stop.value)
+  assert message.startswith(f"error: {path}: ") and "objectives.prepare again" in message and "\n" not in message
 
 
 def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):

@@ -74,6 +74,16 @@ def test_misaligned_files_name_the_file_and_line(tmp_path, capsys):
     score.main(["conll", "--gold", gold, "--pred", str(tmp_path / "absent.txt")])
 
 
+def test_lines_of_different_widths_are_refused_naming_file_and_line(tmp_path):
+  """conlleval refuses a file whose token lines have different numbers of columns: so does tasks.score."""
+  gold = write(tmp_path, "gold.txt", GOLD)
+  ragged = write(tmp_path, "ragged.txt", PRED.replace("call NN I-NP O", "call I-NP O"))
+  done = run("conll", "--gold", gold, "--pred", ragged)
+  assert done.returncode == 1 and done.stdout == ""
+  assert done.stderr.strip() == f"error: {ragged}:6: expected 4 whitespace-separated columns as in line 3, got 3: " \
+                                "'call I-NP O'"
+
+
 def test_labels_command(tmp_path):
   gold = write(tmp_path, "gold.tsv", "a good film\tpos\nbad\tneg\n\nfine\tpos\nmeh\tneg\n")
   pred = write(tmp_path, "pred.txt", "pos\npos\npos\nneg\n")

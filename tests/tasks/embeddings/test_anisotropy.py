@@ -6,6 +6,8 @@ import re
 import numpy as np
 import pytest
 
+from encoder import errors
+from tasks.embeddings import anisotropy as command
 from tasks.embeddings.anisotropy import anisotropy, dimension_contributions, rogue_dimensions, sample_pairs
 from tasks.embeddings.standardize import Standardizer
 
@@ -119,7 +121,6 @@ class StandIn:
 
 
 def test_command_reports_raw_and_standardized_per_layer(tmp_path, monkeypatch, capsys):
-  from tasks import anisotropy as command
   text = tmp_path / "text.txt"
   text.write_text(" \n = Heading = \n" + "".join(f"w{i} x{i} y z .\n" for i in range(60)) + "\n")
   assert len(command.read_word_lines(text)) == 60 and command.read_word_lines(text, limit=2)[1][0] == "w1"
@@ -144,21 +145,40 @@ def test_command_reports_raw_and_standardized_per_layer(tmp_path, monkeypatch, c
     (["--layers", "last", "--standardizer", "STATS"], r"fitted on vectors of shape \(2, 16\), --layers last gives"),
 ])
 def test_command_errors_are_one_line(tmp_path, monkeypatch, capsys, extra, message):
-  from tasks import anisotropy as command
   text = tmp_path / "text.txt"
   text.write_text("a b c\nd e f\n")
   stats = tmp_path / "stats.npz"
   Standardizer.fit(np.ones((3, 2, 16))).save(stats)
   monkeypatch.setattr(command.Embedder, "from_init", staticmethod(lambda init: StandIn()))
   with pytest.raises(SystemExit) as info:
-    command.main(["--init", "hf:x", "--input", str(text)] + [str(stats) if e == "STATS" else e for e in extra])
+    errors.run(command.main,
+               ["--init", "hf:x", "--input", str(text)] + [str(stats) if e == "STATS" else e for e in extra])
   assert str(info.value).startswith("error: ") and "\n" not in str(info.value)
   assert re.search(message, str(info.value)), info.value
 
 
 def test_command_input_without_text_names_the_file(tmp_path):
-  from tasks import anisotropy as command
   empty = tmp_path / "empty.txt"
   empty.write_text("\n = Only a heading = \n")
   with pytest.raises(ValueError, match=r"empty\.txt:1: expected at least one non-blank line"):
     command.read_word_lines(empty)
+
+
+@pytest.mark.parametrize("damage", ["objects", "truncated", "not an archive"])
+def test_an_untrusted_standardizer_file_is_one_line_naming_it(tmp_path, monkeypatch, damage):
+  """--standardizer holding Python objects, cut short or a bare .npy: one line naming the file, nothing unpickled."""
+  text, stats = tmp_path / "text.txt", tmp_path / "stats.npz"
+  text.write_text("a b c\nd e f\n")
+  if damage == "objects":
+    np.savez(stats, mean=np.array([{"x": 1}], dtype=object), std=np.ones(16, np.float32), count=3)
+  elif damage == "truncated":
+    Standardizer.fit(np.ones((3, 16))).save(stats)
+    stats.write_bytes(stats.read_bytes()[:100])
+  else:
+    with open(stats, "wb") as f:
+      np.save(f, np.ones(16, np.float32))
+  monkeypatch.setattr(command.Embedder, "from_init", staticmethod(lambda init: StandIn()))
+  with pytest.raises(SystemExit) as info:
+    errors.run(command.main, ["--init", "hf:x", "--input", str(text), "--standardizer", str(stats)])
+  assert str(info.value).startswith(f"error: {stats}: expected a complete numpy array file")
+  assert "\n" not in str(info.value)

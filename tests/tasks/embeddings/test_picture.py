@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tasks import picture as picture_command
+from encoder import errors
 from tasks.embeddings import picture
 from tasks.readers.lines import ReaderError
 from tests.conftest import require_data, require_package
@@ -68,12 +68,12 @@ def test_label_file_must_align_with_the_input(tmp_path):
   text.write_text("the die\nto die\n")
   labels.write_text("cube\n")
   with pytest.raises(ReaderError, match=r"labels\.txt:2: expected a label for line 2 of .*text\.txt"):
-    picture_command.read_text_and_labels(str(text), str(labels))
+    picture.read_text_and_labels(str(text), str(labels))
   labels.write_text("cube\nverb\nextra\n")
   with pytest.raises(ReaderError, match=r"labels\.txt:3: expected no more labels"):
-    picture_command.read_text_and_labels(str(text), str(labels))
+    picture.read_text_and_labels(str(text), str(labels))
   labels.write_text("cube\nverb\n")
-  assert picture_command.read_text_and_labels(str(text), str(labels)) == ([["the", "die"], ["to", "die"]],
+  assert picture.read_text_and_labels(str(text), str(labels)) == ([["the", "die"], ["to", "die"]],
                                                                           ["cube", "verb"])
 
 
@@ -90,14 +90,14 @@ def test_command_draws_an_input_file_with_labels(tmp_path, monkeypatch, capsys):
   text, labels = tmp_path / "text.txt", tmp_path / "labels.txt"
   text.write_text("".join(f"the {c} die rolled\nold men die {c}\n" for c in ("red", "blue", "green", "grey")))
   labels.write_text("cube\nverb\n" * 4)
-  monkeypatch.setattr(picture_command.Embedder, "from_init", staticmethod(lambda init: StandIn()))
+  monkeypatch.setattr(picture.Embedder, "from_init", staticmethod(lambda init: StandIn()))
   out = tmp_path / "die.png"
-  picture_command.main(["--init", "hf:x", "--word", "die", "--input", str(text), "--labels", str(labels),
-                        "--out", str(out), "--projection", "pca", "--annotate", "2"])
+  errors.run(picture.main, ["--init", "hf:x", "--word", "die", "--input", str(text), "--labels", str(labels),
+                            "--out", str(out), "--projection", "pca", "--annotate", "2"])
   assert out.read_bytes()[:4] == b"\x89PNG"
   assert '"labels": {"cube": 4, "verb": 4}' in capsys.readouterr().out
   with pytest.raises(SystemExit, match=r"^error: no occurrence of \['dice'\] in .*text\.txt$"):
-    picture_command.main(["--init", "hf:x", "--word", "dice", "--input", str(text), "--out", str(out)])
+    errors.run(picture.main, ["--init", "hf:x", "--word", "dice", "--input", str(text), "--out", str(out)])
 
 
 def test_semcor_occurrences_label_by_sense(tmp_path):

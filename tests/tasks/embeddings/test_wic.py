@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from encoder import errors
 from encoder.config import EncoderConfig
 from encoder.model import Encoder
 from encoder.pretrained import minilm_path
@@ -193,15 +194,31 @@ def test_embed_pairs_with_a_tiny_real_embedder_equals_encode_words():
 
 
 def test_command_prints_every_choice_and_fails_in_one_line(tmp_path, monkeypatch, capsys):
-  from tasks import wic as command  # pylint: disable=import-outside-toplevel
   _write_wic(tmp_path)
-  monkeypatch.setattr(command.Embedder, "from_init", staticmethod(lambda init: StandIn()))
-  command.main(["--init", "hf:x", "--data", str(tmp_path), "--folds", "3"])
+  monkeypatch.setattr(wic.Embedder, "from_init", staticmethod(lambda init: StandIn()))
+  args = ["--init", "hf:x", "--data", str(tmp_path), "--folds", "3"]
+  errors.run(wic.main, args)
   lines = capsys.readouterr().out.strip().splitlines()
   assert sum("<- chosen" in line for line in lines) == 1 and lines[0].startswith("choice")
   assert json.loads(lines[-1])["dev_pairs"] == 12
   (tmp_path / "dev" / "dev.gold.txt").write_text("T\n")
   with pytest.raises(SystemExit) as info:
-    command.main(["--init", "hf:x", "--data", str(tmp_path), "--folds", "3"])
+    errors.run(wic.main, args)
   assert re.fullmatch(r"error: .*dev\.gold\.txt:2: expected a T/F label for .*dev\.data\.txt line 2, .*",
                       str(info.value))
+
+
+@pytest.mark.parametrize("gold", [None, "T\nF\nmaybe\n"])
+def test_no_dev_accuracy_without_gold_labels(tmp_path, monkeypatch, capsys, gold):
+  """A missing or malformed dev gold file: one line naming it, exit status 1, no accuracy printed."""
+  _write_wic(tmp_path)
+  path = tmp_path / "dev" / "dev.gold.txt"
+  if gold is None:
+    path.unlink()
+  else:
+    path.write_text(gold)
+  monkeypatch.setattr(wic.Embedder, "from_init", staticmethod(lambda init: StandIn()))
+  with pytest.raises(SystemExit) as info:
+    errors.run(wic.main, ["--init", "hf:x", "--data", str(tmp_path), "--folds", "3"])
+  assert str(info.value).startswith(f"error: {path}") and "\n" not in str(info.value)
+  assert capsys.readouterr().out == ""

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from tasks import wsd as wsd_command
+from encoder import errors
 from tasks.embeddings import wsd
 from tasks.readers import wordnet
 
@@ -121,18 +121,18 @@ def test_scorer_equals_hand_computed_precision_recall_f1(tmp_path, capsys):
   result = wsd.score_keys(gold, pred)
   assert result["precision"] == pytest.approx(2.5 / 3) and result["recall"] == pytest.approx(2.5 / 4)
   assert result["f1"] == pytest.approx(5 / 7) and (result["answered"], result["instances"]) == (3, 4)
-  wsd_command.main(["score", "--gold", str(tmp_path / "gold.key"), "--pred", str(tmp_path / "pred.key")])
+  wsd.main(["score", "--gold", str(tmp_path / "gold.key"), "--pred", str(tmp_path / "pred.key")])
   lines = capsys.readouterr().out.splitlines()
   assert lines[:3] == ["P=\t83.3%", "R=\t62.5%", "F1=\t71.4%"]
   assert json.loads(lines[-1])["f1"] == pytest.approx(5 / 7)
   with pytest.raises(ValueError, match="1 instance ids not in gold, the first 'e'"):
     wsd.score_keys(gold, pred | {"e": ["x%1:00:00::"]})
   (tmp_path / "bad.key").write_text(PRED_KEYS + "e x%1:00:00::\n")
-  with pytest.raises(SystemExit, match=r"python -m tasks.wsd: error: .*bad.key: 1 instance ids not in .*gold.key"):
-    wsd_command.main(["score", "--gold", str(tmp_path / "gold.key"), "--pred", str(tmp_path / "bad.key")])
+  with pytest.raises(SystemExit, match=r"^error: .*bad.key: 1 instance ids not in .*gold.key"):
+    errors.run(wsd.main, ["score", "--gold", str(tmp_path / "gold.key"), "--pred", str(tmp_path / "bad.key")])
   (tmp_path / "bad.key").write_text("a x%1:00\n")
   with pytest.raises(SystemExit, match=r"error: .*bad.key:1: expected sense keys for instance a \(malformed"):
-    wsd_command.main(["score", "--gold", str(tmp_path / "gold.key"), "--pred", str(tmp_path / "bad.key")])
+    errors.run(wsd.main, ["score", "--gold", str(tmp_path / "gold.key"), "--pred", str(tmp_path / "bad.key")])
 
 
 SEMCOR = """<s snum=1>
@@ -216,3 +216,14 @@ def test_evaluate_wsd_checks_its_choices_before_encoding(tmp_path, options, expe
   with pytest.raises(ValueError, match=re.escape(expected)):
     wsd.evaluate_wsd(embedder, tmp_path, **options)
   assert embedder.calls == []
+
+
+@pytest.mark.parametrize("flag", ["--out", "--cache-dir"])
+def test_a_directory_flag_naming_a_file_is_refused_before_any_work(tmp_path, flag):
+  """An output directory that exists as a file: one line naming it, the file untouched, nothing encoded."""
+  taken = tmp_path / "taken"
+  taken.write_text("keep me\n")
+  with pytest.raises(SystemExit) as stop:
+    errors.run(wsd.main, ["--init", "hf:never-loaded", flag, str(taken)])
+  assert str(stop.value) == f"error: {taken}: {flag} must be a directory, found a file; give another {flag}"
+  assert taken.read_text() == "keep me\n"

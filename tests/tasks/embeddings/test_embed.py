@@ -1,4 +1,5 @@
-"""python -m tasks.embed: the store's rows and index against the Embedder, byte-identical resume, bad-input errors."""
+"""python -m tasks.embeddings.embed: the store's rows and index against the Embedder, byte-identical resume,
+bad-input errors."""
 
 import json
 import subprocess
@@ -12,8 +13,8 @@ from encoder.config import EncoderConfig
 from encoder.hf_checkpoint import save_hf_checkpoint
 from encoder.model import Encoder
 from encoder.pretrained import minilm_path
-from tasks import embed
-from tasks.embeddings import store
+from encoder import errors
+from tasks.embeddings import embed, store
 from tasks.embeddings.extract import Embedder
 
 LINES = ["The bank of the river .", "", "He went to the bank to deposit money .", "Café déjà vu , don't !",
@@ -39,8 +40,8 @@ def text(tmp_path_factory):
 
 
 def run(checkpoint, text, out, *extra):
-  embed.main(["--init", f"hf:{checkpoint}", "--input", str(text), "--out", str(out), "--quiet",
-              "--lines-per-shard", "2", "--buckets", "8,16", "--batch-size", "2", *extra])
+  errors.run(embed.main, ["--init", f"hf:{checkpoint}", "--input", str(text), "--out", str(out), "--quiet",
+                                "--lines-per-shard", "2", "--buckets", "8,16", "--batch-size", "2", *extra])
 
 
 def files(directory) -> dict[str, bytes]:
@@ -124,8 +125,18 @@ def test_bad_input_is_one_error_line_naming_file_and_line(checkpoint, tmp_path, 
 def test_the_command_reports_bad_input_without_a_traceback(checkpoint, tmp_path):
   path = tmp_path / "bad.txt"
   path.write_bytes(b"ok\n\xc3\x28\n")
-  done = subprocess.run([sys.executable, "-m", "tasks.embed", "--init", f"hf:{checkpoint}", "--input", str(path),
-                         "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
+  done = subprocess.run([sys.executable, "-m", "tasks.embeddings.embed", "--init", f"hf:{checkpoint}", "--input",
+                         str(path), "--out", str(tmp_path / "out")], capture_output=True, text=True, check=False)
   assert done.returncode != 0 and "Traceback" not in done.stderr
   lines = done.stderr.strip().splitlines()
   assert len(lines) == 1 and lines[0].startswith(f"error: {path}:2: expected UTF-8 text")
+
+
+def test_an_out_path_that_is_a_file_is_refused_and_kept(checkpoint, text, tmp_path):
+  taken = tmp_path / "taken"
+  taken.write_text("keep me\n")
+  with pytest.raises(SystemExit) as stop:
+    run(checkpoint, text, taken, "--layers", "last")
+  assert str(stop.value) == f"error: {taken}: --out must be a directory for the store, found a file; give " \
+                            "another --out"
+  assert taken.read_text() == "keep me\n"

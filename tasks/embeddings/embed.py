@@ -1,6 +1,6 @@
 """Contextual embeddings of every word (or subword) of a text file, streamed to disk (tasks.embeddings.store).
 
-  python -m tasks.embed --init hf:all-MiniLM-L6-v2 --input text.txt [--words] --layers last4_mean \\
+  python -m tasks.embeddings.embed --init hf:all-MiniLM-L6-v2 --input text.txt [--words] --layers last4_mean \\
       --pooling mean --out DIR [--dtype float32|float16] [--lines-per-shard 4096]
 
 One text per line; --words: the line is whitespace-separated pre-tokenized words (else raw text, split into words by
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import tqdm
 
-from encoder.hf_checkpoint import CheckpointError
+from encoder import errors
 from tasks.embeddings import store
 from tasks.embeddings.extract import Embedder, TRANSFER_DTYPES
 from tasks.embeddings.layers import parse_layers
@@ -128,7 +128,7 @@ def encode_file(args: argparse.Namespace) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-  root = argparse.ArgumentParser(prog="python -m tasks.embed", description=__doc__.split("\n")[0])
+  root = argparse.ArgumentParser(prog="python -m tasks.embeddings.embed", description=__doc__.split("\n")[0])
   root.add_argument("--init", required=True, help='checkpoint: "hf:<name or dir>" or "run:<workdir>"')
   root.add_argument("--input", required=True, type=Path, help="UTF-8 text file, one text per line")
   root.add_argument("--out", required=True, type=Path, help="store directory (created; resumed if it holds one)")
@@ -149,15 +149,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  """Encodes the file (module docstring); prints the JSON summary last."""
   args = parser().parse_args(argv)
   if args.lines_per_shard < 1:
-    sys.exit(f"python -m tasks.embed: error: --lines-per-shard {args.lines_per_shard} must be positive")
-  try:
-    summary = encode_file(args)
-  except (ReaderError, FileNotFoundError, CheckpointError, ValueError) as err:
-    sys.exit(f"error: {err}")
-  print(json.dumps(summary))
+    raise errors.UserError(f"--lines-per-shard {args.lines_per_shard} must be positive")
+  print(json.dumps(encode_file(args)))
 
 
 if __name__ == "__main__":
-  main()
+  errors.run(main)
