@@ -34,7 +34,7 @@ from launch.progress import Progress
 from tasks import evaluation, regimes
 
 
-class NonFiniteLossError(FloatingPointError):
+class NonFiniteLossError(errors.UserError, FloatingPointError):
   """The loss or gradient norm became NaN/inf; the message names the step and the checkpoint kept."""
 
 

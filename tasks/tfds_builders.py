@@ -25,13 +25,14 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from configs import paths
+from encoder import errors
 from tasks import readers
 
-KINDS = {"tsv": "classification", "conll": "tagging", "conllu": "tagging", "spans": "spans"}
+KINDS = {"tsv": "texts", "conll": "tagged_words", "conllu": "tagged_words", "spans": "spans"}  # Record shapes.
 DEFAULT_CACHE_DIR = Path("~/.cache/encoderlab/tfds")
 
 
-class SplitError(ValueError):
+class SplitError(errors.UserError):
   """A split the dataset does not have, or a slice beyond its examples; the message names the dataset's splits."""
 
 
@@ -97,17 +98,17 @@ def custom(format: str, files: Mapping[str, str | os.PathLike],  # pylint: disab
 
 def _features(kind: str) -> tfds.features.FeaturesDict:
   text, texts = tfds.features.Text(), tfds.features.Sequence(tfds.features.Text())
-  if kind == "classification":  # None (no text_b / label / score column) is stored as "" (readers reject empty fields);
+  if kind == "texts":  # None (no text_b / label / score column) is stored as "" (readers reject empty fields);
     # a score as its repr (tfds stores floats in 32 bits: the text keeps the reader's value exactly).
     return tfds.features.FeaturesDict({"text_a": text, "text_b": text, "label": text, "score": text})
-  if kind == "tagging":
+  if kind == "tagged_words":
     return tfds.features.FeaturesDict({"words": texts, "tags": texts, "doc_index": np.int32})
   return tfds.features.FeaturesDict(
       {"words": texts, "spans": tfds.features.Sequence({"start": np.int32, "end": np.int32, "label": text})})
 
 
 def _encode(kind: str, record: dict) -> dict:
-  if kind == "classification":
+  if kind == "texts":
     score = record.get("score")
     return {key: record[key] or "" for key in ("text_a", "text_b", "label")} | {"score": "" if score is None
                                                                                 else repr(score)}
@@ -116,12 +117,12 @@ def _encode(kind: str, record: dict) -> dict:
 
 def _decode(kind: str, example: dict) -> dict:
   """A data-source example (bytes, arrays) back to the reader's record (str, int, float, None)."""
-  if kind == "classification":
+  if kind == "texts":
     score = example["score"].decode()
     return ({key: example[key].decode() or None for key in ("text_a", "text_b", "label")}
             | ({"score": float(score)} if score else {}))
   words = [word.decode() for word in example["words"]]
-  if kind == "tagging":
+  if kind == "tagged_words":
     return {"words": words, "tags": [tag.decode() for tag in example["tags"]], "doc_index": int(example["doc_index"])}
   spans = example["spans"]
   return {"words": words, "spans": [{"start": int(s), "end": int(e), "label": label.decode()}

@@ -1,0 +1,133 @@
+"""A task family added from this file alone (no edit to library code): `WordCount` regresses the number of words of
+each text from its [CLS] vector. Registered at run time, it trains, evaluates and predicts through `launch.main` and
+`launch.predict` like the built-in families, which shows that nothing outside a family's module names it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from objectives import objective
+from objectives.objective import Objective
+from tasks import classification, metrics, registry
+from tests.conftest import require_data
+
+REPO = Path(__file__).resolve().parents[2]
+# launch.main and launch.predict with the toy family registered first (what a forker's registry line does).
+LAUNCH = ("import sys, runpy; from tests.launch.test_toy_family import register; register(); "
+          "runpy.run_module(sys.argv.pop(1), run_name='__main__')")
+
+
+class CountHead(nn.Module):
+  """[CLS] -> one number."""
+
+  @nn.compact
+  def __call__(self, outputs, batch: dict[str, jax.Array], attend: Callable | None = None,
+               train: bool = False) -> jax.Array:
+    return nn.Dense(1, name="count")(outputs.cls)[:, 0].astype(jnp.float32)
+
+
+def count_loss(predictions: jax.Array, batch: dict[str, jax.Array]):
+  """Mean squared error against the word count (`word_count_loss` = (sum, count), as the engine expects)."""
+  weights = batch["example_mask"].astype(jnp.float32)
+  total = (jnp.square(predictions - batch["words"]) * weights).sum()
+  return total / jnp.maximum(weights.sum(), 1.0), {"word_count_loss": (total, weights.sum())}
+
+
+class WordCount:
+  """Every TaskFamily method, for a toy target: how many whitespace-separated words text_a has."""
+  name = "word_count"
+  word_level = False
+  bootstrap = None
+
+  def __init__(self, task: dict[str, Any]):
+    self.task = dict(task)
+
+  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
+    return []
+
+  def file_labels(self, data_format: str) -> None:
+    return None
+
+  def usable(self, records: Sequence[dict]) -> bool:
+    return True
+
+  def reader_checks(self) -> dict[str, Any]:
+    return {}
+
+  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
+    return {}
+
+  def objective(self) -> Objective:
+    return Objective(name=self.name, head=CountHead(), loss=count_loss, reads=objective.cls_only)
+
+  def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]) -> dict[str, np.ndarray]:
+    encoding = tokenizer.encode(record["text_a"], max_length=self.task["max_length"])
+    return {"input_ids": np.asarray(encoding.input_ids, np.int32), "type_ids": np.asarray(encoding.type_ids, np.int32),
+            "words": np.asarray(len(record["text_a"].split()), np.float32)}
+
+  def widths(self) -> dict[str, Callable[[int], int]]:
+    return {}
+
+  def outputs(self, predictions: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
+    return predictions
+
+  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
+    return None
+
+  def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> float:
+    return float(raw)
+
+  def has_labels(self, records: Sequence[dict]) -> bool:
+    return True
+
+  def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
+    return metrics.regression_scores([len(r["text_a"].split()) for r in records], list(predictions))
+
+  def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
+    return {}
+
+  def unlabelled(self, record: dict) -> dict:
+    return {"text_a": record["text_a"]}
+
+  def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
+    return classification.texts(record) | {"words": prediction}
+
+
+def register() -> None:
+  """The registry line a forker would add to tasks/registry.py."""
+  registry.FAMILIES[WordCount.name] = WordCount
+
+
+def _run(module: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-c", LAUNCH, module, *args], input=stdin, capture_output=True, text=True,
+                        cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)}, timeout=600, check=False)
+
+
+def test_a_family_registered_from_a_test_file_trains_evaluates_and_predicts(tmp_path):
+  require_data("sick/SICK_train.txt")
+  workdir = tmp_path / "run"
+  trained = _run("launch.main", "--config=configs/finetune.py:task=sick_relatedness,runlocal",
+                 f"--workdir={workdir}", "--config.task.name=word_count", "--config.task.metric=pearson",
+                 "--config.epochs=4")
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  results = json.loads((workdir / "results.json").read_text())
+  rows = [json.loads(line) for line in (workdir / "predictions" / "dev.jsonl").read_text().splitlines()]
+  gold, predicted = [len(r["text_a"].split()) for r in rows], [r["prediction"] for r in rows]
+  assert results["dev"]["mse"] == pytest.approx(float(np.mean(np.square(np.subtract(gold, predicted)))))
+  assert results["dev"]["pearson"] == pytest.approx(100 * np.corrcoef(gold, predicted)[0, 1], abs=1e-6)
+  assert {"dev", "test", "best_step"} <= set(results)
+  text = "".join(f"{r['text_a']}\t{r['text_b']}\n" for r in rows[:3])  # The run's data are SICK's pairs.
+  labelled = _run("launch.predict", "--workdir", str(workdir), "--input", "-", stdin=text)
+  assert labelled.returncode == 0, labelled.stderr[-3000:]
+  outputs = [json.loads(line) for line in labelled.stdout.splitlines()]
+  assert [o["text_a"] for o in outputs] == [r["text_a"] for r in rows[:3]]
+  assert [o["words"] for o in outputs] == pytest.approx(predicted[:3], abs=1e-5)
