@@ -341,6 +341,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
+  if args.out != STDIN and Path(args.out).is_dir():
+    raise errors.UserError(f"--out {args.out}: expected the file to write the predictions to, found a directory")
   predictor = Predictor.from_workdir(args.workdir, args.checkpoint)
   kind = "word-level" if predictor.word_task else "text"
   if (args.format in ("words", "conll", "conllu")) != predictor.word_task and args.format != "text":

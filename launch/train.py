@@ -88,6 +88,8 @@ def _fetch(acc: dict[str, jax.Array], parallelism: str) -> dict[str, np.ndarray]
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
   workdir = Path(workdir)
+  if workdir.exists() and not workdir.is_dir():
+    raise errors.UserError(f"--workdir {workdir}: expected a run directory, found a file")
   workdir.mkdir(parents=True, exist_ok=True)
   lead = jax.process_index() == 0
   check_config(config)

@@ -165,3 +165,13 @@ def test_cli_run_reports_user_errors_and_keeps_bugs_loud(tmp_path):
     errors.run(open, tmp_path / "missing")
   with pytest.raises(KeyError):  # A programming error keeps its traceback.
     errors.run(fails, KeyError("bug"))
+
+
+def test_output_paths_of_the_wrong_kind(tmp_path):
+  """--workdir naming a file and predict's --out naming a directory: one line each, the file kept."""
+  taken = write(tmp_path / "taken", "keep me\n")
+  assert_one_line(command("-m", "launch.main", "--config=configs/finetune.py:task=sst2,runlocal", f"--workdir={taken}"),
+                  f"--workdir {taken}: expected a run directory, found a file")
+  assert Path(taken).read_text() == "keep me\n"
+  assert_one_line(command("-m", "launch.predict", "--workdir", str(tmp_path), "--input", taken, "--out",
+                          str(tmp_path)), f"--out {tmp_path}: expected the file to write the predictions to")
