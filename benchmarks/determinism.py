@@ -1,7 +1,7 @@
 """Determinism of the training engine, in real subprocesses: device-count invariance (1 device, 8 devices as a data
-mesh and as a 2x4 data x model mesh, pmap, 2 processes x 4 devices through jax.distributed), kill (SIGKILL) and
-resume, gradient accumulation, and the memory savers (FSDP, remat, both with accumulation and a model axis).
-tests/launch reuses these helpers.
+mesh and as a 2x4 data x model mesh, pmap, 2 processes x 4 devices through jax.distributed), kill (SIGKILL while a
+checkpoint is written and while it is committed; SIGTERM) and resume, gradient accumulation, and the memory savers
+(FSDP, remat, both with accumulation and a model axis). tests/launch reuses these helpers.
 
   python -m benchmarks.determinism    # last line: one JSON object with the measured differences
 """
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -146,25 +146,43 @@ def device_invariance(root: Path, cache: Path) -> dict[str, float]:
           "pmap_max_rel_diff": diff("pmap8"), "multiprocess_max_rel_diff": diff("two_processes")}
 
 
-def kill_and_resume(root: Path, cache: Path) -> dict[str, bool]:
-  """A run SIGKILLed after step 13 (its step-10 checkpoint written) and restarted, and a run sent SIGTERM after step
-  13 (it saves step 13 and stops) and restarted, each end bitwise equal to the uninterrupted 1-device run."""
-  reference = baseline(root, cache)
-  out = {}
-  for signal_name, returncode, key in (("SIGKILL", -9, "resume_bitwise_equal"),
-                                       ("SIGTERM", 0, "sigterm_resume_bitwise_equal")):
-    workdir = root / f"killed_{signal_name}"
-    killed = run(workdir, ["--config.debug_kill_at_step=13", f"--config.debug_kill_signal={signal_name}"],
-                 cache=cache, check=False)
-    if killed.returncode != returncode:
-      raise RuntimeError(f"the run sent {signal_name} was meant to return {returncode}, it returned "
-                         f"{killed.returncode}:\n{killed.stderr[-3000:]}")
-    if signal_name == "SIGTERM" and "SIGTERM: saved step 13" not in killed.stdout + killed.stderr:
-      raise RuntimeError(f"the run sent SIGTERM did not save step 13:\n{killed.stdout[-2000:]}")
-    resumed = run(workdir, cache=cache)
-    if "resuming from checkpoint step" not in resumed.stdout:
-      raise RuntimeError(f"the restarted run did not resume:\n{resumed.stdout[-2000:]}")
-    out[key] = params_equal(final_params(workdir), final_params(reference))
+def _killed_in_save(workdir: Path, step: int, phase: str, cache: Path) -> dict[str, Any]:
+  """Runs `workdir` with a SIGKILL inside the save of `step` ("write" or "commit"; launch.checkpointing): the step it
+  resumed from (None: it started afresh), and what the kill left: the steps committed, the uncommitted temporary
+  directories and whether each holds a commit_success.txt."""
+  killed = run(workdir, [f"--config.debug_kill_at_step={step}", f"--config.debug_kill_during_save={phase}"],
+               cache=cache, check=False)
+  if killed.returncode != -9 or "debug_kill_during_save: SIGKILL" not in killed.stderr:
+    raise RuntimeError(f"the run meant to be killed in the {phase} of step {step} returned {killed.returncode}:\n"
+                       f"{killed.stderr[-3000:]}")
+  names = [p.name for p in (workdir / "checkpoints").iterdir()]
+  temporary = sorted(n for n in names if ".orbax-checkpoint-tmp" in n)
+  return {"resumed_from": _resumed_from(killed), "committed": sorted(int(n) for n in names if n.isdigit()),
+          "temporary": temporary,
+          "temporary_commit_file": [(workdir / "checkpoints" / n / "commit_success.txt").is_file() for n in temporary]}
+
+
+def _resumed_from(result: subprocess.CompletedProcess) -> int | None:
+  match = re.search(r"resuming from checkpoint step (\d+)", result.stdout)
+  return int(match.group(1)) if match else None
+
+
+def kill_and_resume(root: Path, cache: Path) -> dict[str, Any]:
+  """A run SIGKILLed while its step-15 checkpoint is being written, restarted and SIGKILLed again in the commit of
+  step 20 (data, commit timestamp and commit_success.txt written, not yet renamed), then restarted to the end; and a
+  run sent SIGTERM after step 13 (it saves step 13 and stops) and restarted. What each SIGKILL left in checkpoints/,
+  the step each restart resumed from, and whether each run ends bitwise equal to the uninterrupted 1-device run."""
+  reference, workdir = baseline(root, cache), root / "killed_in_save"
+  out = {"kill_in_write": _killed_in_save(workdir, 15, "write", cache),
+         "kill_in_commit": _killed_in_save(workdir, 20, "commit", cache)}
+  out["after_kill_in_commit_resumed_from"] = _resumed_from(run(workdir, cache=cache))
+  out["resume_bitwise_equal"] = params_equal(final_params(workdir), final_params(reference))
+  workdir = root / "killed_SIGTERM"
+  stopped = run(workdir, ["--config.debug_kill_at_step=13", "--config.debug_kill_signal=SIGTERM"], cache=cache)
+  if "SIGTERM: saved step 13" not in stopped.stdout + stopped.stderr:
+    raise RuntimeError(f"the run sent SIGTERM did not save step 13:\n{stopped.stdout[-2000:]}")
+  out["sigterm_resumed_from"] = _resumed_from(run(workdir, cache=cache))
+  out["sigterm_resume_bitwise_equal"] = params_equal(final_params(workdir), final_params(reference))
   return out
 
 

@@ -1,6 +1,7 @@
 """End-to-end runs of launch.main in subprocesses on real text (WikiText-2): device-count invariance, pmap,
-2 processes x 4 devices, kill-and-resume, gradient accumulation, FSDP and remat, bad inputs. The runs are
-benchmarks/determinism.py's helpers; they share one compilation cache and one tokenized-corpus cache."""
+2 processes x 4 devices, kill-and-resume (also while a checkpoint is written or committed), gradient accumulation,
+FSDP and remat, bad inputs. The runs are benchmarks/determinism.py's helpers; they share one compilation cache and
+one tokenized-corpus cache."""
 
 import json
 import shutil
@@ -58,8 +59,17 @@ def test_same_losses_on_1_and_8_devices_and_2x4_mesh_and_pmap_and_2_processes(ru
   assert diffs["multiprocess_max_rel_diff"] <= TOLERANCE
 
 
-def test_sigkill_or_sigterm_and_resume_is_bitwise_equal(runs, baseline):
-  assert determinism.kill_and_resume(*runs) == {"resume_bitwise_equal": True, "sigterm_resume_bitwise_equal": True}
+def test_sigkill_in_a_checkpoint_write_or_commit_or_sigterm_and_resume_is_bitwise_equal(runs, baseline):
+  # Killed mid-write of step 15: only its temporary directory, no commit file; killed after step 20's commit file,
+  # before its rename: a temporary directory holding commit_success.txt. Neither is restored: each restart resumes
+  # from the newest committed step.
+  assert determinism.kill_and_resume(*runs) == {
+      "kill_in_write": {"resumed_from": None, "committed": [5, 10], "temporary": ["15.orbax-checkpoint-tmp"],
+                        "temporary_commit_file": [False]},
+      "kill_in_commit": {"resumed_from": 10, "committed": [5, 10, 15], "temporary": ["20.orbax-checkpoint-tmp"],
+                         "temporary_commit_file": [True]},
+      "after_kill_in_commit_resumed_from": 15, "resume_bitwise_equal": True,
+      "sigterm_resumed_from": 13, "sigterm_resume_bitwise_equal": True}
 
 
 def test_accumulation_equals_the_larger_batch(runs, baseline):
