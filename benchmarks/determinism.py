@@ -88,11 +88,16 @@ def run_multiprocess(workdir: Path, overrides: Sequence[str] = (), *, processes:
     raise RuntimeError(f"multi-process run failed {codes}:\n" + "\n".join(l.read_text()[-3000:] for l in logs))
 
 
+def logged(workdir: Path, key: str) -> np.ndarray:
+  """The `key` metric (e.g. "train/grad_norm") of every logged step (metrics.jsonl), in step order."""
+  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  by_step = {r["step"]: r[key] for r in records if key in r}
+  return np.array([by_step[s] for s in sorted(by_step)], np.float64)
+
+
 def losses(workdir: Path) -> np.ndarray:
   """The train/loss of every logged step (metrics.jsonl), in step order."""
-  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-  by_step = {r["step"]: r["train/loss"] for r in records if "train/loss" in r}
-  return np.array([by_step[s] for s in sorted(by_step)], np.float64)
+  return logged(workdir, "train/loss")
 
 
 def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -102,10 +107,16 @@ def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def final_params(workdir: Path) -> dict[str, np.ndarray]:
-  """{path: array} of the parameters in the newest checkpoint of a run."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (keeps the module import light)
+  """{path: array} of the parameters in the newest checkpoint of a run (saved on any number of devices, read onto
+  this process's first one)."""
+  import jax  # pylint: disable=import-outside-toplevel  (keeps the module import light)
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
-  restored = ocp.StandardCheckpointer().restore((workdir / "checkpoints" / str(steps[-1]) / "default").absolute())
+  path = (workdir / "checkpoints" / str(steps[-1]) / "default").absolute()
+  checkpointer, one_device = ocp.StandardCheckpointer(), jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=one_device),
+                        checkpointer.metadata(path).item_metadata.tree)
+  restored = checkpointer.restore(path, target)
   flat = {}
 
   def visit(tree, prefix):
@@ -126,6 +137,18 @@ def params_max_rel_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> f
   return max(float(np.max(np.abs(a[k] - b[k])) / max(float(np.max(np.abs(b[k]))), 1e-12)) for k in b)
 
 
+def differences(name: str, workdirs: Sequence[Path], reference: Path) -> dict[str, float]:
+  """The largest relative differences of `workdirs` to the `reference` run: every logged step's train/loss
+  (`{name}_max_rel_diff`) and train/grad_norm (`{name}_grad_norm_max_rel_diff`), and every leaf of the final
+  parameters, relative to the leaf's largest magnitude (`{name}_params_max_rel_diff`)."""
+  params = final_params(reference)
+  worst = lambda diff: max(diff(workdir) for workdir in workdirs)
+  return {f"{name}_max_rel_diff": worst(lambda w: max_rel_diff(losses(w), losses(reference))),
+          f"{name}_grad_norm_max_rel_diff": worst(lambda w: max_rel_diff(logged(w, "train/grad_norm"),
+                                                                         logged(reference, "train/grad_norm"))),
+          f"{name}_params_max_rel_diff": worst(lambda w: params_max_rel_diff(final_params(w), params))}
+
+
 def baseline(root: Path, cache: Path) -> Path:
   """The 1-device reference run (every other check compares against it)."""
   workdir = root / "one_device"
@@ -135,15 +158,16 @@ def baseline(root: Path, cache: Path) -> Path:
 
 
 def device_invariance(root: Path, cache: Path) -> dict[str, float]:
-  """Max relative loss difference to the 1-device run: 8-device data mesh, 2x4 data x model mesh, pmap, 2 processes."""
-  reference = losses(baseline(root, cache))
+  """Max relative loss, grad norm and final parameter differences (`differences`) to the 1-device run: 8-device data
+  mesh and 2x4 data x model mesh together, pmap, 2 processes."""
+  reference = baseline(root, cache)
   run(root / "data8", devices=8, cache=cache)
   run(root / "data2_model4", ["--config.mesh_model=4"], devices=8, cache=cache)
   run(root / "pmap8", ["--config.parallelism=pmap"], devices=8, cache=cache)
   run_multiprocess(root / "two_processes", cache=cache)
-  diff = lambda name: max_rel_diff(losses(root / name), reference)
-  return {"device_invariance_max_rel_diff": max(diff("data8"), diff("data2_model4")),
-          "pmap_max_rel_diff": diff("pmap8"), "multiprocess_max_rel_diff": diff("two_processes")}
+  return (differences("device_invariance", [root / "data8", root / "data2_model4"], reference)
+          | differences("pmap", [root / "pmap8"], reference)
+          | differences("multiprocess", [root / "two_processes"], reference))
 
 
 def _killed_in_save(workdir: Path, step: int, phase: str, cache: Path) -> dict[str, Any]:
@@ -187,12 +211,11 @@ def kill_and_resume(root: Path, cache: Path) -> dict[str, Any]:
 
 
 def accumulation(root: Path, cache: Path) -> dict[str, float]:
-  """2 micro-batches of 4 accumulated vs the 1-device run's batches of 8: losses and final parameters."""
+  """2 micro-batches of 4 accumulated vs the 1-device run's batches of 8: loss, grad norm and final parameter
+  differences (`differences`)."""
   reference = baseline(root, cache)
-  workdir = root / "accumulated"
-  run(workdir, ["--config.grad_accum_steps=2"], cache=cache)
-  return {"accumulation_max_rel_diff": max_rel_diff(losses(workdir), losses(reference)),
-          "accumulation_params_max_rel_diff": params_max_rel_diff(final_params(workdir), final_params(reference))}
+  run(root / "accumulated", ["--config.grad_accum_steps=2"], cache=cache)
+  return differences("accumulation", [root / "accumulated"], reference)
 
 
 def state_mib_per_device(result: subprocess.CompletedProcess) -> float:
@@ -204,18 +227,18 @@ def state_mib_per_device(result: subprocess.CompletedProcess) -> float:
 
 
 def memory_savers(root: Path, cache: Path) -> dict[str, float | bool]:
-  """Max relative loss difference to the 1-device run of FSDP over 8 devices, remat ("full") on 1 device, and FSDP
-  with a model axis of 2, remat "dots_saveable" and 2 accumulated micro-batches; and the state per device of the
-  FSDP run over that of the 8-device data-parallel run; whether it warned that 8 does not divide the vocabulary."""
-  reference = losses(baseline(root, cache))
+  """Max relative loss, grad norm and final parameter differences (`differences`) to the 1-device run of FSDP over 8
+  devices, remat ("full") on 1 device, and FSDP with a model axis of 2, remat "dots_saveable" and 2 accumulated
+  micro-batches; and the state per device of the FSDP run over that of the 8-device data-parallel run; whether it
+  warned that 8 does not divide the vocabulary."""
+  reference = baseline(root, cache)
   fsdp = run(root / "fsdp8", ["--config.fsdp=true"], devices=8, cache=cache)
   run(root / "remat_full", ["--config.model.remat=full"], cache=cache)
   run(root / "fsdp_model2_remat_accum2", ["--config.fsdp=true", "--config.mesh_model=2", "--config.grad_accum_steps=2",
                                           "--config.model.remat=dots_saveable"], devices=8, cache=cache)
   plain = run(root / "data8_state", ["--config.num_train_steps=1"], devices=8, cache=cache)
-  diff = lambda name: max_rel_diff(losses(root / name), reference)
-  return {"fsdp_max_rel_diff": diff("fsdp8"), "remat_max_rel_diff": diff("remat_full"),
-          "fsdp_remat_accum_max_rel_diff": diff("fsdp_model2_remat_accum2"),
+  return {**differences("fsdp", [root / "fsdp8"], reference), **differences("remat", [root / "remat_full"], reference),
+          **differences("fsdp_remat_accum", [root / "fsdp_model2_remat_accum2"], reference),
           "fsdp_state_fraction": state_mib_per_device(fsdp) / state_mib_per_device(plain),
           "fsdp_vocab_warning": "vocab_size 30522 is not divisible by the 8 data devices" in fsdp.stderr}
 
