@@ -35,10 +35,11 @@ def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.Chec
   # best_fn also makes orbax write each save's metrics (without it BestN never sees any and keeps nothing).
   best = (dict(best_fn=lambda metrics: metrics[config.best_metric], best_mode=config.best_mode)
           if config.best_metric else {})
-  if config.debug_kill_during_save:
-    best["temporary_path_class"] = killing_temporary_path(config.debug_kill_during_save, config.debug_kill_at_step)
+  killing = (killing_temporary_path(config.debug_kill_during_save, config.debug_kill_at_step)
+             if config.debug_kill_during_save else None)  # None: orbax's default temporary directory.
   options = ocp.CheckpointManagerOptions(
-      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True, **best)
+      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True,
+      temporary_path_class=killing, **best)
   return ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
 
 
@@ -85,8 +86,8 @@ def killing_temporary_path(phase: str, step: int) -> type:
     async def finalize(self):
       if self._targeted() and phase == "write":
         _kill(f"while writing step {step}: the commit began before the watcher saw data")
-      if self._targeted() and phase == "commit":
-        self._snapshot = _KillOnRename(step)  # pylint: disable=attribute-defined-outside-init
+      if self._targeted() and phase == "commit":  # orbax's private hook: should it go, the run is not killed and
+        self._snapshot = _KillOnRename(step)  # benchmarks.determinism raises naming its exit code.
       await super().finalize()
 
   return KillingTemporaryPath
