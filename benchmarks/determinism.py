@@ -1,7 +1,7 @@
 """Determinism of the training engine, in real subprocesses: device-count invariance (1 device, 8 devices as a data
-mesh and as a 2x4 data x model mesh, pmap, 2 processes x 4 devices through jax.distributed), kill (SIGKILL) and
-resume, gradient accumulation, and the memory savers (FSDP, remat, both with accumulation and a model axis).
-tests/launch reuses these helpers.
+mesh and as a 2x4 data x model mesh, pmap, 2 processes x 4 devices through jax.distributed), kill (SIGKILL while a
+checkpoint is written and while it is committed; SIGTERM) and resume, gradient accumulation, and the memory savers
+(FSDP, remat, both with accumulation and a model axis). tests/launch reuses these helpers.
 
   python -m benchmarks.determinism    # last line: one JSON object with the measured differences
 """
@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -88,11 +88,16 @@ def run_multiprocess(workdir: Path, overrides: Sequence[str] = (), *, processes:
     raise RuntimeError(f"multi-process run failed {codes}:\n" + "\n".join(l.read_text()[-3000:] for l in logs))
 
 
+def logged(workdir: Path, key: str) -> np.ndarray:
+  """The `key` metric (e.g. "train/grad_norm") of every logged step (metrics.jsonl), in step order."""
+  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  by_step = {r["step"]: r[key] for r in records if key in r}
+  return np.array([by_step[s] for s in sorted(by_step)], np.float64)
+
+
 def losses(workdir: Path) -> np.ndarray:
   """The train/loss of every logged step (metrics.jsonl), in step order."""
-  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-  by_step = {r["step"]: r["train/loss"] for r in records if "train/loss" in r}
-  return np.array([by_step[s] for s in sorted(by_step)], np.float64)
+  return logged(workdir, "train/loss")
 
 
 def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -102,10 +107,16 @@ def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def final_params(workdir: Path) -> dict[str, np.ndarray]:
-  """{path: array} of the parameters in the newest checkpoint of a run."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (keeps the module import light)
+  """{path: array} of the parameters in the newest checkpoint of a run (saved on any number of devices, read onto
+  this process's first one)."""
+  import jax  # pylint: disable=import-outside-toplevel  (keeps the module import light)
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
   steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
-  restored = ocp.StandardCheckpointer().restore((workdir / "checkpoints" / str(steps[-1]) / "default").absolute())
+  path = (workdir / "checkpoints" / str(steps[-1]) / "default").absolute()
+  checkpointer, one_device = ocp.StandardCheckpointer(), jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=one_device),
+                        checkpointer.metadata(path).item_metadata.tree)
+  restored = checkpointer.restore(path, target)
   flat = {}
 
   def visit(tree, prefix):
@@ -126,6 +137,18 @@ def params_max_rel_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> f
   return max(float(np.max(np.abs(a[k] - b[k])) / max(float(np.max(np.abs(b[k]))), 1e-12)) for k in b)
 
 
+def differences(name: str, workdirs: Sequence[Path], reference: Path) -> dict[str, float]:
+  """The largest relative differences of `workdirs` to the `reference` run: every logged step's train/loss
+  (`{name}_max_rel_diff`) and train/grad_norm (`{name}_grad_norm_max_rel_diff`), and every leaf of the final
+  parameters, relative to the leaf's largest magnitude (`{name}_params_max_rel_diff`)."""
+  params = final_params(reference)
+  worst = lambda diff: max(diff(workdir) for workdir in workdirs)
+  return {f"{name}_max_rel_diff": worst(lambda w: max_rel_diff(losses(w), losses(reference))),
+          f"{name}_grad_norm_max_rel_diff": worst(lambda w: max_rel_diff(logged(w, "train/grad_norm"),
+                                                                         logged(reference, "train/grad_norm"))),
+          f"{name}_params_max_rel_diff": worst(lambda w: params_max_rel_diff(final_params(w), params))}
+
+
 def baseline(root: Path, cache: Path) -> Path:
   """The 1-device reference run (every other check compares against it)."""
   workdir = root / "one_device"
@@ -135,46 +158,64 @@ def baseline(root: Path, cache: Path) -> Path:
 
 
 def device_invariance(root: Path, cache: Path) -> dict[str, float]:
-  """Max relative loss difference to the 1-device run: 8-device data mesh, 2x4 data x model mesh, pmap, 2 processes."""
-  reference = losses(baseline(root, cache))
+  """Max relative loss, grad norm and final parameter differences (`differences`) to the 1-device run: 8-device data
+  mesh and 2x4 data x model mesh together, pmap, 2 processes."""
+  reference = baseline(root, cache)
   run(root / "data8", devices=8, cache=cache)
   run(root / "data2_model4", ["--config.mesh_model=4"], devices=8, cache=cache)
   run(root / "pmap8", ["--config.parallelism=pmap"], devices=8, cache=cache)
   run_multiprocess(root / "two_processes", cache=cache)
-  diff = lambda name: max_rel_diff(losses(root / name), reference)
-  return {"device_invariance_max_rel_diff": max(diff("data8"), diff("data2_model4")),
-          "pmap_max_rel_diff": diff("pmap8"), "multiprocess_max_rel_diff": diff("two_processes")}
+  return (differences("device_invariance", [root / "data8", root / "data2_model4"], reference)
+          | differences("pmap", [root / "pmap8"], reference)
+          | differences("multiprocess", [root / "two_processes"], reference))
 
 
-def kill_and_resume(root: Path, cache: Path) -> dict[str, bool]:
-  """A run SIGKILLed after step 13 (its step-10 checkpoint written) and restarted, and a run sent SIGTERM after step
-  13 (it saves step 13 and stops) and restarted, each end bitwise equal to the uninterrupted 1-device run."""
-  reference = baseline(root, cache)
-  out = {}
-  for signal_name, returncode, key in (("SIGKILL", -9, "resume_bitwise_equal"),
-                                       ("SIGTERM", 0, "sigterm_resume_bitwise_equal")):
-    workdir = root / f"killed_{signal_name}"
-    killed = run(workdir, ["--config.debug_kill_at_step=13", f"--config.debug_kill_signal={signal_name}"],
-                 cache=cache, check=False)
-    if killed.returncode != returncode:
-      raise RuntimeError(f"the run sent {signal_name} was meant to return {returncode}, it returned "
-                         f"{killed.returncode}:\n{killed.stderr[-3000:]}")
-    if signal_name == "SIGTERM" and "SIGTERM: saved step 13" not in killed.stdout + killed.stderr:
-      raise RuntimeError(f"the run sent SIGTERM did not save step 13:\n{killed.stdout[-2000:]}")
-    resumed = run(workdir, cache=cache)
-    if "resuming from checkpoint step" not in resumed.stdout:
-      raise RuntimeError(f"the restarted run did not resume:\n{resumed.stdout[-2000:]}")
-    out[key] = params_equal(final_params(workdir), final_params(reference))
+def _killed_in_save(workdir: Path, step: int, phase: str, cache: Path) -> dict[str, Any]:
+  """Runs `workdir` with a SIGKILL inside the save of `step` ("write" or "commit"; launch.checkpointing): the step it
+  resumed from (None: it started afresh), and what the kill left: the steps committed, the uncommitted temporary
+  directories and whether each holds a commit_success.txt."""
+  killed = run(workdir, [f"--config.debug_kill_at_step={step}", f"--config.debug_kill_during_save={phase}"],
+               cache=cache, check=False)
+  if killed.returncode != -9 or "debug_kill_during_save: SIGKILL" not in killed.stderr:
+    raise RuntimeError(f"the run meant to be killed in the {phase} of step {step} returned {killed.returncode}:\n"
+                       f"{killed.stderr[-3000:]}")
+  names = [p.name for p in (workdir / "checkpoints").iterdir()]
+  temporary = sorted(n for n in names if ".orbax-checkpoint-tmp" in n)
+  return {"resumed_from": _resumed_from(killed), "committed": sorted(int(n) for n in names if n.isdigit()),
+          "temporary": temporary,
+          "temporary_commit_file": [(workdir / "checkpoints" / n / "commit_success.txt").is_file() for n in temporary]}
+
+
+def _resumed_from(result: subprocess.CompletedProcess) -> int | None:
+  match = re.search(r"resuming from checkpoint step (\d+)", result.stdout)
+  return int(match.group(1)) if match else None
+
+
+def kill_and_resume(root: Path, cache: Path) -> dict[str, Any]:
+  """A run SIGKILLed while its step-15 checkpoint is being written, restarted and SIGKILLed again in the commit of
+  step 20 (data, commit timestamp and commit_success.txt written, not yet renamed), then restarted to the end; and a
+  run sent SIGTERM after step 13 (it saves step 13 and stops) and restarted. What each SIGKILL left in checkpoints/,
+  the step each restart resumed from, and whether each run ends bitwise equal to the uninterrupted 1-device run."""
+  reference, workdir = baseline(root, cache), root / "killed_in_save"
+  out = {"kill_in_write": _killed_in_save(workdir, 15, "write", cache),
+         "kill_in_commit": _killed_in_save(workdir, 20, "commit", cache)}
+  out["after_kill_in_commit_resumed_from"] = _resumed_from(run(workdir, cache=cache))
+  out["resume_bitwise_equal"] = params_equal(final_params(workdir), final_params(reference))
+  workdir = root / "killed_SIGTERM"
+  stopped = run(workdir, ["--config.debug_kill_at_step=13", "--config.debug_kill_signal=SIGTERM"], cache=cache)
+  if "SIGTERM: saved step 13" not in stopped.stdout + stopped.stderr:
+    raise RuntimeError(f"the run sent SIGTERM did not save step 13:\n{stopped.stdout[-2000:]}")
+  out["sigterm_resumed_from"] = _resumed_from(run(workdir, cache=cache))
+  out["sigterm_resume_bitwise_equal"] = params_equal(final_params(workdir), final_params(reference))
   return out
 
 
 def accumulation(root: Path, cache: Path) -> dict[str, float]:
-  """2 micro-batches of 4 accumulated vs the 1-device run's batches of 8: losses and final parameters."""
+  """2 micro-batches of 4 accumulated vs the 1-device run's batches of 8: loss, grad norm and final parameter
+  differences (`differences`)."""
   reference = baseline(root, cache)
-  workdir = root / "accumulated"
-  run(workdir, ["--config.grad_accum_steps=2"], cache=cache)
-  return {"accumulation_max_rel_diff": max_rel_diff(losses(workdir), losses(reference)),
-          "accumulation_params_max_rel_diff": params_max_rel_diff(final_params(workdir), final_params(reference))}
+  run(root / "accumulated", ["--config.grad_accum_steps=2"], cache=cache)
+  return differences("accumulation", [root / "accumulated"], reference)
 
 
 def state_mib_per_device(result: subprocess.CompletedProcess) -> float:
@@ -186,18 +227,18 @@ def state_mib_per_device(result: subprocess.CompletedProcess) -> float:
 
 
 def memory_savers(root: Path, cache: Path) -> dict[str, float | bool]:
-  """Max relative loss difference to the 1-device run of FSDP over 8 devices, remat ("full") on 1 device, and FSDP
-  with a model axis of 2, remat "dots_saveable" and 2 accumulated micro-batches; and the state per device of the
-  FSDP run over that of the 8-device data-parallel run; whether it warned that 8 does not divide the vocabulary."""
-  reference = losses(baseline(root, cache))
+  """Max relative loss, grad norm and final parameter differences (`differences`) to the 1-device run of FSDP over 8
+  devices, remat ("full") on 1 device, and FSDP with a model axis of 2, remat "dots_saveable" and 2 accumulated
+  micro-batches; and the state per device of the FSDP run over that of the 8-device data-parallel run; whether it
+  warned that 8 does not divide the vocabulary."""
+  reference = baseline(root, cache)
   fsdp = run(root / "fsdp8", ["--config.fsdp=true"], devices=8, cache=cache)
   run(root / "remat_full", ["--config.model.remat=full"], cache=cache)
   run(root / "fsdp_model2_remat_accum2", ["--config.fsdp=true", "--config.mesh_model=2", "--config.grad_accum_steps=2",
                                           "--config.model.remat=dots_saveable"], devices=8, cache=cache)
   plain = run(root / "data8_state", ["--config.num_train_steps=1"], devices=8, cache=cache)
-  diff = lambda name: max_rel_diff(losses(root / name), reference)
-  return {"fsdp_max_rel_diff": diff("fsdp8"), "remat_max_rel_diff": diff("remat_full"),
-          "fsdp_remat_accum_max_rel_diff": diff("fsdp_model2_remat_accum2"),
+  return {**differences("fsdp", [root / "fsdp8"], reference), **differences("remat", [root / "remat_full"], reference),
+          **differences("fsdp_remat_accum", [root / "fsdp_model2_remat_accum2"], reference),
           "fsdp_state_fraction": state_mib_per_device(fsdp) / state_mib_per_device(plain),
           "fsdp_vocab_warning": "vocab_size 30522 is not divisible by the 8 data devices" in fsdp.stderr}
 

@@ -51,7 +51,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if not finetuning and -1 in (config.eval_every_steps, config.checkpoint_every_steps):
     raise errors.ConfigError("eval_every_steps / checkpoint_every_steps = -1 (per epoch / per evaluation) "
                                     "is for fine-tuning only; give a number of steps")
-  choices = {"parallelism": ("jit", "pmap"), "best_mode": ("min", "max")}
+  choices = {"parallelism": ("jit", "pmap"), "best_mode": ("min", "max"),
+             "debug_kill_during_save": ("", "write", "commit")}
   for key, allowed in choices.items():
     if config[key] not in allowed:
       raise errors.ConfigError(f"config.{key}={config[key]!r} is not one of {allowed}")
@@ -221,7 +222,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         ahead.wait(batch)
       device_state, acc = train_step(device_state, batch, acc)
       done = step + 1
-      if done == config.debug_kill_at_step:  # Debug: a kill right after this step (resume tests).
+      if done == config.debug_kill_at_step and not config.debug_kill_during_save:  # Debug: resume tests.
         manager.wait_until_finished()
         os.kill(os.getpid(), getattr(signal, config.debug_kill_signal))
       log_due = _every(done, config.log_every_steps, total_steps)

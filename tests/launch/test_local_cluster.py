@@ -1,6 +1,6 @@
 """launch.local_cluster: 2 processes on 127.0.0.1, stopped by SIGTERM and resumed, train the tiny pretraining run
-with the same losses as 1 process with the same global batch, only process 0 writing; a failing process stops the
-launcher with one error line."""
+with the same losses, grad norms and final parameters as 1 process with the same global batch, only process 0
+writing; a failing process stops the launcher with one error line."""
 
 import json
 import re
@@ -10,8 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks import determinism
 from launch import local_cluster
 from tests.conftest import require_data
+from tests.launch.test_engine_runs import PARAMS_TOLERANCE, TOLERANCE  # Their reasons are given there.
 
 REPO = Path(__file__).resolve().parents[2]
 # Tiny MLM run, 6 steps of global batch 8, a loss line every step, dropout off, no evaluation.
@@ -55,7 +57,12 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
   assert "resuming from checkpoint step 3" in two.stdout
   losses_one, losses_two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
   assert [s for s, _ in losses_two] == [1, 2, 3, 4, 5, 6]  # Written once, by process 0.
-  np.testing.assert_allclose([l for _, l in losses_two], [l for _, l in losses_one], rtol=1e-5)
+  np.testing.assert_allclose([l for _, l in losses_two], [l for _, l in losses_one], rtol=TOLERANCE)
+  grad_norms = [determinism.logged(tmp_path / name, "train/grad_norm") for name in ("two", "one")]
+  assert len(grad_norms[0]) == 6 and determinism.max_rel_diff(*grad_norms) <= TOLERANCE
+  params_two, params_one = determinism.final_params(tmp_path / "two"), determinism.final_params(tmp_path / "one")
+  assert params_two.keys() == params_one.keys()
+  assert determinism.params_max_rel_diff(params_two, params_one) <= PARAMS_TOLERANCE
   assert json.loads((tmp_path / "two" / "results.json").read_text())["step"] == 6
   assert (tmp_path / "two.logs" / "process1.log").is_file()
 
