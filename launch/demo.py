@@ -24,6 +24,7 @@ import numpy as np
 
 from configs import demo as demo_config
 from encoder import errors
+from encoder.tokenizer import load_tokenizer
 from launch import host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
@@ -144,7 +145,7 @@ def report_mlm(config: ml_collections.ConfigDict, workdir: Path) -> None:
         f"{step}:\n  this model:        accuracy {evaluation['eval/mlm_accuracy']:6.1%}  loss "
         f"{evaluation['eval/mlm_loss']:.2f}\n  unigram baseline:  accuracy {baseline['accuracy']:6.1%}  loss "
         f"{baseline['loss']:.2f}  (always {baseline['token']!r}; training-corpus token frequencies)")
-  tokenizer = input_pipeline.tokenizer_for(config.data.tokenizer)
+  tokenizer = load_tokenizer(config.data.tokenizer)
   print("top-5 fillers for [MASK]:")
   for sentence, fillers in zip(FILL_SENTENCES, fill_mask(config, jax.device_get(params), tokenizer, FILL_SENTENCES)):
     print(f"  {sentence}\n    " + "  ".join(f"{token} {p:.3f}" for token, p in fillers))

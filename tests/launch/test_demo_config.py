@@ -8,8 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-from configs import demo as demo_config
 from configs import checks
+from configs import demo as demo_config
+from encoder.tokenizer import load_tokenizer
 from launch import demo, input_pipeline, train
 from launch.model import PretrainingModel, encoder_config
 from objectives import corpus, masking, registry
@@ -24,7 +25,7 @@ def config():
 
 @pytest.fixture(scope="module")
 def tokenizer(config):
-  return input_pipeline.tokenizer_for(config.data.tokenizer)
+  return load_tokenizer(config.data.tokenizer)
 
 
 def _titles(path):
