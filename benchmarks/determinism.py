@@ -103,9 +103,8 @@ def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 def final_params(workdir: Path) -> dict[str, np.ndarray]:
   """{path: array} of the parameters in the newest checkpoint of a run."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (keeps the module import light)
-  steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
-  restored = ocp.StandardCheckpointer().restore((workdir / "checkpoints" / str(steps[-1]) / "default").absolute())
+  from encoder import init_from  # pylint: disable=import-outside-toplevel  (keeps the module import light)
+  _, params = init_from.run_params(workdir)
   flat = {}
 
   def visit(tree, prefix):
@@ -114,7 +113,7 @@ def final_params(workdir: Path) -> dict[str, np.ndarray]:
         visit(value, f"{prefix}{key}/")
       else:
         flat[prefix + key] = np.asarray(value)
-  visit(restored["params"], "")
+  visit(params, "")
   return flat
 
 

@@ -23,7 +23,7 @@ import ml_collections
 import numpy as np
 
 from configs import demo as demo_config
-from encoder import errors
+from encoder import errors, init_from
 from encoder.tokenizer import load_tokenizer
 from launch import host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
@@ -34,17 +34,6 @@ MASK_TEXT = "[MASK]"
 # Two words that are a verb and then a noun: "refuse" and "permit" (NLTK book, chapter 5).
 SENTENCE = "They refuse to permit us to obtain the refuse permit."
 RUNS = ("mlm", "pos")  # Subdirectories of --workdir, one per run.
-
-
-def final_params(workdir: str | Path) -> tuple[int, Any]:
-  """(step, params tree of numpy arrays) of the newest checkpoint in workdir/checkpoints."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (only needed after training)
-  directory = Path(workdir).absolute() / "checkpoints"
-  saved = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
-  if not saved:
-    raise FileNotFoundError(f"{directory} holds no checkpoint: train first (python -m launch.demo)")
-  restored = ocp.StandardCheckpointer().restore(directory / str(saved[-1]) / "default")
-  return saved[-1], restored["params"]
 
 
 def masked_batch(sentences: Sequence[str], tokenizer: Any) -> dict[str, np.ndarray]:
@@ -138,7 +127,7 @@ def train_run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any
 
 def report_mlm(config: ml_collections.ConfigDict, workdir: Path) -> None:
   """Held-out MLM accuracy next to the unigram baseline, and the top-5 fillers of FILL_SENTENCES."""
-  step, params = final_params(workdir)
+  step, params = init_from.run_params(workdir)
   evaluation = last_eval(workdir)
   baseline = unigram_baseline(config, Path(config.data.cache_dir or workdir / "cache"))
   print(f"\nheld-out MLM ({demo_config.sample_file('heldout').name}, 15% of tokens masked, fixed seed) after step "
