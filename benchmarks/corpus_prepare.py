@@ -119,11 +119,12 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
   # pylint: disable=import-outside-toplevel  (JAX and grain only for this part)
   import jax
   from configs import pretrain
+  from encoder.tokenizer import load_tokenizer
   from launch import input_pipeline, optimizer, steps
   from launch.model import PretrainingModel, encoder_config
   from objectives import pipeline, prepared, registry
   config = pretrain.get_config(f"size={size}")
-  tokenizer = input_pipeline.tokenizer_for(config.data.tokenizer)
+  tokenizer = load_tokenizer(config.data.tokenizer)
   view = prepared.open_prepared(out, tokenizer)
   chunks, row_offsets = pipeline.full_sentence_layout(view, config.data.max_length)
   memory = corpus_lib.EncodedCorpus(view.tokens[:], view.word_starts[:], view.sentence_offsets, view.document_offsets)

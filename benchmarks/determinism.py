@@ -107,16 +107,9 @@ def max_rel_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def final_params(workdir: Path) -> dict[str, np.ndarray]:
-  """{path: array} of the parameters in the newest checkpoint of a run (saved on any number of devices, read onto
-  this process's first one)."""
-  import jax  # pylint: disable=import-outside-toplevel  (keeps the module import light)
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
-  steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
-  path = (workdir / "checkpoints" / str(steps[-1]) / "default").absolute()
-  checkpointer, one_device = ocp.StandardCheckpointer(), jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  target = jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=one_device),
-                        checkpointer.metadata(path).item_metadata.tree)
-  restored = checkpointer.restore(path, target)
+  """{path: array} of the parameters in the newest checkpoint of a run."""
+  from encoder import init_from  # pylint: disable=import-outside-toplevel  (keeps the module import light)
+  _, params = init_from.run_params(workdir)
   flat = {}
 
   def visit(tree, prefix):
@@ -125,7 +118,7 @@ def final_params(workdir: Path) -> dict[str, np.ndarray]:
         visit(value, f"{prefix}{key}/")
       else:
         flat[prefix + key] = np.asarray(value)
-  visit(restored["params"], "")
+  visit(params, "")
   return flat
 
 

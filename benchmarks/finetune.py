@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from configs import common, finetune
+from configs import checks, common, finetune
 from encoder import errors
-from launch import config_checks, host_memory, metrics_writer, train, xla_flags
+from launch import host_memory, metrics_writer, train, xla_flags
 from tasks import bootstrap, finetune_data, registry, tagging
 from tasks.family import TaskFamily
 
@@ -33,7 +33,7 @@ def _set(config, assignment: str) -> None:
   key, equals, text = assignment.partition("=")
   if not equals:
     raise errors.ConfigError(f"--set {assignment!r}: expected key=value (--set optimizer.learning_rate=5e-5)")
-  config_checks.check_overrides(config, [(key, text)], f"task={config.task.dataset or config.task.name}",
+  checks.check_overrides(config, [(key, text)], f"task={config.task.dataset or config.task.name}",
                                 flag="--set ")
   try:
     value = ast.literal_eval(text)

@@ -34,8 +34,8 @@ import ml_collections
 import numpy as np
 
 from configs import pretrain
-from encoder import errors
-from launch import demo, host_memory, input_pipeline, metrics_writer, train, xla_flags
+from encoder import errors, init_from
+from launch import host_memory, input_pipeline, metrics_writer, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
 
@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   report: dict[str, dict[str, Any]] = {}
   for objectives in args.runs:
     config, results = train_ours(objectives, root, args)
-    _, params = demo.final_params(root / objectives)
+    _, params = init_from.run_params(root / objectives)
     report[objectives] = evaluate(our_logits(config, params, vocab_size), held_out()) | results
   if args.reference:
     model, results = train_reference(data, shared, args)

@@ -6,22 +6,25 @@ one place; size presets come from encoder.config.PRESETS.
 
 import dataclasses
 import difflib
-import json
-from pathlib import Path
 
 import ml_collections
 
-from encoder import hf_checkpoint, pretrained
+from encoder import init_from
 from encoder.config import preset
 from encoder.errors import ConfigError
+
+
+def arg_items(arg: str | None) -> list[tuple[str, bool, str]]:
+  """'task=sick,runlocal' -> [('task', True, 'sick'), ('runlocal', False, '')]: (name, has a value, value)."""
+  parts = (item.partition("=") for item in filter(None, (arg or "").split(",")))
+  return [(key, bool(equals), value) for key, equals, value in parts]
 
 
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   """'size=mini,objectives=mlm+nsp,runlocal' -> ConfigDict; values take the type of their default, bare words are
   True. An unknown name is an error listing the known ones (big_vision's parse_arg)."""
   parsed = ml_collections.ConfigDict(defaults)
-  for item in filter(None, (arg or "").split(",")):
-    key, has_value, value = item.partition("=")
+  for key, has_value, value in arg_items(arg):
     if key not in defaults:
       close = difflib.get_close_matches(key, defaults, n=1)
       raise ConfigError(f"unknown config argument {key!r} in {arg!r}{f'; did you mean {close[0]!r}?' if close else ''}"
@@ -99,24 +102,7 @@ def engine_config(config: ml_collections.ConfigDict, *, steps: int) -> ml_collec
 
 
 def model_from_init(init: str) -> tuple[ml_collections.ConfigDict, str]:
-  """(config.model, tokenizer) of the checkpoint named by `init` ("hf:..." or "run:..."), read from its config."""
-  kind, _, where = init.partition(":")
-  if kind == "hf":
-    try:
-      directory = pretrained.resolve_checkpoint(where)
-    except (ValueError, FileNotFoundError) as err:
-      raise ConfigError(f"init={init!r}: {err}") from None
-    cfg = hf_checkpoint.checked_config(directory)  # A CheckpointError naming the file, before any data is read.
-    fields = dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32"}
-    return ml_collections.ConfigDict(fields), str(directory)
-  if kind == "run":
-    saved = Path(where) / "config.json"
-    if not saved.is_file():
-      raise ConfigError(f"init={init!r}: {saved} does not exist; expected the workdir of a training run")
-    try:
-      run = json.loads(saved.read_text(encoding="utf-8"))
-      return ml_collections.ConfigDict(run["model"]), run["data"]["tokenizer"]
-    except (ValueError, KeyError, TypeError) as err:
-      raise ConfigError(f"init={init!r}: {saved} is not a run's config.json (expected JSON with model and "
-                        f"data.tokenizer; {type(err).__name__}: {err})") from None
-  raise ConfigError(f"init={init!r} must start with 'hf:' or 'run:' (or be '' for random init)")
+  """(config.model, tokenizer) of the checkpoint named by `init` ("hf:..." or "run:..."), read from its config
+  (encoder.init_from.model_fields)."""
+  fields, tokenizer = init_from.model_fields(init)
+  return ml_collections.ConfigDict(fields), tokenizer

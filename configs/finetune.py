@@ -6,8 +6,9 @@
 
 String arguments: task (a name of TASK_PRESETS), init ("hf:<name or directory>" for an imported HuggingFace BERT,
 "run:<workdir>" for the encoder of our own pretraining run's latest checkpoint, "" for random init), runlocal (a tiny
-random-init model on a slice of each split, a few steps: a smoke test). Other datasets (e.g. paraphrase or RTE TSVs)
-need only config: --config.task.format=tsv --config.task.files=train:a.tsv,validation:b.tsv,test:c.tsv
+random-init model on a slice of each split, a few steps: a smoke test; with an explicit init=, that checkpoint's model
+on the same slices). Other datasets (e.g. paraphrase or RTE TSVs) need only config: --config.task.format=tsv
+--config.task.files=train:a.tsv,validation:b.tsv,test:c.tsv
 --config.task.columns=text_a:sentence1,text_b:sentence2,label:label --config.task.labels=... (see `task_block`).
 """
 
@@ -82,6 +83,7 @@ def task_block(**preset) -> ml_collections.ConfigDict:
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The fine-tuning config for `arg` ('task=conll2003,init=hf:all-MiniLM-L6-v2,runlocal')."""
+  explicit_init = any(key == "init" for key, _, _ in common.arg_items(arg))
   arg = common.parse_arg(arg, task="sick", init="hf:all-MiniLM-L6-v2", runlocal=False)
   if arg.task not in TASK_PRESETS:
     close = difflib.get_close_matches(arg.task, TASK_PRESETS, n=1)
@@ -92,7 +94,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.objectives = ""  # Unused by fine-tuning (the task is the only objective).
   config.objective_weights = ml_collections.ConfigDict()  # Unused by fine-tuning.
   config.task = task_block(**{k: v for k, v in preset.items() if k not in RECIPE_KEYS})  # The task (above).
-  config.init = "" if arg.runlocal else arg.init  # "hf:<name|dir>", "run:<workdir>" or "" (random init).
+  # "hf:<name|dir>", "run:<workdir>" or "" (random init); runlocal starts from random init unless init= is given.
+  config.init = "" if arg.runlocal and not explicit_init else arg.init
   if config.init:
     config.model, tokenizer = common.model_from_init(config.init)  # EncoderConfig fields of the checkpoint.
   else:
@@ -128,9 +131,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.best_mode = "max"
   config.measure_mfu = False
 
-  if arg.runlocal:  # A tiny random-init model on slices of the splits: a smoke test in seconds.
-    config.model = common.model_config("tiny", num_layers=2, hidden_size=64, num_heads=4, intermediate_size=128,
-                                       max_positions=64)
+  if arg.runlocal:  # A tiny model (random init, or init='s own) on slices of the splits: a smoke test in seconds.
+    if not config.init:
+      config.model = common.model_config("tiny", num_layers=2, hidden_size=64, num_heads=4, intermediate_size=128,
+                                         max_positions=64)
     config.task.train_split = "train[:64]"
     config.task.eval_split = "validation[:32]"
     config.task.test_split = "test[:32]" if config.task.test_split else ""

@@ -1,12 +1,13 @@
 """Encoder hyperparameters and the size presets (the one place they are defined)."""
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 import jax.numpy as jnp
 
 
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}  # Names in configs -> dtypes.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,3 +75,23 @@ def preset(name: str, **overrides) -> EncoderConfig:
   if name not in PRESETS:
     raise ValueError(f"unknown encoder size {name!r}; choose one of {sorted(PRESETS)}")
   return EncoderConfig(**{**PRESETS[name], **overrides})
+
+
+def from_fields(fields: Mapping[str, Any], vocab_size: int) -> EncoderConfig:
+  """EncoderConfig from a config's model fields (config.model, a run's config.json): dtype names become dtypes,
+  vocab_size 0 takes the tokenizer's `vocab_size`."""
+  fields = dict(fields)
+  for key in ("dtype", "param_dtype"):
+    if fields[key] not in DTYPES:
+      raise ValueError(f"config.model.{key}={fields[key]!r} is not one of {sorted(DTYPES)}")
+    fields[key] = DTYPES[fields[key]]
+  if fields["vocab_size"] == 0:
+    fields["vocab_size"] = vocab_size
+  elif fields["vocab_size"] < vocab_size:
+    raise ValueError(f"config.model.vocab_size={fields['vocab_size']} is smaller than the tokenizer's vocabulary "
+                     f"({vocab_size}); set it to 0 to use the tokenizer's size")
+  known = {f.name for f in dataclasses.fields(EncoderConfig)}
+  unknown = sorted(set(fields) - known)
+  if unknown:
+    raise ValueError(f"config.model has fields {unknown} that EncoderConfig does not know ({sorted(known)})")
+  return EncoderConfig(**fields)

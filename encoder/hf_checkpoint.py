@@ -8,8 +8,7 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,6 +18,7 @@ import safetensors.numpy
 
 from encoder import errors
 from encoder.config import EncoderConfig
+from encoder.files import atomic_path
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -403,18 +403,6 @@ def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None) 
   return state
 
 
-@contextlib.contextmanager
-def _staged(directory: Path, name: str) -> Iterator[Path]:
-  """A temporary file in `directory` to write `name` into; deleted again if the block fails."""
-  fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-  os.close(fd)
-  try:
-    yield Path(tmp)
-  except BaseException:
-    Path(tmp).unlink(missing_ok=True)
-    raise
-
-
 def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params: Mapping,
                        heads: Mapping | None = None, tokenizer_files: Iterable[str | os.PathLike] | None = None
                        ) -> Path:
@@ -433,19 +421,14 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params:
     raise CheckpointError(f"tokenizer_files {clashes} would overwrite the checkpoint's own files; pass only "
                           "tokenizer files (vocab.txt, tokenizer.json, ...)")
   directory.mkdir(parents=True, exist_ok=True)
-  staged = {}
-  with contextlib.ExitStack() as stack:
+  names = dict.fromkeys([CONFIG_FILE, WEIGHTS_FILE, *(source.name for source in tokenizer_files)])
+  with contextlib.ExitStack() as stack:  # Leaving it swaps the complete files in, config.json (entered first) last.
+    staged = {name: stack.enter_context(atomic_path(directory / name)) for name in names}
     for source in tokenizer_files:
-      tmp = staged[source.name] = stack.enter_context(_staged(directory, source.name))
-      shutil.copyfile(source, tmp)
-    staged[WEIGHTS_FILE] = stack.enter_context(_staged(directory, WEIGHTS_FILE))
+      shutil.copyfile(source, staged[source.name])
     safetensors.numpy.save_file(state, staged[WEIGHTS_FILE], metadata={"format": "pt"})
-    staged[CONFIG_FILE] = stack.enter_context(_staged(directory, CONFIG_FILE))
     staged[CONFIG_FILE].write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-    for tmp in staged.values():
-      with open(tmp, "rb") as f:
+    for temporary in staged.values():
+      with open(temporary, "rb") as f:
         os.fsync(f.fileno())
-      os.chmod(tmp, 0o644)
-  for name, tmp in staged.items():  # All complete: swap them in (config.json last).
-    os.replace(tmp, directory / name)
   return directory

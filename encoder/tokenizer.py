@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from encoder import errors, sentencepiece_tokenizer, wordpiece
+from encoder import errors, pretrained, sentencepiece_tokenizer, wordpiece
 
 # The special tokens in the order a newly trained vocabulary gives them ids 0..4.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -142,12 +142,13 @@ class TokenizerError(errors.UserError):
 
 
 def load_tokenizer(path: str | Path, *, lowercase: bool | None = None) -> Tokenizer:
-  """A tokenizer from a directory (tokenizer.json, else vocab.txt, else one *.model) or one of those files.
+  """A tokenizer from a packaged checkpoint's name (encoder.pretrained.PACKAGED, e.g. "all-MiniLM-L6-v2"), a
+  directory (tokenizer.json, else vocab.txt, else one *.model) or one of those files.
 
   `lowercase` applies to a bare vocab.txt only; by default a tokenizer_config.json beside it decides, else the
   vocabulary (an uncased vocabulary has no uppercase entries). tokenizer.json and .model files carry their own.
   """
-  path = Path(path)
+  path = pretrained.pretrained_path(str(path)) if str(path) in pretrained.PACKAGED else Path(path)
   if not path.exists():
     raise FileNotFoundError(f"{path}: no such tokenizer file or directory")
   if path.is_dir():

@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from encoder import errors
-from launch import config_checks
+from configs import checks
 
 
 def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.CheckpointManager:
@@ -142,7 +142,7 @@ def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:
   has_checkpoints = checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
   if not (has_checkpoints and saved_path.is_file()):
     return
-  differences = config_checks.incompatible_fields(json.loads(saved_path.read_text()), config_checks.to_dict(config))
+  differences = checks.incompatible_fields(json.loads(saved_path.read_text()), checks.to_dict(config))
   if differences:
     raise errors.ConfigError(
         f"{workdir} holds checkpoints of a different model ({saved_path} differs: {'; '.join(differences)}); "
@@ -152,4 +152,4 @@ def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:
 def write_config(workdir: Path, config: ml_collections.ConfigDict) -> None:
   """workdir/config.json: the full resolved config of this run (process 0 only)."""
   if jax.process_index() == 0:
-    (workdir / "config.json").write_text(json.dumps(config_checks.to_dict(config), indent=2, sort_keys=True) + "\n")
+    (workdir / "config.json").write_text(json.dumps(checks.to_dict(config), indent=2, sort_keys=True) + "\n")

@@ -23,7 +23,8 @@ import ml_collections
 import numpy as np
 
 from configs import demo as demo_config
-from encoder import errors
+from encoder import errors, init_from
+from encoder.tokenizer import load_tokenizer
 from launch import host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
 from launch.model import PretrainingModel, encoder_config
 from objectives import registry
@@ -33,17 +34,6 @@ MASK_TEXT = "[MASK]"
 # Two words that are a verb and then a noun: "refuse" and "permit" (NLTK book, chapter 5).
 SENTENCE = "They refuse to permit us to obtain the refuse permit."
 RUNS = ("mlm", "pos")  # Subdirectories of --workdir, one per run.
-
-
-def final_params(workdir: str | Path) -> tuple[int, Any]:
-  """(step, params tree of numpy arrays) of the newest checkpoint in workdir/checkpoints."""
-  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel  (only needed after training)
-  directory = Path(workdir).absolute() / "checkpoints"
-  saved = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit()) if directory.is_dir() else []
-  if not saved:
-    raise FileNotFoundError(f"{directory} holds no checkpoint: train first (python -m launch.demo)")
-  restored = ocp.StandardCheckpointer().restore(directory / str(saved[-1]) / "default")
-  return saved[-1], restored["params"]
 
 
 def masked_batch(sentences: Sequence[str], tokenizer: Any) -> dict[str, np.ndarray]:
@@ -137,14 +127,14 @@ def train_run(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any
 
 def report_mlm(config: ml_collections.ConfigDict, workdir: Path) -> None:
   """Held-out MLM accuracy next to the unigram baseline, and the top-5 fillers of FILL_SENTENCES."""
-  step, params = final_params(workdir)
+  step, params = init_from.run_params(workdir)
   evaluation = last_eval(workdir)
   baseline = unigram_baseline(config, Path(config.data.cache_dir or workdir / "cache"))
   print(f"\nheld-out MLM ({demo_config.sample_file('heldout').name}, 15% of tokens masked, fixed seed) after step "
         f"{step}:\n  this model:        accuracy {evaluation['eval/mlm_accuracy']:6.1%}  loss "
         f"{evaluation['eval/mlm_loss']:.2f}\n  unigram baseline:  accuracy {baseline['accuracy']:6.1%}  loss "
         f"{baseline['loss']:.2f}  (always {baseline['token']!r}; training-corpus token frequencies)")
-  tokenizer = input_pipeline.tokenizer_for(config.data.tokenizer)
+  tokenizer = load_tokenizer(config.data.tokenizer)
   print("top-5 fillers for [MASK]:")
   for sentence, fillers in zip(FILL_SENTENCES, fill_mask(config, jax.device_get(params), tokenizer, FILL_SENTENCES)):
     print(f"  {sentence}\n    " + "  ".join(f"{token} {p:.3f}" for token, p in fillers))

@@ -15,7 +15,6 @@ import ml_collections
 import numpy as np
 
 from configs import paths
-from encoder import pretrained
 from encoder.tokenizer import load_tokenizer
 from objectives import masking, pipeline
 
@@ -57,8 +56,9 @@ def resolve_prepared(spec: str) -> Path:
 
 
 def tokenizer_for(name: str) -> Any:
-  """A packaged checkpoint's tokenizer by name (encoder.pretrained.PACKAGED), else a tokenizer file/directory."""
-  return load_tokenizer(pretrained.pretrained_path(name) if name in pretrained.PACKAGED else name)
+  """encoder.tokenizer.load_tokenizer(name); kept only for launch.finetune_data and launch.predict until they call
+  load_tokenizer themselves (issue #32: those files are being restructured in parallel)."""
+  return load_tokenizer(name)
 
 
 def load_data(config: ml_collections.ConfigDict, cache_dir: Path) -> Data:
@@ -66,7 +66,7 @@ def load_data(config: ml_collections.ConfigDict, cache_dir: Path) -> Data:
   data = config.data
   names = config.objectives.split("+")
   pipeline.validate(names, data.packing, config.masking.mode)
-  tokenizer = tokenizer_for(data.tokenizer)
+  tokenizer = load_tokenizer(data.tokenizer)
   rows = lambda files, prepared=None: pipeline.pretraining_examples(
       files=files, tokenizer=tokenizer, max_length=data.max_length, packing=data.packing, cache_dir=cache_dir,
       seed=config.seed, prepared=prepared)

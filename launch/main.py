@@ -9,8 +9,9 @@ JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID) on every host.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from configs import checks
 from encoder import errors
-from launch import config_checks, distributed, host_memory, xla_flags
+from launch import distributed, host_memory, xla_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=mini.",
                                           lock_config=True)
@@ -26,7 +27,7 @@ def parse_flags(argv: list[str]) -> list[str]:
   """absl parsing after the override check. The check builds the config once, so an error of get_config (an
   `init=hf:` directory without config.json, an unknown task) surfaces as itself, not wrapped in an absl flag error;
   absl's own errors (a missing --workdir, an unknown flag) become a ConfigError."""
-  config_checks.check_command_line(argv)
+  checks.check_command_line(argv)
   try:
     return flags.FLAGS(argv)
   except flags.Error as err:

@@ -3,7 +3,6 @@
 Parameters: params/encoder/... (the Encoder tree) and params/<objective name>/... (each head's tree).
 """
 
-import dataclasses
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -11,31 +10,16 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from encoder.config import EncoderConfig
+from encoder.config import EncoderConfig, from_fields
 from encoder.model import Encoder
 from objectives.objective import Metrics, Objective
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 ENCODER_INPUTS = ("input_ids", "type_ids", "positions", "attention_segments")
 
 
 def encoder_config(model: ml_collections.ConfigDict, vocab_size: int) -> EncoderConfig:
-  """EncoderConfig from config.model; vocab_size 0 takes the tokenizer's, dtype names become dtypes."""
-  fields = model.to_dict()
-  for key in ("dtype", "param_dtype"):
-    if fields[key] not in DTYPES:
-      raise ValueError(f"config.model.{key}={fields[key]!r} is not one of {sorted(DTYPES)}")
-    fields[key] = DTYPES[fields[key]]
-  if fields["vocab_size"] == 0:
-    fields["vocab_size"] = vocab_size
-  elif fields["vocab_size"] < vocab_size:
-    raise ValueError(f"config.model.vocab_size={fields['vocab_size']} is smaller than the tokenizer's vocabulary "
-                     f"({vocab_size}); set it to 0 to use the tokenizer's size")
-  known = {f.name for f in dataclasses.fields(EncoderConfig)}
-  unknown = sorted(set(fields) - known)
-  if unknown:
-    raise ValueError(f"config.model has fields {unknown} that EncoderConfig does not know ({sorted(known)})")
-  return EncoderConfig(**fields)
+  """EncoderConfig from config.model (encoder.config.from_fields); vocab_size 0 takes the tokenizer's."""
+  return from_fields(model.to_dict(), vocab_size)
 
 
 class PretrainingModel(nn.Module):

@@ -27,9 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import jax
 import ml_collections
-import orbax.checkpoint as ocp
-
-from encoder import errors
+from encoder import errors, init_from
 from launch import checkpointing
 from launch.input_pipeline import tokenizer_for
 from launch.model import PretrainingModel, encoder_config
@@ -102,27 +100,12 @@ def restore_params(workdir: Path, config: ml_collections.ConfigDict, checkpoint:
   """
   if checkpoint not in ("best", "latest"):
     raise errors.UserError(f"checkpoint={checkpoint!r}: expected 'best' or 'latest'")
-  directory = (workdir / "checkpoints").absolute()
-  if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
-    raise errors.UserError(f"{directory} holds no checkpoint: train the run first (python -m launch.main ... "
-                        f"--workdir {workdir})")
-  manager = checkpointing.create_manager(workdir, config)
-  best = checkpointing.best_step(manager, config.best_metric, config.best_mode) if checkpoint == "best" else None
-  step = best if best is not None else manager.latest_step()
-  manager.close()
-  reader = ocp.CheckpointManager(directory, item_handlers=ocp.PyTreeCheckpointHandler())
-  metadata = reader.item_metadata(step)
-  opt_state = metadata["opt_state"]
-  ema = isinstance(opt_state, dict) and "ema" in opt_state  # launch.optimizer.EmaState, saved as a dict.
-  device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                        opt_state["ema"] if ema else metadata["params"])
-  target = {"opt_state": {"ema": target}} if ema else {"params": target}
-  restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), target)
-  restored = reader.restore(step, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args,
-                                                              partial_restore=True))
-  reader.close()
-  return step, restored["opt_state"]["ema"] if ema else restored["params"]
+  best = None
+  if checkpoint == "best" and (workdir / "checkpoints").is_dir():
+    manager = checkpointing.create_manager(workdir, config)
+    best = checkpointing.best_step(manager, config.best_metric, config.best_mode)
+    manager.close()
+  return init_from.run_params(workdir, best, evaluation=True)
 
 
 def _reader_options(task: ml_collections.ConfigDict) -> dict[str, Any]:

@@ -10,7 +10,6 @@ not UTF-8) or a corpus the tokenizer maps entirely to [UNK] is a CorpusError nam
 import hashlib
 import itertools
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
@@ -19,6 +18,7 @@ import numpy as np
 
 from encoder import errors
 from encoder.array_files import load_npy
+from encoder.files import atomic_path
 
 Document = list[str]  # Sentences in order.
 
@@ -252,10 +252,9 @@ def encode_documents(documents: Sequence[Document], tokenizer: Any, cache_dir: s
   corpus = tokenize_documents(documents, tokenizer)
   _check_usable(corpus, tokenizer, source)
   folder.mkdir(parents=True, exist_ok=True)
-  for name, array in zip(_FIELDS, corpus):
-    tmp = folder / f"{name}.{os.getpid()}.tmp.npy"  # Per process: hosts sharing a cache never mix their writes.
-    np.save(tmp, array, allow_pickle=False)
-    tmp.replace(folder / f"{name}.npy")  # Atomic: a killed run never leaves a half-written cache.
+  for name, array in zip(_FIELDS, corpus):  # Atomic: a killed run never leaves a half-written cache.
+    with atomic_path(folder / f"{name}.npy") as temporary, temporary.open("wb") as handle:
+      np.save(handle, array, allow_pickle=False)
   return corpus
 
 

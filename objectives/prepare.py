@@ -37,9 +37,9 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 from array_record.python import array_record_module
 
-from encoder import pretrained
-from encoder.tokenizer import load_tokenizer
 from encoder import errors
+from encoder.files import atomic_path, atomic_write
+from encoder.tokenizer import load_tokenizer
 from objectives import corpus as corpus_lib
 
 FORMAT = "encoderlab-prepared-v1"
@@ -74,11 +74,6 @@ def decode_document(record: bytes, dtype: np.dtype) -> tuple[np.ndarray, np.ndar
   total = (len(record) - at) // (dtype.itemsize + 1)
   return (np.frombuffer(record, np.int32, count, 4), np.frombuffer(record, dtype, total, at).astype(np.int32),
           np.frombuffer(record, np.int8, total, at + total * dtype.itemsize))
-
-
-def tokenizer_path(name: str) -> str:
-  """A packaged checkpoint's directory by name (encoder.pretrained.PACKAGED), else the name as a path."""
-  return str(pretrained.pretrained_path(name)) if name in pretrained.PACKAGED else name
 
 
 def expand_inputs(patterns: Sequence[str]) -> list[Path | str]:
@@ -148,22 +143,16 @@ def _batches(items: Iterator, size: int) -> Iterator[list]:
     yield batch
 
 
-def _init_worker(tokenizer_dir: str, single_threaded: bool) -> None:
+def _init_worker(tokenizer: str | Path, single_threaded: bool) -> None:
   if single_threaded:  # N worker processes each tokenizing: HF tokenizers' thread pools would oversubscribe the cores.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
   global _worker_tokenizer  # pylint: disable=global-statement  (one tokenizer per worker process)
-  _worker_tokenizer = load_tokenizer(tokenizer_dir)
+  _worker_tokenizer = load_tokenizer(tokenizer)
 
 
 def _save_npy(path: Path, array: np.ndarray) -> None:
   with path.open("wb") as f:
     np.save(f, array, allow_pickle=False)
-
-
-def _atomic_write(path: Path, write) -> None:
-  tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-  write(tmp)
-  tmp.replace(path)
 
 
 def _encode(documents: list[corpus_lib.Document], tokenizer: Any) -> corpus_lib.EncodedCorpus:
@@ -210,17 +199,14 @@ def _encode_paragraphs(documents: list[list[list[str]]], tokenizer: Any) -> corp
   return corpus_lib.EncodedCorpus(tokens, starts, offsets, document_offsets)
 
 
-def _write_shard(out: str, index: int, documents: list[tuple[int, int, list[str]]]) -> dict[str, Any]:
-  """Splits, tokenizes and writes one shard (in a worker); returns its counts and checksums."""
-  tokenizer, directory, stem = _worker_tokenizer, Path(out), shard_name(index)
+def _write_documents(writer: Any, split: list[list[list[str]]], tokenizer: Any
+                     ) -> tuple[np.ndarray, np.ndarray, int]:
+  """Tokenizes the documents (each a list of paragraphs' sentences) a group at a time and writes one record each;
+  returns (token counts [vocab], sentence lengths, words)."""
   dtype = token_dtype(tokenizer.vocab_size)
-  split = [[sentences for sentences in map(corpus_lib.split_sentences, paragraphs) if sentences]
-           for _, _, paragraphs in documents]  # Per document, its paragraphs' sentences.
   sentences = [[s for paragraph in document for s in paragraph] for document in split]
   counts = np.zeros(tokenizer.vocab_size, np.int64)
   lengths_all, words = [], 0
-  tmp = directory / f"{stem}.array_record.{os.getpid()}.tmp"
-  writer = array_record_module.ArrayRecordWriter(str(tmp), WRITER_OPTIONS)
   batch_start = 0
   while batch_start < len(sentences):  # Groups of whole documents of about _TOKENIZE_SENTENCES sentences.
     batch_end, size = batch_start, 0
@@ -239,14 +225,24 @@ def _write_shard(out: str, index: int, documents: list[tuple[int, int, list[str]
     lengths_all.append(lengths)
     words += sum(len(s.split()) for document in sentences[batch_start:batch_end] for s in document)
     batch_start = batch_end
-  writer.close()
-  tmp.replace(directory / f"{stem}.array_record")
-  sentence_lengths = np.concatenate(lengths_all) if lengths_all else np.zeros(0, np.int64)
-  index_array = np.concatenate([[len(documents), len(sentence_lengths)], [len(s) for s in sentences],
+  return counts, np.concatenate(lengths_all) if lengths_all else np.zeros(0, np.int64), words
+
+
+def _write_shard(out: str, index: int, documents: list[tuple[int, int, list[str]]]) -> dict[str, Any]:
+  """Splits, tokenizes and writes one shard (in a worker); returns its counts and checksums."""
+  tokenizer, directory, stem = _worker_tokenizer, Path(out), shard_name(index)
+  split = [[sentences for sentences in map(corpus_lib.split_sentences, paragraphs) if sentences]
+           for _, _, paragraphs in documents]  # Per document, its paragraphs' sentences.
+  with atomic_path(directory / f"{stem}.array_record") as temporary:
+    writer = array_record_module.ArrayRecordWriter(str(temporary), WRITER_OPTIONS)
+    counts, sentence_lengths, words = _write_documents(writer, split, tokenizer)
+    writer.close()
+  index_array = np.concatenate([[len(documents), len(sentence_lengths)], [sum(map(len, d)) for d in split],
                                 [f for f, _, _ in documents], [line for _, line, _ in documents],
                                 sentence_lengths]).astype(np.int64)
   for suffix, array in ((".index.npy", index_array), (".counts.npy", counts)):
-    _atomic_write(directory / f"{stem}{suffix}", lambda p, array=array: _save_npy(p, array))
+    with atomic_path(directory / f"{stem}{suffix}") as temporary:
+      _save_npy(temporary, array)
   special = np.asarray(sorted(tokenizer.special_ids), np.int64)
   return {"name": stem, "documents": len(documents), "sentences": len(sentence_lengths),
           "tokens": int(sentence_lengths.sum()), "words": words,
@@ -281,8 +277,7 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
   sources, described = {}, {}
   for spec in (f for f in files if isinstance(f, str)):
     sources[spec], described[spec] = tfds_source(spec, tfds_data_dir)
-  tokenizer_dir = tokenizer_path(tokenizer)
-  vocab = load_tokenizer(tokenizer_dir)
+  vocab = load_tokenizer(tokenizer)
   directory = Path(out)
   directory.mkdir(parents=True, exist_ok=True)
   inputs_meta = [described[f] | {"text_key": tfds_text_key} if isinstance(f, str)
@@ -297,15 +292,15 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
 
   def record(index: int, shard: Any) -> None:
     shard = shard.get() if isinstance(shard, multiprocessing.pool.AsyncResult) else shard
-    _atomic_write(directory / f"{shard_name(index)}.done.json",
-                  lambda p: p.write_text(json.dumps({"settings": settings, "shard": shard}, indent=1)))
+    atomic_write(directory / f"{shard_name(index)}.done.json",
+                       json.dumps({"settings": settings, "shard": shard}, indent=1))
     shards.append(shard)
 
   pool = None
   if processes > 1:
-    pool = multiprocessing.get_context("spawn").Pool(processes, _init_worker, (tokenizer_dir, True))
+    pool = multiprocessing.get_context("spawn").Pool(processes, _init_worker, (tokenizer, True))
   else:  # In this process, whose environment is left as it is.
-    _init_worker(tokenizer_dir, False)
+    _init_worker(tokenizer, False)
   try:
     pending: collections.deque = collections.deque()  # (index, shard or its AsyncResult), in shard order.
     for index, documents in enumerate(_batches(_documents(files, sources, tfds_text_key), shard_documents)):
@@ -335,7 +330,7 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
                                  f"{totals['tokens']} tokens of it to [UNK]; expected text in the tokenizer's "
                                  "vocabulary")
   metadata = {**settings, "tokenizer": tokenizer, **totals, "shards": shards}
-  _atomic_write(directory / "metadata.json", lambda p: p.write_text(json.dumps(metadata, indent=1)))
+  atomic_write(directory / "metadata.json", json.dumps(metadata, indent=1))
   return metadata
 
 

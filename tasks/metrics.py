@@ -148,9 +148,6 @@ def label_scores(gold: Sequence[str], pred: Sequence[str]) -> dict[str, Any]:
 
 
 # Regression (SICK relatedness, STS-B): Pearson's r from additive per-example moments, so the bootstrap resamples it.
-MOMENTS = ("n", "x", "y", "xx", "yy", "xy")
-
-
 def pearson_moments(gold: Sequence[float], pred: Sequence[float]) -> np.ndarray:
   """Per-example [N, (1, x, y, x^2, y^2, xy)] with x = gold, y = pred: Pearson's r of any sample is a function of
   their sums (`pearson_from_moments`)."""

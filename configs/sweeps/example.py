@@ -1,11 +1,11 @@
 """A 3-point sweep of tiny fine-tuning runs (SICK relatedness, random-init 2x64 encoder, a few steps each): two seeds
 of the runlocal recipe and one with a higher learning rate. Under a minute per point on CPU.
 
-  python -m launch.sweep --sweep configs/sweeps/example.py --root runs/example
-  python -m launch.report runs/example --baseline base
+  python -m launch.experiments.sweep --sweep configs/sweeps/example.py --root runs/example
+  python -m launch.experiments.report runs/example --baseline base
 """
 
-from launch.sweep import seeds
+from configs.sweeps.points import seeds
 
 
 def get_sweep(arg: str | None = None) -> dict:

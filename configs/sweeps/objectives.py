@@ -1,9 +1,9 @@
 """Which pretraining objectives help? MLM, MLM+NSP, MLM+SBO and MLM+NSP+SBO pretrained on WikiText-2 with the same
 steps, batch and row length, each then fine-tuned on SICK (NLI) and CoNLL-2003 (NER, BIO tagging) with 2 seeds.
 
-  python -m launch.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/objectives   # 2-core CPU
-  python -m launch.sweep --sweep configs/sweeps/objectives.py:budget=base --root runs/objectives_base --print
-  python -m launch.report runs/objectives --baseline objectives-mlm__task-sick   # and __task-conll2003
+  python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/objectives  # 2 cores
+  python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=base --root runs/obj_base --print
+  python -m launch.experiments.report runs/objectives --baseline objectives-mlm__task-sick   # and __task-conll2003
 
 String arguments: budget: "small" (mini encoder L4/H256, 1,000 steps of batch 32; the 2-core CPU), "base" (base
 encoder L12/H768, 10,000 steps of batch 256; accelerators) or "tiny" (a 2x64 encoder, 20 steps, fine-tuning on
@@ -13,8 +13,8 @@ the presets' top_k=6 assumes MiniLM's 6 layers.
 """
 
 from configs import common
+from configs.sweeps.points import grid, seeds
 from encoder.errors import ConfigError
-from launch.sweep import grid, seeds
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sbo", "mlm+nsp+sbo")
 TASKS = ("sick", "conll2003")

@@ -2,15 +2,15 @@
 all-MiniLM-L6-v2, seeds 0, 1 and 2 each (30 runs; about 3-4 minutes per run on a 2-core CPU), compared by their dev
 mean; the p-values test each recipe against the preset on the test predictions, per seed.
 
-  python -m launch.sweep --sweep configs/sweeps/sick_recipes.py --root runs/sick_recipes
-  python -m launch.report runs/sick_recipes --baseline base
+  python -m launch.experiments.sweep --sweep configs/sweeps/sick_recipes.py --root runs/sick_recipes
+  python -m launch.experiments.report runs/sick_recipes --baseline base
 
 Our side of `python -m benchmarks.finetune --task sick --set ...` (the same config, overrides and engine; the
 benchmark adds the HF reference). The table's task-adaptive row needs a pretraining run on SICK's sentences first
 (docs/results.md gives its commands) and is not a point here.
 """
 
-from launch.sweep import seeds
+from configs.sweeps.points import seeds
 
 FULL = {"regime": "full"}  # Every parameter trains (the preset freezes the embeddings: regime top_k, top_k 6).
 RECIPES = [

@@ -25,17 +25,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from configs import common
-from encoder.config import EncoderConfig
+from encoder import init_from
+from encoder.config import DTYPES, EncoderConfig
 from encoder.model import Encoder
-from encoder.tokenizer import Tokenizer, load_tokenizer
-from encoder import pretrained
-from launch import warm_start
-from launch import model as launch_model
+from encoder.tokenizer import Tokenizer
 from tasks import batching
 from tasks.embeddings.layers import LayerSpec, parse_layers, select_from_states
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # Compute dtypes.
 TRANSFER_DTYPES = {"float32": np.float32, "float16": np.float16}  # Device-to-host wire formats.
 POOLINGS = ("mean", "first", "subword")  # "subword": no pooling, one row per subword.
 
@@ -145,7 +141,7 @@ class Embedder:
                batch_size: int = 64, buckets: Sequence[int] = (16, 32, 64, 128), dtype: str = "float32",
                stride: int | None = None, transfer_dtype: str = "float32", chunk_size: int = 4096, pack: bool = True):
     """params: the encoder's parameter tree. max_length counts [CLS] and [SEP]; longer sentences go in windows of
-    max_length - 2 subwords, `stride` apart (default half a window). dtype: compute dtype ("float32", "bfloat16").
+    max_length - 2 subwords, `stride` apart (default half a window). dtype: compute dtype (encoder.config.DTYPES).
     transfer_dtype: how the vectors travel from the device ("float16" halves the traffic, where it is the bottleneck
     on an accelerator, at float16's rounding); they are returned as float32 either way.
     chunk_size: sentences are tokenized and sorted by length this many at a time (the same chunks give the same
@@ -174,11 +170,8 @@ class Embedder:
   @classmethod
   def from_init(cls, init: str, **options) -> "Embedder":
     """An Embedder on a checkpoint: "hf:all-MiniLM-L6-v2", "hf:/path/to/hf/dir" or "run:/path/to/workdir"."""
-    model, tokenizer_name = common.model_from_init(init)
-    tokenizer = load_tokenizer(pretrained.pretrained_path(tokenizer_name) if tokenizer_name in pretrained.PACKAGED
-                               else tokenizer_name)
-    cfg = launch_model.encoder_config(model, tokenizer.vocab_size)
-    return cls(cfg, warm_start.pretrained_params(init)["encoder"], tokenizer, **options)
+    cfg, tokenizer, params = init_from.load(init)
+    return cls(cfg, params["encoder"], tokenizer, **options)
 
   @property
   def num_layers(self) -> int:

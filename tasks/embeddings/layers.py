@@ -15,7 +15,6 @@ from encoder import errors
 
 FORMS = ('"last", a layer number "0".."L" (0 = embeddings) or "-1", several "3,4,5" (kept separate), "all", '
          '"last4_mean", "last4_sum", "mean:3,4,5", "sum:3,4,5"')
-REDUCTIONS = ("one", "stack", "mean", "sum")
 
 
 @dataclasses.dataclass(frozen=True)

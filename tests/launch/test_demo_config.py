@@ -8,8 +8,10 @@ import jax
 import numpy as np
 import pytest
 
+from configs import checks
 from configs import demo as demo_config
-from launch import config_checks, demo, input_pipeline, train
+from encoder.tokenizer import load_tokenizer
+from launch import demo, input_pipeline, train
 from launch.model import PretrainingModel, encoder_config
 from objectives import corpus, masking, registry
 
@@ -23,7 +25,7 @@ def config():
 
 @pytest.fixture(scope="module")
 def tokenizer(config):
-  return input_pipeline.tokenizer_for(config.data.tokenizer)
+  return load_tokenizer(config.data.tokenizer)
 
 
 def _titles(path):
@@ -38,7 +40,7 @@ def test_config_resolves_and_passes_the_engine_checks(config):
   assert input_pipeline.resolve_files(config.data.train_files, "train_files") == [demo_config.sample_file("train")]
   assert input_pipeline.resolve_files(config.data.eval_files, "eval_files") == [demo_config.sample_file("heldout")]
   # Runnable through the engine CLI too, and the saved config round-trips to JSON.
-  assert config_checks.to_dict(config)["data"]["train_files"].endswith("wiki.train.txt")
+  assert checks.to_dict(config)["data"]["train_files"].endswith("wiki.train.txt")
 
 
 def test_sample_corpus_is_whole_articles_small_and_licensed():

@@ -1,6 +1,6 @@
-"""launch.local_cluster: 2 processes on 127.0.0.1, stopped by SIGTERM and resumed, train the tiny pretraining run
-with the same losses, grad norms and final parameters as 1 process with the same global batch, only process 0
-writing; a failing process stops the launcher with one error line."""
+"""launch.experiments.local_cluster: 2 processes on 127.0.0.1, stopped by SIGTERM and resumed, train the tiny
+pretraining run with the same losses, grad norms and final parameters as 1 process with the same global batch, only
+process 0 writing; a failing process stops the launcher with one error line."""
 
 import json
 import re
@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import determinism
-from launch import local_cluster
+from launch.experiments import local_cluster
 from tests.conftest import require_data
 from tests.launch.test_engine_runs import PARAMS_TOLERANCE, TOLERANCE  # Their reasons are given there.
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # Tiny MLM run, 6 steps of global batch 8, a loss line every step, dropout off, no evaluation.
 TINY = ["--config=configs/pretrain.py:runlocal", "--config.num_train_steps=6", "--config.log_every_steps=1",
         "--config.checkpoint_every_steps=6", "--config.data.eval_files=", "--config.measure_mfu=false",
@@ -23,8 +23,8 @@ TINY = ["--config=configs/pretrain.py:runlocal", "--config.num_train_steps=6", "
 
 
 def _cluster(processes: int, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "launch.local_cluster", f"--processes={processes}", "--", *TINY,
-                         f"--workdir={workdir}", *extra], cwd=REPO, capture_output=True, text=True, timeout=600,
+  return subprocess.run([sys.executable, "-m", "launch.experiments.local_cluster", f"--processes={processes}", "--",
+                         *TINY, f"--workdir={workdir}", *extra], cwd=REPO, capture_output=True, text=True, timeout=600,
                         check=False)
 
 
@@ -68,7 +68,7 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
 
 
 def test_a_failing_process_is_one_error_line(tmp_path):
-  result = subprocess.run([sys.executable, "-m", "launch.local_cluster", "--processes=2", "--",
+  result = subprocess.run([sys.executable, "-m", "launch.experiments.local_cluster", "--processes=2", "--",
                            "--config=configs/pretrain.py:runlocal", f"--workdir={tmp_path / 'w'}",
                            "--config.batch_size=oops"], cwd=REPO, capture_output=True, text=True, timeout=300,
                           check=False)

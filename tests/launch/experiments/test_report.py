@@ -1,7 +1,7 @@
-"""launch.report on hand-made workdirs (config.json, results.json, metrics.jsonl, predictions/, sweep_point.json of
-a classification, a tagging and a pretraining sweep): the table's cells are the mean ± sample std of results.json's
-numbers computed here by hand, its p-values equal `python -m tasks.score bootstrap` on the same files with gold
-files written here, the curves are PNGs and the HTML page needs no other file."""
+"""launch.experiments.report on hand-made workdirs (config.json, results.json, metrics.jsonl, predictions/,
+sweep_point.json of a classification, a tagging and a pretraining sweep): the table's cells are the mean ± sample std
+of results.json's numbers computed here by hand, its p-values equal `python -m tasks.score bootstrap` on the same
+files with gold files written here, the curves are PNGs and the HTML page needs no other file."""
 
 import base64
 import json
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from encoder import errors
-from launch import report
+from launch.experiments import report
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LABELS = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
 TAGS = ("O", "B-PER", "I-PER", "B-LOC")
 # group -> seed -> (dev accuracy, test accuracy, fraction of test predictions right)
@@ -136,7 +136,7 @@ def test_user_errors(runs, tmp_path):
   root, _, _ = runs
   with pytest.raises(errors.UserError, match="--baseline nope: no such group or run"):
     report.write_report([root], tmp_path / "out", baselines=["nope"])
-  result = subprocess.run([sys.executable, "-m", "launch.report", str(tmp_path / "missing")], cwd=REPO,
+  result = subprocess.run([sys.executable, "-m", "launch.experiments.report", str(tmp_path / "missing")], cwd=REPO,
                           capture_output=True, text=True, check=False)
   assert result.returncode == 1 and result.stderr.startswith("error:") and "missing" in result.stderr
   assert "Traceback" not in result.stderr

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from encoder import errors
-from configs import common, pretrain
+from configs import checks, common, pretrain
 from encoder.config import PRESETS
-from launch import config_checks
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,9 +38,9 @@ def test_config_is_locked(config):
 
 def test_mistyped_key_names_close_matches(config):
   with pytest.raises(errors.ConfigError, match=r"'optimizer.learnig_rate'.*optimizer\.learning_rate"):
-    config_checks.check_overrides(config, [("optimizer.learnig_rate", "0.1")], "test")
+    checks.check_overrides(config, [("optimizer.learnig_rate", "0.1")], "test")
   with pytest.raises(errors.ConfigError, match=r"'num_train_step'.*num_train_steps"):
-    config_checks.check_overrides(config, [("num_train_step", "3")], "test")
+    checks.check_overrides(config, [("num_train_step", "3")], "test")
 
 
 @pytest.mark.parametrize("key,value,expected", [("num_train_steps", "abc", "int"), ("num_train_steps", "1.5", "int"),
@@ -49,17 +48,17 @@ def test_mistyped_key_names_close_matches(config):
                                                 ("measure_mfu", "maybe", "bool")])
 def test_wrong_type_names_key_value_and_type(config, key, value, expected):
   with pytest.raises(errors.ConfigError, match=rf"'{re.escape(key)}' got '{value}'.*valid {expected}"):
-    config_checks.check_overrides(config, [(key, value)], "test")
+    checks.check_overrides(config, [(key, value)], "test")
 
 
 def test_valid_overrides_pass(config):
-  config_checks.check_overrides(config, [("num_train_steps", "3"), ("optimizer.learning_rate", "2e-4"),
+  checks.check_overrides(config, [("num_train_steps", "3"), ("optimizer.learning_rate", "2e-4"),
                                          ("optimizer.learning_rate", "1"), ("parallelism", "pmap"),
                                          ("measure_mfu", "false"), ("measure_mfu", None)], "test")
 
 
 def test_command_line_parsing():
-  spec, overrides = config_checks.command_line_overrides(
+  spec, overrides = checks.command_line_overrides(
       ["main", "--config", "c.py:x", "--config.a=1", "--config.b", "2", "--noconfig.c", "--workdir=w"])
   assert spec == "c.py:x"
   assert overrides == [("a", "1"), ("b", "2"), ("c", None)]
@@ -76,12 +75,12 @@ def test_main_reports_mistyped_key_in_one_line(tmp_path):
 
 
 def test_incompatible_fields_lists_model_differences(config):
-  saved = config_checks.to_dict(config)
-  wanted = config_checks.to_dict(config)
+  saved = checks.to_dict(config)
+  wanted = checks.to_dict(config)
   wanted["model"]["hidden_size"] = 128
   wanted["num_train_steps"] = 99  # Not a model field: resuming with more steps is fine.
   wanted["model"]["remat"] = "full"  # Changes how the step computes, not the parameters: resumable.
-  assert config_checks.incompatible_fields(saved, wanted) == ["model.hidden_size: 64 -> 128"]
+  assert checks.incompatible_fields(saved, wanted) == ["model.hidden_size: 64 -> 128"]
 
 
 def _defined_fields(path: str) -> dict[str, tuple[str, str]]:

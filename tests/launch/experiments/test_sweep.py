@@ -1,7 +1,8 @@
-"""launch.sweep: names, config specs and chains of a sweep file; a real 4-point sweep of tiny SICK relatedness runs
-(two seeds, a point stopped once by SIGTERM, a point that always fails) finishes what it can, records the failure,
-and a rerun skips the finished points and resumes the stopped one; --print's commands reproduce a point; the report
-of the sweep holds its results.json numbers and the `tasks.score bootstrap` p-value of its prediction files."""
+"""launch.experiments.sweep: names, config specs and chains of a sweep file; a real 4-point sweep of tiny SICK
+relatedness runs (two seeds, a point stopped once by SIGTERM, a point that always fails) finishes what it can,
+records the failure, and a rerun skips the finished points and resumes the stopped one; --print's commands reproduce
+a point; the report of the sweep holds its results.json numbers and the `tasks.score bootstrap` p-value of its
+prediction files."""
 
 import json
 import shlex
@@ -13,13 +14,13 @@ import numpy as np
 import pytest
 
 from encoder import errors
-from launch import report, sweep
 from encoder.errors import ConfigError
+from launch.experiments import report, sweep
 from tests.conftest import require_data
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SWEEP_FILE = """
-from launch.sweep import seeds
+from configs.sweeps.points import seeds
 
 def get_sweep(arg=None):
   stopped_once = {"optimizer.learning_rate": 0.003, "debug_kill_at_step": 6, "debug_kill_signal": "SIGTERM"}
@@ -31,8 +32,8 @@ FAILING = "optimizer.learning_rate-fast"
 
 
 def _sweep(args: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "launch.sweep", *args], cwd=cwd, capture_output=True, text=True,
-                        timeout=900, check=False)
+  return subprocess.run([sys.executable, "-m", "launch.experiments.sweep", *args], cwd=cwd, capture_output=True,
+                        text=True, timeout=900, check=False)
 
 
 def _log(root: Path) -> list[dict]:
@@ -52,9 +53,6 @@ def test_names_and_specs():
   assert sweep.merge_spec("configs/finetune.py:task=sick,runlocal", {"task": "sst2", "init": "run:r/a"}) == \
       "configs/finetune.py:task=sst2,runlocal,init=run:r/a"
   assert sweep.merge_spec("configs/pretrain.py", {"runlocal": True}) == "configs/pretrain.py:runlocal"
-  assert sweep.grid(a=[1, 2], b=["x"]) == [{"a": 1, "b": "x"}, {"a": 2, "b": "x"}]
-  assert sweep.seeds([{"a": 1}, {"a": 2}], [0, 1]) == [{"a": 1, "seed": 0}, {"a": 1, "seed": 1},
-                                                         {"a": 2, "seed": 0}, {"a": 2, "seed": 1}]
 
 
 def test_objectives_sweep_chains_finetuning_to_its_pretraining():
@@ -100,6 +98,14 @@ def test_bad_sweeps_are_one_line_errors(tmp_path):
   result = _sweep(["--sweep", str(tmp_path / "missing.py"), "--print"])
   assert result.returncode == 1 and result.stderr.strip().startswith("error:") and "missing.py" in result.stderr
   assert "Traceback" not in result.stderr
+
+
+def test_a_sweep_file_with_a_syntax_error_is_one_line_naming_its_line(tmp_path):
+  broken = tmp_path / "broken.py"
+  broken.write_text("def get_sweep(arg=None):\n  return {'config': 'c.py',\n          'points': [{}]\n\nx = 1\n")
+  result = _sweep(["--sweep", str(broken), "--print"])
+  assert result.returncode == 1 and "Traceback" not in result.stderr
+  assert result.stderr.strip().startswith(f"error: {broken}:2: "), result.stderr
 
 
 # A real sweep (one run shared by the tests below).

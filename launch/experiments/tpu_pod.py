@@ -1,8 +1,9 @@
 """Run `launch.main` on a Cloud TPU VM slice: create or reuse it, put the code on every worker, install, run.
 
-  python -m launch.tpu_pod --name bert-v4 --zone us-central2-b --type v4-32 --dry-run -- \
+  python -m launch.experiments.tpu_pod --name bert-v4 --zone us-central2-b --type v4-32 --dry-run -- \
       --config configs/pretrain.py:size=base,objectives=mlm+nsp --workdir /mnt/shared/runs/base
-  python -m launch.tpu_pod --name bert-v5e --zone us-west4-a --type v5e-16 --data gs://my-bucket/encoderlab-data -- \
+  python -m launch.experiments.tpu_pod --name bert-v5e --zone us-west4-a --type v5e-16 \
+      --data gs://my-bucket/encoderlab-data -- \
       --config configs/finetune.py:task=conll2003 --workdir /mnt/shared/runs/conll
 
 Steps (each one `gcloud compute tpus tpu-vm` command; --dry-run prints them all and runs none):
@@ -111,7 +112,7 @@ def execute(steps: Sequence[tuple[str, list[str]]], dry_run: bool) -> None:
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
-  root = argparse.ArgumentParser(prog="python -m launch.tpu_pod", description=__doc__.split("\n")[0],
+  root = argparse.ArgumentParser(prog="python -m launch.experiments.tpu_pod", description=__doc__.split("\n")[0],
                                  usage="%(prog)s --name N --zone Z --type T [options] -- <launch.main arguments>")
   root.add_argument("--name", required=True, help="TPU VM name (created if it does not exist)")
   root.add_argument("--zone", required=True, help="e.g. us-central2-b (v4), us-west4-a (v5e)")

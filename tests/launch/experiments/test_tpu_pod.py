@@ -1,6 +1,6 @@
-"""launch.tpu_pod: the dry runs for a v4-32 and a v5e-16 slice print the expected gcloud commands and run none; a
-real run (against a fake gcloud that records its calls) reuses an existing slice, creates a missing one, and stops
-at a failing step with one error line."""
+"""launch.experiments.tpu_pod: the dry runs for a v4-32 and a v5e-16 slice print the expected gcloud commands and run
+none; a real run (against a fake gcloud that records its calls) reuses an existing slice, creates a missing one, and
+stops at a failing step with one error line."""
 
 import os
 import shlex
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from encoder import errors
-from launch import tpu_pod
+from launch.experiments import tpu_pod
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 MAIN_ARGS = ["--config", "configs/pretrain.py:size=base,objectives=mlm+nsp", "--workdir", "/mnt/shared/runs/base"]
 FAKE_GCLOUD = """#!/bin/sh
 echo "$*" >> "$GCLOUD_LOG"
@@ -29,8 +29,8 @@ def _pod(args: list[str], tmp_path: Path, **env: str) -> subprocess.CompletedPro
   fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
   environment = dict(os.environ, PATH=f"{fake.parent}{os.pathsep}{os.environ['PATH']}",
                      GCLOUD_LOG=str(tmp_path / "calls.log"), **env)
-  return subprocess.run([sys.executable, "-m", "launch.tpu_pod", *args, "--", *MAIN_ARGS], cwd=REPO, env=environment,
-                        capture_output=True, text=True, timeout=120, check=False)
+  return subprocess.run([sys.executable, "-m", "launch.experiments.tpu_pod", *args, "--", *MAIN_ARGS], cwd=REPO,
+                        env=environment, capture_output=True, text=True, timeout=120, check=False)
 
 
 def _commands(stdout: str) -> list[str]:

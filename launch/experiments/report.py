@@ -1,22 +1,22 @@
 """Reports of finished runs: a markdown table, paired-bootstrap p-values, loss and dev-metric curves, one HTML page.
 
-  python -m launch.report runs/example [--baseline base] [--out runs/example/report]
-  python -m launch.report runs/objectives --baseline objectives-mlm__task-sick --baseline objectives-mlm__task-conll2003
-  python -m launch.report runs/a runs/b runs/c --out reports/abc          # any workdirs
+  python -m launch.experiments.report runs/example [--baseline base] [--out runs/example/report]
+  python -m launch.experiments.report runs/objectives --baseline objectives-mlm__task-sick \
+      --baseline objectives-mlm__task-conll2003
+  python -m launch.experiments.report runs/a runs/b runs/c --out reports/abc   # any workdirs
 
-A path is a workdir (it holds config.json) or a directory of workdirs (a `launch.sweep` root). Runs are grouped by
-their sweep group (the point name without its seed, from sweep_point.json; a plain workdir is its own group) and
-one table is made per kind of run (pretraining, or a fine-tuning task on a dataset). A group's row gives the mean ±
-the sample standard deviation (n - 1) over its runs of every dev and test score in results.json (`eval/...` for
-pretraining), the steps, the sweep's wall time per run and the training tokens/s (the median over metrics.jsonl's
+A path is a workdir (it holds config.json) or a directory of workdirs (a `launch.experiments.sweep` root). Runs are
+grouped by their sweep group (the point name without its seed, from sweep_point.json; a plain workdir is its own
+group) and one table is made per kind of run (pretraining, or a fine-tuning task on a dataset). A group's row gives
+the mean ± the sample standard deviation (n - 1) over its runs of every dev and test score in results.json (`eval/...`
+for pretraining), the steps, the sweep's wall time per run and the training tokens/s (the median over metrics.jsonl's
 log lines after the first, which includes compilation). With --baseline (a group or run name; repeat it for tables
 with different baselines), each other group of the baseline's table gets the `tasks.score bootstrap` p-value that it
 beats the baseline on test (dev when there is no test split), run against run of the same seed, from the runs'
 prediction files. Writes DIR/report.md, report.html (self-contained: the pictures inlined), report.json (every
 number), <table>_curves.png (training loss and the dev metric over steps) and gold/ (the gold files the bootstrap
-read, taken from the baseline's prediction files). A sweep root's points whose last attempt did not finish are
-listed with their error (ROOT/sweep.jsonl).
-"""
+read, taken from the baseline's prediction files). A sweep root's points whose last attempt did not finish are listed
+with their error (ROOT/sweep.jsonl)."""
 
 import argparse
 import base64
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from encoder import errors
-from launch.sweep import LOG_NAME, POINT_FILE
+from launch.experiments.sweep import LOG_NAME, POINT_FILE
 from tasks import score
 
 DEFAULT_SAMPLES = 10_000
@@ -308,7 +308,7 @@ def write_report(paths: Sequence[str | Path], out: str | Path, baselines: Sequen
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
-  root = argparse.ArgumentParser(prog="python -m launch.report", description=__doc__.split("\n")[0])
+  root = argparse.ArgumentParser(prog="python -m launch.experiments.report", description=__doc__.split("\n")[0])
   root.add_argument("paths", nargs="+", help="workdirs and/or sweep roots")
   root.add_argument("--baseline", action="append", default=[], help="group or run the others are tested against")
   root.add_argument("--out", help="output directory (default: <path>/report for one path, else report)")

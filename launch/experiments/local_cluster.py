@@ -1,7 +1,7 @@
 """A multi-host run on one machine: N `launch.main` processes on 127.0.0.1 wired by jax.distributed.
 
-  python -m launch.local_cluster --processes 2 -- --config configs/pretrain.py:runlocal --workdir runs/two_hosts
-  python -m launch.local_cluster --processes 2 --devices_per_process 4 -- --config ... --workdir ...
+  python -m launch.experiments.local_cluster --processes 2 -- --config configs/pretrain.py:runlocal --workdir runs/two
+  python -m launch.experiments.local_cluster --processes 2 --devices_per_process 4 -- --config ... --workdir ...
 
 Each process gets --coordinator_address=127.0.0.1:<free port> --num_processes=N --process_id=i, exactly as the hosts
 of a cluster would, so what only multi-host runs do is exercised here: each process reads its own share of every
@@ -110,7 +110,7 @@ def _wait(procs: list[subprocess.Popen], shown, timeout_s: float | None) -> list
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
-  root = argparse.ArgumentParser(prog="python -m launch.local_cluster", description=__doc__.split("\n")[0],
+  root = argparse.ArgumentParser(prog="python -m launch.experiments.local_cluster", description=__doc__.split("\n")[0],
                                  usage="%(prog)s --processes N [options] -- <launch.main arguments>")
   root.add_argument("--processes", type=int, required=True, help="number of processes (hosts)")
   root.add_argument("--devices_per_process", type=int, default=1, help="CPU devices of each process")

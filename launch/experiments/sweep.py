@@ -1,8 +1,8 @@
 """Sweeps: many `launch.main` runs from one small Python file, run one after another or printed for a scheduler.
 
-  python -m launch.sweep --sweep configs/sweeps/example.py --root runs/example           # run every point
-  python -m launch.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/objectives --print
-  python -m launch.sweep --sweep configs/sweeps/example.py --root runs/example --only 'seed-1*'
+  python -m launch.experiments.sweep --sweep configs/sweeps/example.py --root runs/example   # run every point
+  python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/obj --print
+  python -m launch.experiments.sweep --sweep configs/sweeps/example.py --root runs/example --only 'seed-1*'
 
 A sweep file defines `get_sweep(arg: str | None) -> dict` (arg: the text after the file's ':'):
 
@@ -14,22 +14,19 @@ A sweep file defines `get_sweep(arg: str | None) -> dict` (arg: the text after t
 A point is a dict of overrides: a key starting with ':' is a string argument of the config file (`:task` ->
 `configs/finetune.py:task=...`), any other key a config field (`optimizer.learning_rate` ->
 `--config.optimizer.learning_rate=2e-4`); a point's own overrides win over "common". `grid`, `product` and `seeds`
-below build lists of points. With "then",
-every point of the chain's stage runs after each point of this stage, with `:init=run:<that point's workdir>` (a
-pretraining point then its fine-tunings). Every point runs in ROOT/NAME, NAME made of its overrides (`task-sick_seed-1`;
-a chained point: `<parent>__<its own>`). A point whose results.json says it finished is skipped; any other resumes
-(the engine restores its workdir's newest checkpoint). Each point runs as its own `python -m launch.main` process, so
-a crash stays in its point: it is recorded in ROOT/sweep.jsonl and the sweep goes on (its chained points are
-skipped). ROOT/NAME/sweep_point.json holds the point's overrides, group (its name without the seed, for
-`launch.report`), command and wall time.
+(configs/sweeps/points.py) build lists of points. With "then", every point of the chain's stage runs after each point
+of this stage, with `:init=run:<that point's workdir>` (a pretraining point then its fine-tunings). Every point runs
+in ROOT/NAME, NAME made of its overrides (`task-sick_seed-1`; a chained point: `<parent>__<its own>`). A point whose
+results.json says it finished is skipped; any other resumes (the engine restores its workdir's newest checkpoint).
+Each point runs as its own `python -m launch.main` process, so a crash stays in its point: it is recorded in
+ROOT/sweep.jsonl and the sweep goes on (its chained points are skipped). ROOT/NAME/sweep_point.json holds the point's
+overrides, group (its name without the seed, for `launch.experiments.report`), command and wall time.
 """
 
 import argparse
 import dataclasses
 import fnmatch
 import hashlib
-import importlib.util
-import itertools
 import json
 import re
 import shlex
@@ -39,10 +36,11 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from configs import checks
+from configs.sweeps.points import SEED_KEY
 from encoder import errors
 
 ARG_PREFIX = ":"  # Point keys starting with it are the config file's string arguments.
-SEED_KEY = "seed"  # The override that `launch.report` averages over.
 CHAIN_SEPARATOR = "__"  # Between a chained point's parent name and its own.
 MAX_NAME = 120  # Longer names are cut and end with a hash of the whole name.
 LOG_NAME = "sweep.jsonl"
@@ -54,26 +52,10 @@ SWEEP_KEYS = ("config", "common", "points", "then")
 class Point:
   """One run of a sweep."""
   name: str  # The workdir's name under the sweep root (filesystem- and config-argument-safe).
-  group: str  # The name without the seed override: the runs `launch.report` averages.
+  group: str  # The name without the seed override: the runs `launch.experiments.report` averages.
   config: str  # The --config spec, with the point's string arguments merged in.
   overrides: dict[str, Any]  # Config fields -> --config.KEY=VALUE.
   parent: str | None  # The name of the point this one starts from (a chain), or None.
-
-
-def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
-  """Every combination of the axes' values: grid(seed=[0, 1], lr=[1, 2]) -> 4 points (keys as in a point)."""
-  keys = list(axes)
-  return [dict(zip(keys, values)) for values in itertools.product(*(axes[k] for k in keys))]
-
-
-def product(*point_lists: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-  """Every combination of one point from each list, merged (later lists win on shared keys)."""
-  return [dict(itertools.chain.from_iterable(p.items() for p in combo)) for combo in itertools.product(*point_lists)]
-
-
-def seeds(points: Sequence[dict[str, Any]], values: Sequence[int]) -> list[dict[str, Any]]:
-  """Each point once per seed (config.seed)."""
-  return product(points, [{SEED_KEY: s} for s in values])
 
 
 def _value_text(value: Any) -> str:
@@ -171,9 +153,7 @@ def load_sweep(spec: str) -> dict[str, Any]:
   if not Path(path).is_file():
     raise errors.UserError(f"--sweep {spec}: {path} is not a file (expected a sweep file such as "
                         "configs/sweeps/example.py)")
-  module_spec = importlib.util.spec_from_file_location(f"sweep_{Path(path).stem}", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  module = checks.load_python_file(path, f"sweep_{Path(path).stem}")
   if not callable(getattr(module, "get_sweep", None)):
     raise errors.UserError(f"{path}: expected a function get_sweep(arg) returning the sweep dict, found none")
   return module.get_sweep(arg or None)
@@ -261,7 +241,7 @@ def select(points: Sequence[Point], patterns: Sequence[str]) -> list[Point]:
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
-  root = argparse.ArgumentParser(prog="python -m launch.sweep", description=__doc__.split("\n")[0])
+  root = argparse.ArgumentParser(prog="python -m launch.experiments.sweep", description=__doc__.split("\n")[0])
   root.add_argument("--sweep", required=True, help="sweep file, optionally with its argument: path.py[:arg]")
   root.add_argument("--root", help="directory of the points' workdirs (default runs/<sweep file name>)")
   root.add_argument("--print", action="store_true", help="print one launch.main command per point, run nothing")

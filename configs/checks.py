@@ -6,6 +6,7 @@ import difflib
 import importlib.util
 import json
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Sequence
 
 import ml_collections
@@ -18,14 +19,25 @@ MODEL_FIELDS = ("model", "objectives", "task")
 RESUMABLE_MODEL_FIELDS = ("model.remat",)
 
 
+def load_python_file(path: str, module_name: str) -> ModuleType:
+  """The module of a config or sweep file; a syntax error in it is a ConfigError `path:line: message`, not a
+  traceback."""
+  module_spec = importlib.util.spec_from_file_location(module_name, path)
+  module = importlib.util.module_from_spec(module_spec)
+  try:
+    module_spec.loader.exec_module(module)
+  except SyntaxError as err:
+    raise ConfigError(f"{err.filename or path}:{err.lineno}: {err.msg} (a syntax error in this Python file)"
+                      ) from None
+  return module
+
+
 def load_config_file(spec: str) -> ml_collections.ConfigDict:
   """'configs/pretrain.py:size=mini' -> get_config('size=mini') of that file (what config_flags loads)."""
   path, _, arg = spec.partition(":")
   if not Path(path).is_file():
     raise ConfigError(f"config file {path} does not exist (--config={spec})")
-  module_spec = importlib.util.spec_from_file_location("_checked_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  module = load_python_file(path, "_checked_config")
   return module.get_config(arg) if arg else module.get_config()
 
 
