@@ -55,12 +55,6 @@ def resolve_prepared(spec: str) -> Path:
   return path
 
 
-def tokenizer_for(name: str) -> Any:
-  """encoder.tokenizer.load_tokenizer(name); kept only for launch.finetune_data and launch.predict until they call
-  load_tokenizer themselves (issue #32: those files are being restructured in parallel)."""
-  return load_tokenizer(name)
-
-
 def load_data(config: ml_collections.ConfigDict, cache_dir: Path) -> Data:
   """Tokenizes (or reads from the cache) the train and eval corpora and prepares the masking options."""
   data = config.data

@@ -29,7 +29,7 @@ import jax
 import ml_collections
 from encoder import errors, init_from
 from launch import checkpointing
-from launch.input_pipeline import tokenizer_for
+from encoder.tokenizer import load_tokenizer
 from launch.model import PretrainingModel, encoder_config
 from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
 from tasks.family import TaskFamily
@@ -138,7 +138,7 @@ class Predictor:
     results = _results(workdir)
     labels, buckets = labels_and_buckets(config, results)
     family = registry.family(finetune_data.task_mapping(config.task, labels))
-    tokenizer = tokenizer_for(config.data.tokenizer)
+    tokenizer = load_tokenizer(config.data.tokenizer)
     model = PretrainingModel(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
     return cls(family, tokenizer, params, jax.jit(evaluation.device_outputs(model, family)),
                config.batch_size // config.grad_accum_steps, buckets, results.get("threshold"),

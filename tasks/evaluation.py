@@ -8,13 +8,13 @@ re-scored independently with `python -m tasks.score`.
 """
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
+from encoder.files import atomic_write
 from tasks import finetune_data
 from tasks.family import TaskFamily
 
@@ -57,7 +57,10 @@ def write_predictions(directory: Path, family: TaskFamily, split: finetune_data.
   files = {"jsonl": "".join(json.dumps({**record, "prediction": prediction}, ensure_ascii=False) + "\n"
                             for record, prediction in zip(split.records, predictions))}
   files |= family.prediction_files(split.records, predictions)
-  return [_atomic_write(directory / f"{split.name}.{suffix}", text) for suffix, text in files.items()]
+  paths = [directory / f"{split.name}.{suffix}" for suffix in files]
+  for path, text in zip(paths, files.values()):
+    atomic_write(path, text)
+  return paths
 
 
 def make_evaluator(data: finetune_data.TaskData, predict: Callable, *, batch_size: int, to_device: Callable):
@@ -91,11 +94,6 @@ def make_evaluator(data: finetune_data.TaskData, predict: Callable, *, batch_siz
 def write_results(workdir: Path, results: dict[str, Any]) -> None:
   """workdir/results.json (process 0 only), replaced atomically so a kill never leaves half a file."""
   if jax.process_index() == 0:
-    _atomic_write(workdir / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write(workdir / "results.json", json.dumps(results, indent=2) + "\n")
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-  temporary = path.with_name(f".{path.name}.tmp")
-  temporary.write_text(text, encoding="utf-8")
-  os.replace(temporary, path)
-  return path

@@ -21,7 +21,7 @@ import numpy as np
 
 from configs import paths
 from encoder import errors
-from launch.input_pipeline import tokenizer_for
+from encoder.tokenizer import load_tokenizer
 from tasks import batching, readers, registry, tfds_builders
 from tasks.family import TaskFamily
 
@@ -190,7 +190,7 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   splits = {"train": task.train_split, "eval": task.eval_split} | ({"test": task.test_split} if task.test_split else {})
   if not tfds_builders.is_prepared(dataset, cache_dir=config.data.cache_dir or None):
     check_splits(task, dataset, splits)
-  tokenizer = tokenizer_for(config.data.tokenizer)
+  tokenizer = load_tokenizer(config.data.tokenizer)
   read = lambda key: _records(dataset, task[key], config.data.cache_dir, key)
   train_records = read("train_split")
   if not train_records:

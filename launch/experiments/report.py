@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from encoder import errors
 from launch.experiments.sweep import LOG_NAME, POINT_FILE
-from tasks import score
+from tasks import registry, score
 
 DEFAULT_SAMPLES = 10_000
 
@@ -115,13 +115,13 @@ def format_cell(values: Sequence[float]) -> str:
 def prediction_files(run: dict[str, Any], split: str) -> tuple[str, Path, Path] | None:
   """(tasks.score bootstrap --task, prediction file, the split's jsonl) of a run, or None without files."""
   directory = Path(run["workdir"]) / "predictions"
-  name = (run["task"] or {}).get("name")
-  if name in ("classification", "regression"):
-    pred = directory / f"{split}.labels"
-    return ("labels" if name == "classification" else "scores", pred, directory / f"{split}.jsonl") \
-        if pred.is_file() else None
-  pred = directory / f"{split}.conll"
-  return ("conll", pred, pred) if pred.is_file() else None
+  family = registry.FAMILIES.get((run["task"] or {}).get("name"))
+  if family is None or family.bootstrap is None:
+    return None
+  kind, suffix = family.bootstrap
+  pred = directory / f"{split}.{suffix}"
+  gold = pred if kind == "conll" else directory / f"{split}.jsonl"  # .conll files hold gold beside predictions.
+  return (kind, pred, gold) if pred.is_file() else None
 
 
 def gold_text(task: str, source: Path) -> str:

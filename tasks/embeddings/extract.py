@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import init_from
+from encoder import errors, init_from
 from encoder.config import DTYPES, EncoderConfig
 from encoder.model import Encoder
 from encoder.tokenizer import Tokenizer
@@ -148,17 +148,18 @@ class Embedder:
     batches, hence bit-identical vectors). pack: several short sentences share a row of max_length (as separate
     attention segments, which never see each other), else one sentence per row."""
     if dtype not in DTYPES:
-      raise ValueError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
+      raise errors.UserError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
     if transfer_dtype not in TRANSFER_DTYPES:
-      raise ValueError(f"transfer_dtype {transfer_dtype!r} is not one of {sorted(TRANSFER_DTYPES)}")
+      raise errors.UserError(f"transfer_dtype {transfer_dtype!r} is not one of {sorted(TRANSFER_DTYPES)}")
     if not 3 <= max_length <= cfg.max_positions:
-      raise ValueError(f"max_length {max_length} must be between 3 and the model's {cfg.max_positions} positions")
+      raise errors.UserError(f"max_length {max_length} must be between 3 and the model's {cfg.max_positions} "
+                             "positions")
     window = max_length - 2
     stride = window // 2 if stride is None else stride
     if not 1 <= stride <= window:
-      raise ValueError(f"stride {stride} must be between 1 and the window size {window} (max_length - 2)")
+      raise errors.UserError(f"stride {stride} must be between 1 and the window size {window} (max_length - 2)")
     if batch_size < 1 or chunk_size < 1:
-      raise ValueError(f"batch_size {batch_size} and chunk_size {chunk_size} must be positive")
+      raise errors.UserError(f"batch_size {batch_size} and chunk_size {chunk_size} must be positive")
     self.cfg = cfg.replace(dtype=DTYPES[dtype])
     self.params = jax.device_put(params)
     self.tokenizer = tokenizer
@@ -225,7 +226,7 @@ class Embedder:
     one row per subword, specials excluded)."""
     spec = parse_layers(layers)
     if pooling not in POOLINGS:
-      raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
+      raise errors.UserError(f"pooling {pooling!r} is not one of {POOLINGS}")
     pending: collections.deque = collections.deque()  # (device result, rows) dispatched, not yet fetched.
     starts: dict[int, np.ndarray] = {}  # Each queued sentence's word starts.
     assembling: dict[int, _Sentence] = {}

@@ -18,6 +18,7 @@ import numpy as np
 
 from encoder import errors
 from encoder.array_files import load_npy
+from encoder.files import atomic_write
 
 INDEX = "index.jsonl"
 META = "meta.json"
@@ -44,9 +45,7 @@ def read_meta(directory: str | os.PathLike) -> dict:
 
 def write_meta(directory: str | os.PathLike, meta: dict) -> None:
   """Writes meta.json (atomically: a temporary file renamed)."""
-  path = Path(directory) / META
-  path.with_suffix(PARTIAL).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-  os.replace(path.with_suffix(PARTIAL), path)
+  atomic_write(Path(directory) / META, json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
 
 
 def open_store(directory: str | os.PathLike, settings: dict) -> int:
