@@ -8,7 +8,7 @@ reference on the same encoded examples and length-bucketed batches (benchmarks/f
 
 The last printed line is one JSON object: task, split, metric, score (percent; the test split, or dev where test has
 no labels, SST-2), dev_score, train_seconds, examples_per_s, and with --reference reference_score,
-reference_train_seconds, reference_examples_per_s, speedup and p_value (paired bootstrap, tasks.bootstrap: the
+reference_train_seconds, reference_examples_per_s, speedup and p_value (paired bootstrap, tasks.scoring.bootstrap: the
 probability that our gain over the reference on that split arises by chance; 1.0 when we do not beat it).
 """
 
@@ -23,7 +23,8 @@ from typing import Any, Sequence
 from configs import checks, common, finetune
 from encoder import errors
 from launch import host_memory, metrics_writer, train, xla_flags
-from tasks import bootstrap, finetune_data, registry, tagging
+from tasks import finetune_data, registry, tagging
+from tasks.scoring import bootstrap
 from tasks.family import TaskFamily
 
 

@@ -10,7 +10,7 @@ every library error type derives from it: ReaderError, CheckpointError, Tokenize
 missing or unreadable file, or undecodable text / JSON. Plain ValueError, KeyError and TypeError are not: numpy and
 JAX raise them for bugs, so the input check that knows the file must raise one of the above. This module imports
 only the standard library and sits at the bottom of the import graph, so every module can derive its errors from it
-and every command (tasks.score included) can use it without loading JAX.
+and every command (tasks.scoring.score included) can use it without loading JAX.
 """
 
 import json

@@ -213,7 +213,7 @@ class Predictor:
 
   def conll(self, output: dict) -> str:
     """A word task's output as CoNLL lines `word tag` (tags in the trained scheme; untagged words "O", as the run's
-    own .conll files), a blank line after the sentence: what `python -m tasks.score` reads."""
+    own .conll files), a blank line after the sentence: what `python -m tasks.scoring.score` reads."""
     return self.family.conll(output)
 
 
@@ -317,7 +317,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                            "CoNLL-U FORMs")
   parser.add_argument("--output", choices=("jsonl", "conll"), default="jsonl",
                       help="jsonl: one JSON object per input; conll: `word tag` lines (word tasks), what "
-                           "`python -m tasks.score` reads")
+                           "`python -m tasks.scoring.score` reads")
   parser.add_argument("--out", default=STDIN, help="output file (default: stdout)")
   return parser.parse_args(argv)
 

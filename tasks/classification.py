@@ -16,7 +16,7 @@ import numpy as np
 from encoder import errors
 from objectives import layers, objective
 from objectives.objective import Objective
-from tasks import metrics
+from tasks.scoring import metrics
 
 POOLINGS = ("cls", "pooled", "mean")
 

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tasks import tag_schemes
+from tasks.scoring import tag_schemes
 
 Array = jax.Array
 FORBIDDEN = -1e9  # Added score of a forbidden transition: exp() underflows to 0 against any real path.

@@ -4,7 +4,7 @@ Every step goes through the task's family (`tasks.family`): its device `outputs`
 decoding threshold chosen on dev and used on test: choices are made on dev, never on test), `decode` and `score`.
 Predictions are written to `workdir/predictions/<split>.jsonl` (one record + prediction a line) and the family's
 files beside it (`.conll` columns for word tasks, `.labels` lines for sentence tasks), so that any result can be
-re-scored independently with `python -m tasks.score`.
+re-scored independently with `python -m tasks.scoring.score`.
 """
 
 import json

@@ -25,7 +25,7 @@ class TaskFamily(Protocol):
   """What a task family provides; `task` is its config mapping."""
   name: str  # The registry name (config.task.name).
   word_level: bool  # Labels words (inputs are word lists) rather than whole texts.
-  bootstrap: tuple[str, str] | None  # (tasks.score bootstrap --task, prediction file suffix) for reports.
+  bootstrap: tuple[str, str] | None  # (tasks.scoring.score bootstrap --task, prediction file suffix) for reports.
   task: dict[str, Any]
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
@@ -77,4 +77,4 @@ class TaskFamily(Protocol):
     """What `launch.predict` returns for one input."""
 
   def conll(self, output: dict) -> str:
-    """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (tasks.score's format)."""
+    """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (tasks.scoring.score's format)."""

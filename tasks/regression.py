@@ -3,7 +3,7 @@
 score = h_CLS w_s + b: the classification head with one linear output instead of softmax (spec, "Sequence
 Classification"; GLUE's STS-B and SemEval-2014 Task 1's relatedness subtask), trained with the mean squared error
 on the raw scale of the data (1-5 for SICK; the output's bias starts at the training mean), scored by Pearson's r
-and Spearman's rho (`tasks.metrics`).
+and Spearman's rho (`tasks.scoring.metrics`).
 """
 
 from typing import Any, Mapping, Sequence
@@ -13,7 +13,8 @@ import numpy as np
 
 from objectives import layers
 from objectives.objective import Objective
-from tasks import classification, metrics
+from tasks import classification
+from tasks.scoring import metrics
 
 
 def regression_loss(predictions, batch):

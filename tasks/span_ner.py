@@ -18,7 +18,8 @@ from encoder import errors
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
-from tasks import metrics, tag_schemes, tagging, word_shape
+from tasks import tagging, word_shape
+from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions
 from tasks.readers import tagging_to_spans
 

@@ -17,7 +17,8 @@ import numpy as np
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
-from tasks import alignment, metrics, tag_schemes, word_shape
+from tasks import alignment, word_shape
+from tasks.scoring import metrics, tag_schemes
 from tasks import crf as crf_lib
 
 
@@ -92,7 +93,7 @@ def build(config: Mapping[str, Any]) -> Objective:
 
 
 def conll_block(words: Sequence[str], *columns: Sequence[str]) -> str:
-  """One sentence as CoNLL lines `word column...` (what `tasks.score` reads)."""
+  """One sentence as CoNLL lines `word column...` (what `tasks.scoring.score` reads)."""
   return "".join(" ".join(fields) + "\n" for fields in zip(words, *columns))
 
 

@@ -61,7 +61,7 @@ PRESETS: dict[str, DatasetConfig] = {c.name: c for c in (
                   files={"train": "conll2003/bio/train.txt", "validation": "conll2003/bio/valid.txt",
                          "test": "conll2003/bio/test.txt"}),
     DatasetConfig(name="conll2003_iob1", format="conll", options={"tag_column": "ner"},
-                  description="CoNLL-2003 NER, original IOB1 tags (convert with tasks.tag_schemes)",
+                  description="CoNLL-2003 NER, original IOB1 tags (convert with tasks.scoring.tag_schemes)",
                   files={"train": "conll2003/iob1/eng.train", "validation": "conll2003/iob1/eng.testa",
                          "test": "conll2003/iob1/eng.testb"}),
     DatasetConfig(name="sst2", format="tsv", description="GLUE SST-2 sentiment; test has no labels (label None)",

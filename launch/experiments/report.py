@@ -11,7 +11,7 @@ group) and one table is made per kind of run (pretraining, or a fine-tuning task
 the mean ± the sample standard deviation (n - 1) over its runs of every dev and test score in results.json (`eval/...`
 for pretraining), the steps, the sweep's wall time per run and the training tokens/s (the median over metrics.jsonl's
 log lines after the first, which includes compilation). With --baseline (a group or run name; repeat it for tables
-with different baselines), each other group of the baseline's table gets the `tasks.score bootstrap` p-value that it
+with different baselines), each other group of the baseline's table gets the `tasks.scoring.score bootstrap` p-value that it
 beats the baseline on test (dev when there is no test split), run against run of the same seed, from the runs'
 prediction files. Writes DIR/report.md, report.html (self-contained: the pictures inlined), report.json (every
 number), <table>_curves.png (training loss and the dev metric over steps) and gold/ (the gold files the bootstrap
@@ -32,7 +32,8 @@ from typing import Any, Sequence
 
 from encoder import errors
 from launch.experiments.sweep import LOG_NAME, POINT_FILE
-from tasks import registry, score
+from tasks import registry
+from tasks.scoring import score
 
 DEFAULT_SAMPLES = 10_000
 
@@ -110,10 +111,10 @@ def format_cell(values: Sequence[float]) -> str:
   return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
-# Paired bootstrap (tasks.score bootstrap) on prediction files.
+# Paired bootstrap (tasks.scoring.score bootstrap) on prediction files.
 
 def prediction_files(run: dict[str, Any], split: str) -> tuple[str, Path, Path] | None:
-  """(tasks.score bootstrap --task, prediction file, the split's jsonl) of a run, or None without files."""
+  """(tasks.scoring.score bootstrap --task, prediction file, the split's jsonl) of a run, or None without files."""
   directory = Path(run["workdir"]) / "predictions"
   family = registry.FAMILIES.get((run["task"] or {}).get("name"))
   if family is None or family.bootstrap is None:
@@ -125,7 +126,7 @@ def prediction_files(run: dict[str, Any], split: str) -> tuple[str, Path, Path] 
 
 
 def gold_text(task: str, source: Path) -> str:
-  """The gold file of a split in tasks.score's format, from a run's prediction files."""
+  """The gold file of a split in tasks.scoring.score's format, from a run's prediction files."""
   if task == "conll":  # word gold predicted -> word gold
     lines = source.read_text(encoding="utf-8").split("\n")
     return "\n".join(" ".join(line.split()[:-1]) for line in lines)
@@ -135,7 +136,7 @@ def gold_text(task: str, source: Path) -> str:
 
 
 def bootstrap_p(task: str, gold: Path, pred_a: Path, pred_b: Path, samples: int) -> dict[str, Any]:
-  """`python -m tasks.score bootstrap` on the files (its printed table discarded): that A beats B."""
+  """`python -m tasks.scoring.score bootstrap` on the files (its printed table discarded): that A beats B."""
   argv = ["bootstrap", "--gold", str(gold), "--pred-a", str(pred_a), "--pred-b", str(pred_b), "--task", task,
           "--samples", str(samples)]
   with contextlib.redirect_stdout(io.StringIO()):
@@ -218,7 +219,7 @@ def table_rows(table: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def markdown(tables: Sequence[dict[str, Any]], images: dict[str, str], unfinished: dict[str, str]) -> str:
   """The report as markdown: one table (and its picture) per kind of run."""
   parts = ["# Report", "", "Mean ± sample standard deviation over the runs of each group (scores as in "
-           "results.json: percent, MSE as is). p: paired bootstrap (`tasks.score bootstrap`) that the group beats the "
+           "results.json: percent, MSE as is). p: paired bootstrap (`tasks.scoring.score bootstrap`) that the group beats the "
            "baseline, per seed, with the delta in points.", ""]
   for table in tables:
     head, rows = table_rows(table)
@@ -235,7 +236,7 @@ def markdown(tables: Sequence[dict[str, Any]], images: dict[str, str], unfinishe
 def page(tables: Sequence[dict[str, Any]], out: Path, images: dict[str, str], unfinished: dict[str, str]) -> str:
   """The self-contained HTML page: the tables and the pictures as data URIs."""
   body = ["<h1>Report</h1>", "<p>Mean ± sample standard deviation over the runs of each group. p: paired bootstrap "
-          "(<code>tasks.score bootstrap</code>) that the group beats the baseline, per seed.</p>"]
+          "(<code>tasks.scoring.score bootstrap</code>) that the group beats the baseline, per seed.</p>"]
   for table in tables:
     head, rows = table_rows(table)
     body.append(f"<h2>{html.escape(table['title'])}</h2><table><tr>"

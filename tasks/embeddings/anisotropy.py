@@ -29,7 +29,6 @@ import argparse
 from collections.abc import Sequence
 import json
 from pathlib import Path
-import sys
 
 import numpy as np
 

@@ -1,7 +1,7 @@
 """CoNLL-2003-style column files -> tagging records {"words", "tags", "doc_index"}.
 
 One token per line (`word POS chunk NER` for CoNLL-2003), a blank line between sentences, `-DOCSTART-` lines between
-documents. Tags are returned raw (IOB1 or IOB2 as in the file); scheme conversion lives in `tasks.tag_schemes`.
+documents. Tags are returned raw (IOB1 or IOB2 as in the file); scheme conversion lives in `tasks.scoring.tag_schemes`.
 """
 
 from collections.abc import Iterator, Sequence

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 import json
 import os
 
-from tasks import tag_schemes
+from tasks.scoring import tag_schemes
 from tasks.readers.lines import ReaderError, numbered_lines
 
 _FORMAT = 'a JSON object {"words": [str, ...], "spans": [{"start": int, "end": int, "label": str}, ...]}'
@@ -70,7 +70,7 @@ def read_spans_jsonl(path: str | os.PathLike, *, label_names: Sequence[str] | No
 
 
 def tagging_to_spans(record: dict, scheme: str = "IOB2") -> dict:
-  """A tagging record {"words", "tags", ...} as a span record {"words", "spans"}; `tasks.tag_schemes` chunks the
+  """A tagging record {"words", "tags", ...} as a span record {"words", "spans"}; `tasks.scoring.tag_schemes` chunks the
   tags of `scheme` ("IOB1", "IOB2", "BIOES", ...) leniently, as conlleval."""
   spans = tag_schemes.spans_from_tags(record["tags"], scheme)
   return {"words": record["words"], "spans": [{"start": start, "end": end, "label": kind}

@@ -124,19 +124,19 @@ GOLD = "EU B-ORG\nrejects O\n\nPeter B-PER\nBlackburn I-PER\n"
 ])
 def test_scorer_refuses_and_prints_no_score(tmp_path, pred, named):
   gold, pred = write(tmp_path / "gold", GOLD), write(tmp_path / "pred", pred)
-  done = command("-m", "tasks.score", "conll", "--gold", gold, "--pred", pred)
+  done = command("-m", "tasks.scoring.score", "conll", "--gold", gold, "--pred", pred)
   assert_one_line(done, *named)
   assert done.stdout == ""
 
 
 def test_scorer_refuses_an_empty_gold_file(tmp_path):
   empty = write(tmp_path / "gold", "")
-  assert_one_line(command("-m", "tasks.score", "labels", "--gold", empty, "--pred", empty), "gold:", "found none")
+  assert_one_line(command("-m", "tasks.scoring.score", "labels", "--gold", empty, "--pred", empty), "gold:", "found none")
 
 
 def test_debug_shows_the_traceback(tmp_path):
   pred = write(tmp_path / "pred", GOLD.replace("Peter B-PER", "Peter Peter"))
-  args = ("-m", "tasks.score", "conll", "--gold", write(tmp_path / "gold", GOLD), "--pred", pred)
+  args = ("-m", "tasks.scoring.score", "conll", "--gold", write(tmp_path / "gold", GOLD), "--pred", pred)
   for done in (command(*args, "--debug"), command(*args, env={errors.DEBUG_ENV: "1"})):
     assert done.returncode != 0 and "Traceback" in done.stderr and "ReaderError" in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"error: {pred}:4:")

@@ -18,7 +18,7 @@ from configs import demo as demo_config
 from configs import finetune
 from encoder import errors
 from launch import predict
-from tasks import score
+from tasks.scoring import score
 from tasks.readers import read_conllu
 from tests.conftest import require_data
 
@@ -99,7 +99,7 @@ def test_latest_checkpoint_and_the_moving_average(trained):
 
 def test_command_line_conll_output_rescores_as_the_run(trained, tmp_path, capsys):
   """The dev file's first 32 sentences (the run's dev split) in CoNLL columns -> `word tag` lines equal to the run's
-  predictions/dev.conll, and tasks.score reads them."""
+  predictions/dev.conll, and tasks.scoring.score reads them."""
   workdir = trained("conll2003_crf")
   blocks = require_data("conll2003/bio/valid.txt").read_text(encoding="utf-8").strip().split("\n\n")
   sentences = np.cumsum([not block.startswith("-DOCSTART-") for block in blocks])

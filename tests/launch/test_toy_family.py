@@ -17,7 +17,8 @@ import pytest
 
 from objectives import objective
 from objectives.objective import Objective
-from tasks import classification, metrics, registry
+from tasks import classification, registry
+from tasks.scoring import metrics
 from tests.conftest import require_data
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tasks import crf, tag_schemes
+from tasks import crf
+from tasks.scoring import tag_schemes
 
 BATCH, TIME, TAGS = 5, 4, 3
 LENGTHS = np.array([4, 3, 2, 1, 0])

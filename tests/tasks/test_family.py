@@ -69,7 +69,7 @@ def test_gold_predictions_score_perfectly_except_truncation(conll, tokenizer, tm
   rows = [block.splitlines() for block in written[1].read_text().split("\n\n")]
   gold.write_text("\n\n".join("\n".join(" ".join(line.split()[:2]) for line in b) for b in rows) + "\n")
   pred.write_text("\n\n".join("\n".join(" ".join(line.split()[::2]) for line in b) for b in rows) + "\n")
-  result = subprocess.run([sys.executable, "-m", "tasks.score", "conll", "--gold", str(gold), "--pred", str(pred),
+  result = subprocess.run([sys.executable, "-m", "tasks.scoring.score", "conll", "--gold", str(gold), "--pred", str(pred),
                            "--scheme", "BIOES"], capture_output=True, text=True, check=True)
   last = json.loads(result.stdout.strip().splitlines()[-1])
   assert 0.5 < last["f1"] < 1.0 and last["f1"] == pytest.approx(scores["f1"], abs=1e-6)  # Both fractions in [0, 1].

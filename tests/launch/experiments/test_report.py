@@ -1,6 +1,6 @@
 """launch.experiments.report on hand-made workdirs (config.json, results.json, metrics.jsonl, predictions/,
 sweep_point.json of a classification, a tagging and a pretraining sweep): the table's cells are the mean ± sample std
-of results.json's numbers computed here by hand, its p-values equal `python -m tasks.score bootstrap` on the same
+of results.json's numbers computed here by hand, its p-values equal `python -m tasks.scoring.score bootstrap` on the same
 files with gold files written here, the curves are PNGs and the HTML page needs no other file."""
 
 import base64
@@ -91,7 +91,7 @@ def test_table_is_mean_and_sample_std_of_results(runs):
 
 
 def _score_bootstrap(gold: Path, pred_a: Path, pred_b: Path, task: str) -> dict:
-  command = [sys.executable, "-m", "tasks.score", "bootstrap", "--gold", str(gold), "--pred-a", str(pred_a),
+  command = [sys.executable, "-m", "tasks.scoring.score", "bootstrap", "--gold", str(gold), "--pred-a", str(pred_a),
              "--pred-b", str(pred_b), "--task", task, "--samples", "3000"]
   return json.loads(subprocess.run(command, cwd=REPO, check=True, capture_output=True, text=True).stdout
                     .splitlines()[-1])

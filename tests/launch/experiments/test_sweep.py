@@ -1,7 +1,7 @@
 """launch.experiments.sweep: names, config specs and chains of a sweep file; a real 4-point sweep of tiny SICK
 relatedness runs (two seeds, a point stopped once by SIGTERM, a point that always fails) finishes what it can,
 records the failure, and a rerun skips the finished points and resumes the stopped one; --print's commands reproduce
-a point; the report of the sweep holds its results.json numbers and the `tasks.score bootstrap` p-value of its
+a point; the report of the sweep holds its results.json numbers and the `tasks.scoring.score bootstrap` p-value of its
 prediction files."""
 
 import json
@@ -191,7 +191,7 @@ def test_report_of_the_sweep(swept, tmp_path):
   gold = tmp_path / "gold.txt"
   records = (root / "seed-0" / "predictions" / "test.jsonl").read_text().splitlines()
   gold.write_text("".join(f"{json.loads(line)['score']}\n" for line in records))
-  command = subprocess.run([sys.executable, "-m", "tasks.score", "bootstrap", "--gold", str(gold), "--pred-a",
+  command = subprocess.run([sys.executable, "-m", "tasks.scoring.score", "bootstrap", "--gold", str(gold), "--pred-a",
                             str(root / STOPPED / "predictions/test.labels"), "--pred-b",
                             str(root / "seed-0" / "predictions/test.labels"), "--task", "scores", "--samples", "2000"],
                            cwd=REPO, check=True, capture_output=True, text=True)

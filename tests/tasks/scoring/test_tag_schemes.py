@@ -7,7 +7,7 @@ import pytest
 from seqeval.metrics.sequence_labeling import get_entities
 from seqeval.scheme import IOB1, IOB2, IOBES, IOE2, Tokens
 
-from tasks import metrics, tag_schemes
+from tasks.scoring import metrics, tag_schemes
 from tests.conftest import conll_tags
 
 SEQEVAL = {"IOB1": IOB1, "IOB2": IOB2, "IOE": IOE2, "BIOES": IOBES}

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tasks import tag_schemes
+from tasks.scoring import tag_schemes
 
 TP, PRED, GOLD = 0, 1, 2  # Columns of the count arrays: true positives, predicted, gold.
 

@@ -1,4 +1,4 @@
-"""`python -m tasks.score` end to end: tables + last-line JSON, alignment errors with file:line, bootstrap."""
+"""`python -m tasks.scoring.score` end to end: tables + last-line JSON, alignment errors with file:line, bootstrap."""
 
 import json
 import random
@@ -11,11 +11,11 @@ import pytest
 from seqeval.metrics import f1_score, precision_score, recall_score
 from seqeval.scheme import IOB2
 
-from tasks import score
+from tasks.scoring import score
 from tasks.readers import read_conll
 from tests.conftest import conll_tags, require_data
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 GOLD = """-DOCSTART- -X- -X- O
 
 EU NNP B-NP B-ORG
@@ -31,7 +31,7 @@ PRED = GOLD.replace("German JJ B-NP B-MISC", "German JJ B-NP I-MISC").replace("B
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "tasks.score", *args], cwd=REPO, capture_output=True, text=True)
+  return subprocess.run([sys.executable, "-m", "tasks.scoring.score", *args], cwd=REPO, capture_output=True, text=True)
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:
@@ -75,7 +75,7 @@ def test_misaligned_files_name_the_file_and_line(tmp_path, capsys):
 
 
 def test_lines_of_different_widths_are_refused_naming_file_and_line(tmp_path):
-  """conlleval refuses a file whose token lines have different numbers of columns: so does tasks.score."""
+  """conlleval refuses a file whose token lines have different numbers of columns: so does tasks.scoring.score."""
   gold = write(tmp_path, "gold.txt", GOLD)
   ragged = write(tmp_path, "ragged.txt", PRED.replace("call NN I-NP O", "call I-NP O"))
   done = run("conll", "--gold", gold, "--pred", ragged)

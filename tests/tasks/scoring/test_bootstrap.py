@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 from seqeval.metrics import f1_score
 
-from tasks import bootstrap, metrics
+from tasks.scoring import bootstrap, metrics
 from tests.conftest import conll_tags
 
 

@@ -1,9 +1,9 @@
 """Score prediction files against gold, and compare two systems with the paired bootstrap.
 
-  python -m tasks.score conll  --gold FILE --pred FILE [--mode conlleval|strict] [--scheme IOB1|IOB2|IOE|BIOES]
-  python -m tasks.score labels --gold FILE --pred FILE
-  python -m tasks.score scores --gold FILE --pred FILE
-  python -m tasks.score bootstrap --gold FILE --pred-a A --pred-b B [--samples 10000] [--seed 0]
+  python -m tasks.scoring.score conll  --gold FILE --pred FILE [--mode conlleval|strict] [--scheme IOB1|IOB2|IOE|BIOES]
+  python -m tasks.scoring.score labels --gold FILE --pred FILE
+  python -m tasks.scoring.score scores --gold FILE --pred FILE
+  python -m tasks.scoring.score bootstrap --gold FILE --pred-a A --pred-b B [--samples 10000] [--seed 0]
                                   [--task conll|labels|scores]
 
 CoNLL files: one token per line, the tag in the LAST whitespace-separated column, blank lines between
@@ -21,7 +21,7 @@ import json
 from typing import Any, Sequence
 
 from encoder import errors
-from tasks import bootstrap, metrics, tag_schemes
+from tasks.scoring import bootstrap, metrics, tag_schemes
 from tasks.readers.lines import ReaderError, numbered_lines
 
 Column = tuple[list[list[str]], list[list[int]]]  # (sentences of tags, their 1-based line numbers)
@@ -191,7 +191,7 @@ def bootstrap_command(args: argparse.Namespace) -> dict[str, Any]:
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
-  root = argparse.ArgumentParser(prog="python -m tasks.score", description=__doc__.split("\n")[0])
+  root = argparse.ArgumentParser(prog="python -m tasks.scoring.score", description=__doc__.split("\n")[0])
   commands = root.add_subparsers(dest="command", required=True)
   for name in ("conll", "labels", "scores", "bootstrap"):
     sub = commands.add_parser(name)

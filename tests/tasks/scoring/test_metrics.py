@@ -11,7 +11,7 @@ from seqeval.scheme import IOB1, IOB2, IOBES, IOE2
 from sklearn.metrics import accuracy_score as sk_accuracy
 from sklearn.metrics import precision_recall_fscore_support
 
-from tasks import metrics
+from tasks.scoring import metrics
 from tests.conftest import conll_tags
 
 SEQEVAL = {"IOB1": IOB1, "IOB2": IOB2, "IOE": IOE2, "BIOES": IOBES}

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tasks import metrics
+from tasks.scoring import metrics
 
 Metric = Callable[[np.ndarray], np.ndarray]  # summed statistics [S, ...] -> metric values [S]
 TIE_TOLERANCE = 1e-12  # delta(x(i)) = 2 delta(x) exactly is common (discrete counts): count it despite rounding.
