@@ -121,7 +121,7 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
   from configs import pretrain
   from encoder.tokenizer import load_tokenizer
   from launch import input_pipeline, optimizer, steps
-  from launch.model import PretrainingModel, encoder_config
+  from launch.model import EncoderWithHeads, encoder_config
   from objectives import pipeline, prepared, registry
   config = pretrain.get_config(f"size={size}")
   tokenizer = load_tokenizer(config.data.tokenizer)
@@ -147,7 +147,7 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
     return time.perf_counter() - start
 
   objectives = tuple(registry.build(n, config.model) for n in config.objectives.split("+"))
-  fns = steps.StepFns(PretrainingModel(encoder_config(config.model, tokenizer.vocab_size), objectives), objectives,
+  fns = steps.StepFns(EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), objectives), objectives,
                       dict(config.objective_weights), optimizer.make_optimizer(config.optimizer, config.num_train_steps))
   example = input_pipeline.example_batch(rows["memory"], options)
   state = [jax.jit(functools.partial(steps.init_state, fns, seed=0))(example)]

@@ -36,7 +36,7 @@ import numpy as np
 from configs import pretrain
 from encoder import errors, init_from
 from launch import host_memory, input_pipeline, metrics_writer, train, xla_flags
-from launch.model import PretrainingModel, encoder_config
+from launch.model import EncoderWithHeads, encoder_config
 from objectives import registry
 
 RUNS = ("mlm", "mlm+sbo")
@@ -121,7 +121,7 @@ def evaluate(logits_fn: Callable[[dict[str, np.ndarray]], np.ndarray],
 
 def our_logits(config: ml_collections.ConfigDict, params: Any, vocab_size: int):
   """The MLM head's logits at masked_positions of our trained encoder (other heads' parameters are not needed)."""
-  model = PretrainingModel(encoder_config(config.model, vocab_size), (registry.build("mlm", config.model),))
+  model = EncoderWithHeads(encoder_config(config.model, vocab_size), (registry.build("mlm", config.model),))
   params = {k: params[k] for k in ("encoder", "mlm")}
   apply = jax.jit(lambda p, b: model.apply({"params": p}, b)["mlm"])
   keys = ("input_ids", "type_ids", "positions", "attention_segments", "masked_positions")

@@ -8,7 +8,7 @@ same corrupted ids with dense labels (-100 at unmasked positions). Timed rounds 
 reversed every round) and the result is the median step time of each, so a noisy shared machine biases no side.
 
 Our step is the engine's (launch.train): jit(launch.steps.grad_step) then jit(launch.steps.apply_step)
-(PretrainingModel, clipping + AdamW with warmup, on-device metric sums, donated state). HF computes the vocabulary
+(EncoderWithHeads, clipping + AdamW with warmup, on-device metric sums, donated state). HF computes the vocabulary
 projection at all 4,096 positions, ours only at the ~600 masked ones (DESIGN, "Performance notes");
 `tokens_per_s_dense_head` is our step with the projection at every position too, so one can see how much of the
 ratio comes from that algorithmic choice.
@@ -56,7 +56,7 @@ from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from encoder import errors
 from launch import flops, host_memory, optimizer, steps, xla_flags
-from launch.model import PretrainingModel
+from launch.model import EncoderWithHeads
 from objectives import masking, registry
 from tasks.readers.lines import numbered_lines
 
@@ -136,7 +136,7 @@ class OurStep:
   def __init__(self, cfg, batch: dict[str, np.ndarray], num_steps: int, seed: int = 0):
     objectives = [registry.build("mlm", {"hidden_act": cfg.hidden_act}), registry.build("nsp")]
     tx = optimizer.make_optimizer(common.optimizer_config(warmup_steps=max(num_steps // 10, 1)), num_steps)
-    fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
+    fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                         weights={"mlm": 1.0, "nsp": 1.0}, tx=tx)
     self.batch = jax.device_put(batch)
     self.state = jax.jit(functools.partial(steps.init_state, fns, seed=seed))(self.batch)

@@ -26,7 +26,7 @@ from configs import demo as demo_config
 from encoder import errors, init_from
 from encoder.tokenizer import load_tokenizer
 from launch import host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
-from launch.model import PretrainingModel, encoder_config
+from launch.model import EncoderWithHeads, encoder_config
 from objectives import registry
 
 FILL_SENTENCES = ("please turn your homework [MASK] .", "so long and thanks for all the [MASK] .")
@@ -58,7 +58,7 @@ def masked_batch(sentences: Sequence[str], tokenizer: Any) -> dict[str, np.ndarr
 def fill_mask(config: ml_collections.ConfigDict, params: Any, tokenizer: Any, sentences: Sequence[str],
               k: int = 5) -> list[list[tuple[str, float]]]:
   """The k most probable tokens (softmax of the MLM head) at the [MASK] of each sentence, with probabilities."""
-  model = PretrainingModel(encoder_config(config.model, tokenizer.vocab_size), (registry.build("mlm", config.model),))
+  model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (registry.build("mlm", config.model),))
   logits = np.asarray(model.apply({"params": params}, masked_batch(sentences, tokenizer))["mlm"][:, 0], np.float64)
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)

@@ -22,7 +22,7 @@ def encoder_config(model: ml_collections.ConfigDict, vocab_size: int) -> Encoder
   return from_fields(model.to_dict(), vocab_size)
 
 
-class PretrainingModel(nn.Module):
+class EncoderWithHeads(nn.Module):
   """Encoder -> each head; apply returns {objective name: predictions}."""
   cfg: EncoderConfig
   objectives: Sequence[Objective]

@@ -30,7 +30,7 @@ import ml_collections
 from encoder import errors, init_from
 from launch import checkpointing
 from encoder.tokenizer import load_tokenizer
-from launch.model import PretrainingModel, encoder_config
+from launch.model import EncoderWithHeads, encoder_config
 from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
 from tasks.family import TaskFamily
 from tasks.readers import ReaderError, numbered_lines, read_conllu, read_tsv
@@ -139,7 +139,7 @@ class Predictor:
     labels, buckets = labels_and_buckets(config, results)
     family = registry.family(finetune_data.task_mapping(config.task, labels))
     tokenizer = load_tokenizer(config.data.tokenizer)
-    model = PretrainingModel(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
+    model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
     return cls(family, tokenizer, params, jax.jit(evaluation.device_outputs(model, family)),
                config.batch_size // config.grad_accum_steps, buckets, results.get("threshold"),
                _reader_options(config.task), step)

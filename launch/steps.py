@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from launch.model import PretrainingModel, objective_metrics, weighted_loss
+from launch.model import EncoderWithHeads, objective_metrics, weighted_loss
 from objectives.objective import Objective
 
 NO_STEP = 2**31 - 1  # `nonfinite_step` while every step was finite.
@@ -33,7 +33,7 @@ class TrainState:
 @flax.struct.dataclass
 class StepFns:
   """What a step needs besides state and batch (static under jit)."""
-  model: PretrainingModel = flax.struct.field(pytree_node=False)
+  model: EncoderWithHeads = flax.struct.field(pytree_node=False)
   objectives: Sequence[Objective] = flax.struct.field(pytree_node=False)
   weights: dict = flax.struct.field(pytree_node=False)
   tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)

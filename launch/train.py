@@ -29,7 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from encoder import errors
 from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, warm_start, workload)
-from launch.model import PretrainingModel, encoder_config, last_positions
+from launch.model import EncoderWithHeads, encoder_config, last_positions
 from launch.progress import Progress
 from tasks import evaluation, regimes
 
@@ -101,7 +101,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
 
   cfg = encoder_config(config.model, work.vocab_size)
   total_steps, accum, parallelism = work.total_steps, config.grad_accum_steps, config.parallelism
-  model = PretrainingModel(cfg, work.objectives)
+  model = EncoderWithHeads(cfg, work.objectives)
   scales = None
   if finetuning:  # Fine-tuning regime and layer-wise LR decay as static per-parameter update factors.
     abstract_params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), example, train=False))["params"]

@@ -12,7 +12,7 @@ from configs import checks
 from configs import demo as demo_config
 from encoder.tokenizer import load_tokenizer
 from launch import demo, input_pipeline, train
-from launch.model import PretrainingModel, encoder_config
+from launch.model import EncoderWithHeads, encoder_config
 from objectives import corpus, masking, registry
 
 TITLE = re.compile(r"^ ?= ([^=].*) = ?$")
@@ -82,7 +82,7 @@ def test_masked_batch_puts_the_mask_where_the_text_has_it(tokenizer):
 
 def test_fill_mask_ranks_the_softmax_of_the_mlm_head(config, tokenizer):
   """Against a numpy softmax of the same model's logits, with an output bias that makes 'fish' the clear winner."""
-  model = PretrainingModel(encoder_config(config.model, tokenizer.vocab_size), (registry.build("mlm", config.model),))
+  model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (registry.build("mlm", config.model),))
   batch = demo.masked_batch(demo.FILL_SENTENCES, tokenizer)
   params = jax.device_get(model.init(jax.random.key(0), batch)["params"])
   fish = tokenizer.token_to_id("fish")

@@ -16,7 +16,7 @@ from configs import common, finetune
 from encoder import hf_checkpoint, pretrained
 from launch import train, workload
 from tasks import evaluation, finetune_data
-from launch.model import PretrainingModel, encoder_config
+from launch.model import EncoderWithHeads, encoder_config
 from tests.conftest import require_data
 
 
@@ -142,7 +142,7 @@ def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
   kernel = lambda tree: np.asarray(tree["encoder"]["layer_1"]["mlp"]["output"]["kernel"])
   assert not np.allclose(kernel(ema), kernel(params))
   work = workload.build(config, tmp_path)
-  predict = jax.jit(evaluation.device_outputs(PretrainingModel(encoder_config(config.model, work.vocab_size),
+  predict = jax.jit(evaluation.device_outputs(EncoderWithHeads(encoder_config(config.model, work.vocab_size),
                                                                work.objectives), work.data.family))
   labels = lambda params: evaluation.decode(work.data.family, work.data.test, evaluation.raw_predictions(
       predict, params, work.data.test, batch_size=config.batch_size, buckets=work.data.buckets,

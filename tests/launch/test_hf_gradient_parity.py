@@ -13,7 +13,7 @@ import pytest
 
 from encoder import hf_checkpoint as hf
 from launch import steps
-from launch.model import PretrainingModel
+from launch.model import EncoderWithHeads
 from objectives import registry
 from tasks import classification, tagging
 from tests.conftest import require_package
@@ -86,7 +86,7 @@ def batch():
 def _engine_step(cfg, objectives, params, batch):
   """The engine's loss and gradients of one step (launch.steps.grad_step, every objective weighted 1)."""
   objectives = tuple(objectives)
-  fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
+  fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                       weights={o.name: 1.0 for o in objectives}, tx=optax.identity())
   state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=(), rng=jax.random.PRNGKey(0))
   loss, _, grads = jax.jit(lambda s, b: steps.grad_step(fns, s, b, accum=1, nan_step=-1))(state, batch)
@@ -180,7 +180,7 @@ def test_mlm_sbo_step_equals_bert_mlm_plus_a_torch_span_boundary_objective(pretr
   loss, and the same gradients for the encoder, the MLM head and every SBO parameter."""
   model, (cfg, params, heads) = pretraining
   objectives = [registry.build("mlm"), registry.build("sbo")]
-  init = jax.jit(PretrainingModel(cfg, tuple(objectives)).init)(jax.random.key(0), batch)["params"]
+  init = jax.jit(EncoderWithHeads(cfg, tuple(objectives)).init)(jax.random.key(0), batch)["params"]
   rng = np.random.default_rng(2)
   sbo = jax.tree.map(lambda x: rng.normal(0.0, 0.2, x.shape).astype(np.float32), init["sbo"])
   loss, grads = _engine_step(cfg, objectives, {"encoder": params, "mlm": heads["mlm"], "sbo": sbo}, batch)

@@ -10,7 +10,7 @@ import pytest
 
 from configs import common
 from launch import optimizer, steps
-from launch.model import PretrainingModel, encoder_config
+from launch.model import EncoderWithHeads, encoder_config
 from objectives import registry
 
 TOPICS, ROWS, LENGTH, MASKED, STEPS = 8, 8, 32, 6, 200
@@ -40,7 +40,7 @@ def _train(dtype: str):
   cfg = encoder_config(model, VOCAB)
   objectives = [registry.build("mlm")]
   tx = optimizer.make_optimizer(common.optimizer_config(learning_rate=2e-3, warmup_steps=20), STEPS)
-  fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives, weights={"mlm": 1.0}, tx=tx)
+  fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives, weights={"mlm": 1.0}, tx=tx)
   rng = np.random.default_rng(0)
   batches = [_batch(rng) for _ in range(STEPS)]
   state = jax.jit(functools.partial(steps.init_state, fns, seed=0))(batches[0])

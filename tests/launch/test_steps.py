@@ -8,7 +8,7 @@ import numpy as np
 from configs import common
 from encoder.config import preset
 from launch import optimizer, steps
-from launch.model import PretrainingModel
+from launch.model import EncoderWithHeads
 from objectives import registry
 
 
@@ -26,7 +26,7 @@ def _batch(rows: int = 4, length: int = 16, masked: int = 3, vocab: int = 100) -
 def test_two_programs_equal_the_fused_step():
   cfg = preset("tiny", vocab_size=100, max_positions=32)
   objectives = [registry.build("mlm"), registry.build("nsp")]
-  fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
+  fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                       weights={"mlm": 1.0, "nsp": 1.0},
                       tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
   batch = _batch()
@@ -56,7 +56,7 @@ def _sbo_fields(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _three_steps(cfg, objectives, batch):
   """(state, metric sums) after three jitted training steps on `batch`, every objective weighted 1."""
-  fns = steps.StepFns(model=PretrainingModel(cfg, objectives), objectives=objectives,
+  fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                       weights={o.name: 1.0 for o in objectives},
                       tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
   step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
@@ -112,7 +112,7 @@ def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   from tasks import regimes  # pylint: disable=import-outside-toplevel
   cfg = preset("tiny", vocab_size=100, max_positions=32)
   objectives = [registry.build("mlm"), registry.build("nsp")]
-  model, batch = PretrainingModel(cfg, objectives), _batch()
+  model, batch = EncoderWithHeads(cfg, objectives), _batch()
   params = model.init(jax.random.PRNGKey(0), batch, train=False)["params"]
   scales = regimes.update_scales(params, num_layers=2, regime="top_k", top_k=1, layer_decay=0.5)
   live = jax.tree.map(lambda s: s > 0, scales)
