@@ -26,14 +26,14 @@ dtype instead (PEAK_TFLOPS, or --peak-tflops; null where neither knows the devic
 On a GPU, HF runs on CUDA beside us (benchmarks.torch_device). --precision sets both frameworks' arithmetic: `default`
 is JAX's float32 default (full float32 on CPU, TF32 on recent NVIDIA GPUs; the reference mirrors it), `float32` forces
 full float32 matmuls, `bfloat16` is mixed precision (our EncoderConfig.dtype, HF under torch.autocast; float32 params).
-With `bfloat16` our float32 step (JAX's default float32 arithmetic) runs in the same rounds too (`f32_step_s` beside
-`bf16_step_s`, `bf16_speedup` their ratio) and both matmul ceilings are measured (`f32_ceiling_gflops`,
-`bf16_ceiling_gflops`): bf16 can pay only where the second is well above the first. On a CPU without bf16 matrix
+With `bfloat16` our float32 step (JAX's default float32 arithmetic) runs in the same rounds too, unless --no-f32
+(`f32_step_s` beside `bf16_step_s`, `bf16_speedup` their ratio), and both matmul ceilings are measured
+(`f32_ceiling_gflops`, `bf16_ceiling_gflops`): bf16 can pay only where the second is well above the first. On a CPU without bf16 matrix
 instructions HF is not run under autocast (`ratio` null, `bf16_reference` says why:
 benchmarks.torch_device.autocast_skip_reason) and `bf16_speedup` is the figure to read.
 
   python -m benchmarks.pretrain_throughput [--size minilm] [--seq 128] [--batch 32] [--rounds 5] [--steps 2]
-      [--gelu exact|tanh] [--precision P] [--peak-tflops T] [--no-hf]
+      [--gelu exact|tanh] [--precision P] [--peak-tflops T] [--no-hf] [--no-f32]
   python -m benchmarks.pretrain_throughput --size base --seq 128 --batch 256 --precision bfloat16   # accelerators
 Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).
 """
@@ -130,14 +130,19 @@ def hf_labels(batch: dict[str, np.ndarray]) -> np.ndarray:
   return labels
 
 
+def step_fns(cfg, num_steps: int) -> steps.StepFns:
+  """MLM + NSP heads on the encoder `cfg`, AdamW with a warmup of a tenth of `num_steps`: the engine's step pieces."""
+  objectives = [registry.build("mlm", {"hidden_act": cfg.hidden_act}), registry.build("nsp")]
+  tx = optimizer.make_optimizer(common.optimizer_config(warmup_steps=max(num_steps // 10, 1)), num_steps)
+  return steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
+                       weights={"mlm": 1.0, "nsp": 1.0}, tx=tx)
+
+
 class OurStep:
   """The engine's jitted train step on one batch; `__call__` runs one step and waits for it."""
 
   def __init__(self, cfg, batch: dict[str, np.ndarray], num_steps: int, seed: int = 0):
-    objectives = [registry.build("mlm", {"hidden_act": cfg.hidden_act}), registry.build("nsp")]
-    tx = optimizer.make_optimizer(common.optimizer_config(warmup_steps=max(num_steps // 10, 1)), num_steps)
-    fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
-                        weights={"mlm": 1.0, "nsp": 1.0}, tx=tx)
+    fns = step_fns(cfg, num_steps)
     self.batch = jax.device_put(batch)
     self.state = jax.jit(functools.partial(steps.init_state, fns, seed=seed))(self.batch)
     self.acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), self.state,
@@ -217,6 +222,8 @@ def main() -> None:
                       help="the device's dense peak in the compute dtype, for mfu_peak (default: PEAK_TFLOPS)")
   parser.add_argument("--no-hf", action="store_true", help="skip HF PyTorch (ratio is then null)")
   parser.add_argument("--no-dense", action="store_true", help="skip our dense-head variant")
+  parser.add_argument("--no-f32", action="store_true",
+                      help="with --precision bfloat16: skip our float32 step (bf16_speedup is then null)")
   args = parser.parse_args()
 
   if args.precision == "float32":
@@ -233,7 +240,7 @@ def main() -> None:
   total_steps = 2 + args.rounds * args.steps
 
   runners = {"ours": OurStep(cfg, batch, total_steps)}
-  if dtype == jnp.bfloat16:
+  if dtype == jnp.bfloat16 and not args.no_f32:
     runners["ours_f32"] = OurStep(cfg.replace(dtype=jnp.float32), batch, total_steps)
   if not args.no_dense:
     runners["ours_dense_head"] = OurStep(cfg, dense_head_batch(batch), total_steps)
@@ -254,7 +261,7 @@ def main() -> None:
     for name in order:
       times[name] += timed(runners[name], args.steps)
     ceilings.append(flops.matmul_ceiling(repeats=3, dtype=dtype))
-    if dtype == jnp.bfloat16:
+    if "ours_f32" in runners:
       f32_ceilings.append(flops.matmul_ceiling(repeats=3))
     print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
         f"{name} {statistics.median(t[-args.steps:]):.2f} s/step" for name, t in times.items())
@@ -288,10 +295,11 @@ def main() -> None:
               "tokens_per_s_dense_head is ours with the dense projection",
   }
   if dtype == jnp.bfloat16:
-    result.update(bf16_step_s=round(step_s["ours"], 3), f32_step_s=round(step_s["ours_f32"], 3),
-                  bf16_speedup=round(step_s["ours_f32"] / step_s["ours"], 3),
+    f32 = "ours_f32" in step_s
+    result.update(bf16_step_s=round(step_s["ours"], 3), f32_step_s=round(step_s["ours_f32"], 3) if f32 else None,
+                  bf16_speedup=round(step_s["ours_f32"] / step_s["ours"], 3) if f32 else None,
                   bf16_ceiling_gflops=round(ceiling / 1e9, 1),
-                  f32_ceiling_gflops=round(statistics.median(f32_ceilings) / 1e9, 1),
+                  f32_ceiling_gflops=round(statistics.median(f32_ceilings) / 1e9, 1) if f32 else None,
                   bf16_reference=no_autocast or "torch.autocast(bfloat16)")
   print(f"{'':16s} {'s/step':>8s} {'tokens/s':>9s} {'min s':>7s} {'max s':>7s} {'warm-up s':>9s}")
   for name in runners:

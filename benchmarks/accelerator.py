@@ -1,0 +1,349 @@
+"""Every figure one accelerator issue asks for, from one command that fits one GPU call (at most 10 minutes).
+
+  python -m benchmarks.accelerator --section pretraining   # issue 38: MFU and HF ratio (base, large), remat, profile,
+                                                            # MLM quality at a fixed wall clock
+  python -m benchmarks.accelerator --section finetuning    # issue 39: encoder speed, embeddings, fine-tuning, predict
+  ... [--tiny] [--only part,part] [--budget-s 480] [--out DIR] [--plan]
+
+Each part is an existing benchmark module run in its own process (benchmarks.pretrain_throughput, remat_memory,
+step_profile, pretrain_quality, encoder_speed, embeddings, finetune, predict_speed): its output (its tables) is
+streamed here, its last JSON line is read back. A process per part means that one part's crash, out-of-memory or
+hang costs only that part, that each part has the whole device memory to itself, and that this process never
+touches the device. Parts run in the order listed, each killed at min(its budget, what is left of --budget-s); a
+part that does not start because the budget is spent is `skipped`. `--only` reruns some parts (e.g. on a second GPU
+call). `--tiny` runs the same parts at tiny sizes, a few steps and a little data: the mechanics, in minutes on a CPU.
+`--plan` prints the parts, their commands and budgets, and the JSON line with every figure null, running nothing.
+
+The last line is one JSON object: the issue's figures (null where not measured, with the reason in `reasons`), the
+device, the software versions, the CPU, and per part its status (ok, error, timeout, skipped), seconds and error.
+It is also written to <out>/<section>.json. <out> is --out, else $OUT (the GPU machine's folder that comes back),
+else runs/accelerator; each invocation writes into a fresh <out>/<section>-<time>/ (fine-tuning runs, traces).
+"""
+
+import argparse
+import dataclasses
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from benchmarks.encoder_speed import cpu_name
+
+ROOT = Path(__file__).resolve().parents[1]
+MIN_START_S = 20  # A part is not started with less of the section's budget left.
+NO_PREALLOCATION = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # JAX and PyTorch share the device in one process.
+MOST_MEMORY = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}  # JAX alone: the remat search fits batches to this.
+REMAT_POLICIES = ("none", "dots_saveable", "full")
+FINETUNE_TINY = ["--set", "task.train_split=train[:64]", "--set", "task.eval_split=validation[:32]",
+                 "--set", "task.test_split=test[:32]", "--set", "epochs=1", "--set", "task.max_length=32"]
+
+
+class PartFailed(Exception):
+  """A part's process failed or printed no JSON line; the message says how."""
+
+
+@dataclasses.dataclass
+class Context:
+  """What the parts of one invocation share: the mode, the folder, the deadline, and the figures so far."""
+  tiny: bool
+  out: Path
+  deadline: float
+  plan: bool
+  figures: dict = dataclasses.field(default_factory=dict)
+  commands: list = dataclasses.field(default_factory=list)  # (part, command line) in the order run or planned.
+
+  def child(self, part: str, module: str, args: list[str], cap_s: float, env: dict | None = None) -> dict:
+    """Runs `python -m benchmarks.<module> args` for at most cap_s (and the deadline), its output streamed, and
+    returns its last JSON line; in plan mode only records the command."""
+    command = [sys.executable, "-m", f"benchmarks.{module}", *args]
+    self.commands.append((part, " ".join(command[1:])))
+    if self.plan:
+      return {}
+    timeout = min(cap_s, self.deadline - time.monotonic())
+    print(f"-- {part}: python {' '.join(command[1:])}  (at most {timeout:.0f} s)", flush=True)
+    measured = run_child(command, timeout, env or {})
+    self.figures.setdefault("device", measured.get("device"))
+    return measured
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """One measurement: `run(context, tiny)` returns the section figures it measured (issue key -> value)."""
+  name: str
+  budget_s: float
+  keys: tuple[str, ...]  # The section figures it fills.
+  run: Callable[[Context], dict]
+
+
+def run_child(command: list[str], timeout: float, env: dict) -> dict:
+  """The command's last JSON line; its output streamed; killed (its whole process group) at `timeout` seconds."""
+  environment = os.environ | env | {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                              os.environ.get("PYTHONPATH")]))}
+  process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+  timer = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL))
+  timer.start()
+  lines = []
+  try:
+    for line in process.stdout:
+      print("   " + line, end="", flush=True)
+      lines.append(line.strip())
+  finally:
+    timer.cancel()
+  code = process.wait()
+  if code == -signal.SIGKILL:
+    raise TimeoutError(f"killed after {timeout:.0f} s")
+  last = next((line for line in reversed(lines) if line.startswith("{")), None)
+  if code != 0 or last is None:
+    tail = " | ".join(lines[-3:])
+    raise PartFailed(f"exit status {code}" + (f": {tail}" if tail else ""))
+  return json.loads(last)
+
+
+def pick(measured: dict, names: dict[str, str]) -> dict:
+  """{figure: measured[key]} for names {figure: key}."""
+  return {figure: measured.get(key) for figure, key in names.items()}
+
+
+# Pretraining (issue 38).
+
+THROUGHPUT_KEYS = {"mfu_peak": "mfu_peak", "mfu": "mfu", "ratio": "ratio", "tokens_per_s": "tokens_per_s",
+                   "hf_tokens_per_s": "hf_torch_tokens_per_s", "step_s": "step_s", "hf_step_s": "hf_step_s",
+                   "bf16_speedup": "bf16_speedup", "ceiling_gflops": "ceiling_gflops", "peak_tflops": "peak_tflops",
+                   "bf16_reference": "bf16_reference"}
+LARGE_KEYS = {f"large_{k}": v for k, v in THROUGHPUT_KEYS.items() if k not in ("bf16_speedup", "bf16_reference")}
+
+
+def throughput_base(ctx: Context) -> dict:
+  """BERT-base, seq 128, batch 256, bf16, against HF under autocast (and our TF32 step: bf16_speedup)."""
+  sizes = ["--size", "tiny", "--seq", "64", "--batch", "8", "--rounds", "2", "--steps", "1"] if ctx.tiny else \
+      ["--size", "base", "--seq", "128", "--batch", "256", "--rounds", "3", "--steps", "5"]
+  measured = ctx.child("throughput_base", "pretrain_throughput", sizes + ["--precision", "bfloat16", "--no-dense"],
+                       150, NO_PREALLOCATION)
+  return pick(measured, THROUGHPUT_KEYS)
+
+
+def throughput_large(ctx: Context) -> dict:
+  """BERT-large, seq 512, batch 32, bf16, against HF under autocast."""
+  sizes = ["--size", "mini", "--seq", "128", "--batch", "4", "--rounds", "1", "--steps", "1"] if ctx.tiny else \
+      ["--size", "large", "--seq", "512", "--batch", "32", "--rounds", "3", "--steps", "3"]
+  measured = ctx.child("throughput_large", "pretrain_throughput",
+                       sizes + ["--precision", "bfloat16", "--no-dense", "--no-f32"], 120, NO_PREALLOCATION)
+  return pick(measured, LARGE_KEYS)
+
+
+def remat(ctx: Context) -> dict:
+  """Per policy: the largest batch of base at seq 512, and the step at the largest batch `none` fits."""
+  sizes = ["--size", "tiny", "--seq", "64", "--probe-batch", "2", "--memory-limit-mb", "64", "--steps", "2"] \
+      if ctx.tiny else ["--size", "base", "--seq", "512", "--probe-batch", "8", "--steps", "3"]
+  started, measured, batch = time.monotonic(), {}, "-1"
+  for policy in REMAT_POLICIES:
+    left = 180 - (time.monotonic() - started)
+    measured[policy] = ctx.child("remat", "remat_memory", ["--policy", policy, *sizes, "--time-batch", batch], left,
+                                 MOST_MEMORY)
+    if policy == "none":
+      if not (ctx.plan or measured[policy].get("max_batch")):
+        raise PartFailed(f"no batch fits without remat: {measured[policy].get('max_batch_note')}")
+      batch = str(measured[policy].get("max_batch") or "<none's max_batch>")
+  if ctx.plan:
+    return {}
+  none, full = measured["none"], measured["full"]
+  per_policy = lambda key, scale=1: {p: m.get(key) and round(m[key] / scale, 4) for p, m in measured.items()}
+  return {"remat_batch_gain": round(full["max_batch"] / none["max_batch"], 3)
+          if full.get("max_batch") and none.get("max_batch") else None,
+          "remat_time_cost": round(full["seconds_per_token"] / none["seconds_per_token"] - 1, 3)
+          if full.get("seconds_per_token") and none.get("seconds_per_token") else None,
+          "remat_time_batch": none.get("time_batch"), "remat_max_batch": per_policy("max_batch"),
+          "remat_step_s": per_policy("step_s"), "remat_peak_gib": per_policy("peak_bytes_in_use", 2**30),
+          "remat_memory_limit_gib": round(none["memory_limit_bytes"] / 2**30, 2)}
+
+
+def profile(ctx: Context) -> dict:
+  """A jax.profiler trace of the base bf16 step and its top operations."""
+  sizes = ["--size", "tiny", "--seq", "64", "--batch", "8", "--steps", "2"] if ctx.tiny else \
+      ["--size", "base", "--seq", "128", "--batch", "256", "--steps", "3"]
+  measured = ctx.child("profile", "step_profile", sizes + ["--trace-dir", str(ctx.out / "profile")], 60)
+  return pick(measured, {"profile_top": "top", "profile_traced_ms_per_step": "traced_ms_per_step",
+                         "profile_trace": "trace"})
+
+
+def quality(ctx: Context) -> dict:
+  """Held-out MLM accuracy of ours and HF after the same wall clock (the mini model, WikiText-2)."""
+  minutes = 0.05 if ctx.tiny else 1.0
+  sizes = ["--calibration_steps", "3", "--warmup_steps", "5", "--eval_batches", "2", "--batch_size", "8"] \
+      if ctx.tiny else ["--eval_batches", "40"]
+  measured = ctx.child("quality", "pretrain_quality", ["--minutes", str(minutes), "--reference", "--runs", "mlm",
+                                                       "--workdir", str(ctx.out / "quality"), *sizes], 240,
+                       NO_PREALLOCATION)
+  return {"quality_minutes": minutes, "quality_accuracy": measured.get("mlm", {}).get("accuracy"),
+          "quality_hf_accuracy": measured.get("reference", {}).get("accuracy")}
+
+
+# Fine-tuning, encoding and prediction (issue 39).
+
+def encoder_speed(ctx: Context) -> dict:
+  """MiniLM forward and forward+backward, TF32/float32 and bf16, against HF under autocast with SDPA."""
+  sizes = ["--batch", "8", "--length", "64", "--rounds", "1", "--repeats", "1"] if ctx.tiny else ["--rounds", "3"]
+  measured = ctx.child("encoder_speed", "encoder_speed", sizes, 100, NO_PREALLOCATION)
+  return pick(measured, {f"encoder_{kind}_ratio_{p}": f"{kind}_ratio_{p}"
+                         for kind in ("forward", "train") for p in ("bf16", "f32")}
+              | {"encoder_bf16_reference": "bf16_reference"})
+
+
+def embeddings(ctx: Context) -> dict:
+  """Word vectors of WikiText-2 validation, ours against HF's plain loop."""
+  sizes = ["--limit", "100", "--rounds", "1"] if ctx.tiny else ["--rounds", "2"]
+  measured = ctx.child("embeddings", "embeddings",
+                       ["--reference", "--skip", "anisotropy,wic,wsd,picture", *sizes], 90, NO_PREALLOCATION)
+  return pick(measured, {"embed_words_per_s_ratio": "ratio", "embed_words_per_s": "words_per_s",
+                         "embed_hf_words_per_s": "hf_words_per_s"})
+
+
+def finetune(task: str, prefix: str) -> Callable[[Context], dict]:
+  """The part fine-tuning `task` in bf16 against the HF reference (its run kept under <out>/<task>)."""
+  def run(ctx: Context) -> dict:
+    args = ["--task", task, "--reference", "--precision", "bfloat16", "--workdir", str(ctx.out / task)]
+    measured = ctx.child(f"finetune_{task}", "finetune", args + (FINETUNE_TINY if ctx.tiny else []), 150,
+                         NO_PREALLOCATION)
+    return pick(measured, {f"{prefix}speedup": "speedup", f"{prefix}score": "score",
+                           f"{prefix}reference_score": "reference_score", f"{prefix}p_value": "p_value",
+                           f"{prefix}examples_per_s": "examples_per_s",
+                           f"{prefix}reference_examples_per_s": "reference_examples_per_s",
+                           f"{prefix}train_seconds": "train_seconds", f"{prefix}wall_seconds": "wall_seconds"})
+  return run
+
+
+def predict(ctx: Context) -> dict:
+  """launch.predict on CoNLL-2003 test sentences with the conll2003_crf run, against an HF pipeline."""
+  workdir = ctx.out / "conll2003_crf"
+  if not ctx.plan and not (workdir / "results.json").is_file():
+    raise PartFailed(f"no finished conll2003_crf run in {workdir} (part finetune_conll2003_crf)")
+  count = "200" if ctx.tiny else "10000"
+  measured = ctx.child("predict", "predict_speed", ["--workdir", str(workdir), "--sentences", count], 90,
+                       NO_PREALLOCATION)
+  return pick(measured, {"predict_sentences_per_s": "predict_sentences_per_s",
+                         "predict_hf_pipeline_sentences_per_s": "hf_pipeline_sentences_per_s",
+                         "predict_ratio": "ratio", "predict_sentences_per_s_cold": "sentences_per_s_cold"})
+
+
+SECTIONS: dict[str, tuple[Part, ...]] = {
+    "pretraining": (
+        Part("throughput_base", 150, tuple(THROUGHPUT_KEYS), throughput_base),
+        Part("throughput_large", 120, tuple(LARGE_KEYS), throughput_large),
+        Part("remat", 180, ("remat_batch_gain", "remat_time_cost", "remat_time_batch", "remat_max_batch",
+                            "remat_step_s", "remat_peak_gib", "remat_memory_limit_gib"), remat),
+        Part("profile", 60, ("profile_top", "profile_traced_ms_per_step", "profile_trace"), profile),
+        Part("quality", 240, ("quality_minutes", "quality_accuracy", "quality_hf_accuracy"), quality)),
+    "finetuning": (
+        Part("encoder_speed", 100, tuple(f"encoder_{k}_ratio_{p}" for k in ("forward", "train")
+                                         for p in ("bf16", "f32")) + ("encoder_bf16_reference",), encoder_speed),
+        Part("embeddings", 90, ("embed_words_per_s_ratio", "embed_words_per_s", "embed_hf_words_per_s"), embeddings),
+        Part("finetune_sick", 150, tuple(f"finetune_{k}" for k in (
+            "speedup", "score", "reference_score", "p_value", "examples_per_s", "reference_examples_per_s",
+            "train_seconds", "wall_seconds")), finetune("sick", "finetune_")),
+        Part("finetune_conll2003_crf", 150, tuple(f"finetune_crf_{k}" for k in (
+            "speedup", "score", "reference_score", "p_value", "examples_per_s", "reference_examples_per_s",
+            "train_seconds", "wall_seconds")), finetune("conll2003_crf", "finetune_crf_")),
+        Part("predict", 90, ("predict_sentences_per_s", "predict_hf_pipeline_sentences_per_s", "predict_ratio",
+                             "predict_sentences_per_s_cold"), predict)),
+}
+
+
+def versions() -> dict[str, str | None]:
+  """Installed versions of the frameworks the figures depend on."""
+  def version(name: str) -> str | None:
+    try:
+      return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      return None
+  return {name: version(name) for name in ("jax", "jaxlib", "jax-cuda13-plugin", "jax-cuda12-plugin", "flax", "torch",
+                                           "transformers")}
+
+
+def run_part(part: Part, ctx: Context) -> dict:
+  """The part's figures and its record (status, seconds, error or reason); never raises."""
+  left = ctx.deadline - time.monotonic()
+  if not ctx.plan and left < MIN_START_S:
+    return {"status": "skipped", "reason": f"section budget spent ({left:.0f} s left)"}
+  started = time.monotonic()
+  try:
+    figures = part.run(ctx)
+  except Exception as err:  # pylint: disable=broad-except  (one failing part must not cost the others)
+    status = "timeout" if isinstance(err, TimeoutError) else "error"
+    return {"status": status, "seconds": round(time.monotonic() - started, 1), "error": f"{type(err).__name__}: {err}"}
+  ctx.figures |= figures
+  return {"status": "planned" if ctx.plan else "ok", "seconds": round(time.monotonic() - started, 1),
+          "budget_s": part.budget_s}
+
+
+def reasons(parts: tuple[Part, ...], records: dict[str, dict], figures: dict) -> dict[str, str]:
+  """Why each null figure is null: its part's error or skip, an HF reference not run, or not reported."""
+  why = {}
+  for part in parts:
+    record = records.get(part.name, {"status": "not selected (--only)"})
+    for key in part.keys:
+      if figures.get(key) is not None:
+        continue
+      if record.get("status") == "ok":
+        reference = figures.get("bf16_reference") or figures.get("encoder_bf16_reference") or ""
+        why[key] = (f"HF reference not run: {reference}" if reference and not reference.startswith("torch.autocast")
+                    else f"{part.name} did not report it (see its output)")
+      else:
+        why[key] = f"{part.name}: {record.get('error') or record.get('reason') or record['status']}"
+  return why
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+  """The command line (module docstring)."""
+  parser = argparse.ArgumentParser(prog="python -m benchmarks.accelerator", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--section", required=True, choices=sorted(SECTIONS))
+  parser.add_argument("--tiny", action="store_true", help="tiny sizes, few steps, little data (CPU mechanics)")
+  parser.add_argument("--only", default="", help="comma-separated parts to run (default: all of the section)")
+  parser.add_argument("--budget-s", type=float, default=480.0, help="the section's wall-clock budget")
+  parser.add_argument("--out", type=Path, default=None, help="default: $OUT, else runs/accelerator")
+  parser.add_argument("--plan", action="store_true", help="print the parts and their commands; run nothing")
+  args = parser.parse_args(argv)
+  names = [part.name for part in SECTIONS[args.section]]
+  args.only = [name for name in args.only.split(",") if name] or names
+  if unknown := sorted(set(args.only) - set(names)):
+    parser.error(f"--only {unknown}: the {args.section} section's parts are {', '.join(names)}")
+  return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+  """Runs (or plans) the section's parts; prints and returns the JSON summary."""
+  args = parse_args(argv)
+  started = time.monotonic()
+  root = args.out or Path(os.environ.get("OUT") or "runs/accelerator")
+  out = (root / f"{args.section}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+  ctx = Context(tiny=args.tiny, out=out, deadline=started + args.budget_s, plan=args.plan)
+  parts = SECTIONS[args.section]
+  records = {part.name: run_part(part, ctx) for part in parts if part.name in args.only}
+  figures = {key: ctx.figures.get(key) for part in parts for key in part.keys}
+  print(f"\n{'part':24s} {'status':8s} {'seconds':>8s}  command")
+  commands = {}
+  for name, command in ctx.commands:
+    commands.setdefault(name, []).append(command)
+  for name, record in records.items():
+    lines = commands.get(name) or [""]
+    print(f"{name:24s} {record['status']:8s} {record.get('seconds', 0):8.1f}  " + f"\n{'':44s}".join(lines))
+  summary = {"section": args.section, "tiny": args.tiny, **figures,
+             "reasons": reasons(parts, records, figures), "device": ctx.figures.get("device") or None,
+             "versions": versions(), "cpu": cpu_name(), "parts": records, "out": str(out),
+             "budget_s": args.budget_s, "wall_s": round(time.monotonic() - started, 1)}
+  if not args.plan:
+    out.mkdir(parents=True, exist_ok=True)
+    (root / f"{args.section}.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+  print(json.dumps(summary))
+  return summary
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,99 @@
+"""Where one pretraining step's time goes: a `jax.profiler` trace of benchmarks.pretrain_throughput's step and the
+operations that took the most device time.
+
+The step (MLM + NSP, AdamW) runs twice to compile and warm up, then --steps times under `jax.profiler.trace`. The trace
+(an .xplane.pb file TensorBoard's profile plugin and xprof open) is kept under --trace-dir; its events are summed by
+name with `jax.profiler.ProfileData`: on a GPU the "XLA Ops" line of the device's plane (HLO operations, e.g.
+`fusion.123`, `custom-call.4` for cuBLAS/cuDNN), else its kernel streams; on a CPU the XLA client threads.
+
+  python -m benchmarks.step_profile [--size base] [--seq 128] [--batch 256] [--precision bfloat16] [--steps 3]
+Last line: one JSON object (top: [[name, ms per step, share], ...], traced_ms_per_step, step_s, trace, device).
+"""
+
+import argparse
+import collections
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+from jax.profiler import ProfileData
+
+from benchmarks import pretrain_throughput
+from benchmarks.timing import timed
+from configs import paths
+from encoder import errors
+from encoder.config import PRESETS, preset
+from encoder.pretrained import minilm_path
+from encoder.tokenizer import load_tokenizer
+from launch import xla_flags
+
+# XLA CPU's thread-pool bookkeeping and the spans that enclose its operations: not operations themselves.
+IGNORED_PREFIXES = ("ThreadpoolListener", "ThunkExecutor")
+
+
+def op_lines(profile: ProfileData) -> list:
+  """The trace lines whose events are the step's operations (module docstring)."""
+  devices = [plane for plane in profile.planes if plane.name.startswith("/device:")]
+  for plane in devices:
+    ops = [line for line in plane.lines if line.name == "XLA Ops"]
+    if ops:
+      return ops
+  if devices:
+    return [line for plane in devices for line in plane.lines if line.name.startswith("Stream")]
+  return [line for plane in profile.planes if plane.name == "/host:CPU"
+          for line in plane.lines if line.name.startswith(("tf_XLAPjRtCpuClient", "tf_XLAEigen"))]
+
+
+def top_ops(trace: Path, count: int, steps: int) -> tuple[list[list], float]:
+  """The `count` operations with the most time per step ([name, ms, share of the traced time]) and the traced ms per
+  step, from the newest .xplane.pb under `trace`."""
+  path = max(trace.rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
+  totals = collections.Counter()
+  for line in op_lines(ProfileData.from_file(str(path))):
+    for event in line.events:
+      if event.duration_ns > 0 and not event.name.startswith(IGNORED_PREFIXES):
+        totals[event.name] += event.duration_ns
+  traced = sum(totals.values()) or 1.0
+  return ([[name, round(ns / steps / 1e6, 3), round(ns / traced, 3)] for name, ns in totals.most_common(count)],
+          traced / steps / 1e6)
+
+
+def main() -> None:
+  xla_flags.apply_gpu_defaults()
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--size", default="base", choices=sorted(PRESETS), help="encoder.config preset")
+  parser.add_argument("--seq", type=int, default=128, help="tokens per row")
+  parser.add_argument("--batch", type=int, default=256)
+  parser.add_argument("--precision", choices=("default", "bfloat16"), default="bfloat16")
+  parser.add_argument("--steps", type=int, default=3, help="traced steps")
+  parser.add_argument("--top", type=int, default=15, help="operations listed")
+  parser.add_argument("--trace-dir", type=Path, default=Path("runs/step_profile"))
+  args = parser.parse_args()
+
+  dtype = jnp.bfloat16 if args.precision == "bfloat16" else jnp.float32
+  cfg = preset(args.size, max_positions=max(512, args.seq), dtype=dtype)
+  tokenizer = load_tokenizer(minilm_path())
+  text = paths.data_file("wikitext-2/raw/wiki.valid.raw")
+  batch = pretrain_throughput.mask_batch(pretrain_throughput.nsp_batch(text, tokenizer, args.batch, args.seq, seed=0),
+                                         tokenizer, max_predictions=20, seed=0)
+  step = pretrain_throughput.OurStep(cfg, batch, num_steps=args.steps + 2)
+  timed(step, 2)
+  trace = args.trace_dir / time.strftime("%Y%m%d-%H%M%S")
+  with jax.profiler.trace(str(trace)):
+    seconds = timed(step, args.steps)
+  top, traced_ms = top_ops(trace, args.top, args.steps)
+  print(f"{'operation':60s} {'ms/step':>9s} {'share':>6s}")
+  for name, ms, share in top:
+    print(f"{name[:60]:60s} {ms:9.3f} {share:6.1%}")
+  step_s = statistics.median(seconds)
+  print(f"step {step_s * 1e3:.1f} ms (traced), operations {traced_ms:.1f} ms per step; trace {trace}")
+  print(json.dumps({"top": top, "traced_ms_per_step": round(traced_ms, 3), "step_s": round(step_s, 4),
+                    "trace": str(trace), "size": args.size, "seq": args.seq, "batch": args.batch,
+                    "precision": args.precision, "device": jax.devices()[0].device_kind}))
+
+
+if __name__ == "__main__":
+  errors.run(main)
