@@ -154,7 +154,8 @@ def remat(ctx: Context) -> dict:
   if ctx.plan:
     return {}
   none, full = measured["none"], measured["full"]
-  per_policy = lambda key, scale=1: {p: m.get(key) and round(m[key] / scale, 4) for p, m in measured.items()}
+  per_policy = lambda key, scale=None: {p: m.get(key) and (round(m[key] / scale, 3) if scale else m[key])
+                                        for p, m in measured.items()}
   return {"remat_batch_gain": round(full["max_batch"] / none["max_batch"], 3)
           if full.get("max_batch") and none.get("max_batch") else None,
           "remat_time_cost": round(full["seconds_per_token"] / none["seconds_per_token"] - 1, 3)
@@ -290,7 +291,9 @@ def reasons(parts: tuple[Part, ...], records: dict[str, dict], figures: dict) ->
     for key in part.keys:
       if figures.get(key) is not None:
         continue
-      if record.get("status") == "ok":
+      if record.get("status") == "ok" and key.endswith(("mfu_peak", "peak_tflops")):
+        why[key] = f"no dense datasheet peak known for {figures.get('device')} (pretrain_throughput.PEAK_TFLOPS)"
+      elif record.get("status") == "ok":
         reference = figures.get("bf16_reference") or figures.get("encoder_bf16_reference") or ""
         why[key] = (f"HF reference not run: {reference}" if reference and not reference.startswith("torch.autocast")
                     else f"{part.name} did not report it (see its output)")
@@ -335,7 +338,8 @@ def main(argv: list[str] | None = None) -> dict:
     lines = commands.get(name) or [""]
     print(f"{name:24s} {record['status']:8s} {record.get('seconds', 0):8.1f}  " + f"\n{'':44s}".join(lines))
   summary = {"section": args.section, "tiny": args.tiny, **figures,
-             "reasons": reasons(parts, records, figures), "device": ctx.figures.get("device") or None,
+             "reasons": reasons(parts, records, figures | {"device": ctx.figures.get("device")}),
+             "device": ctx.figures.get("device") or None,
              "versions": versions(), "cpu": cpu_name(), "parts": records, "out": str(out),
              "budget_s": args.budget_s, "wall_s": round(time.monotonic() - started, 1)}
   if not args.plan:
