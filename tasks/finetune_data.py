@@ -5,8 +5,10 @@ The batch of step s is a pure function of (config, s): epoch = s // steps_per_ep
 length buckets) and filled to B rows with example_mask = 0, so shapes are few and fixed in the batch dimension, and a
 resumed run sees exactly the batches it would have seen. Process p of P keeps rows [p*B/P, (p+1)*B/P) of each batch.
 
-Data files are checked before tfds prepares them (`check_splits`): a malformed line, a split without examples or a
-label outside the task's labels is one error naming the file and line.
+Data files are checked before tfds prepares them (`check_splits`), and prepared splits again when read: a malformed
+line, a split without examples, a label outside the task's labels or a record the task's family cannot use (nested
+spans without task.nested) is one error naming the file and line. Everything that depends on the kind of task goes
+through its family (`tasks.family`).
 """
 
 import difflib
