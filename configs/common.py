@@ -57,7 +57,7 @@ def model_config(size: str, **overrides) -> ml_collections.ConfigDict:
 def optimizer_config(**overrides) -> ml_collections.ConfigDict:
   """BERT's optimizer: AdamW, linear warmup then linear decay to 0, global-norm clipping."""
   opt = ml_collections.ConfigDict()
-  opt.name = "adamw"  # "adamw" or "lamb" (large-batch pretraining).
+  opt.name = "adamw"  # "adamw" or "lamb" (LAMB, You et al. 2019: Adam with a trust ratio per array; large batches).
   opt.learning_rate = 1e-4  # Peak learning rate, reached at the end of warmup.
   opt.warmup_steps = 1000  # Linear warmup from 0 over this many optimizer steps.
   opt.end_learning_rate = 0.0  # Linear decay reaches this value at num_train_steps.

@@ -13,24 +13,24 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
   """Shape and numerics of a bidirectional transformer encoder (BERT family)."""
-  vocab_size: int = 30522
-  hidden_size: int = 768
-  num_layers: int = 12
-  num_heads: int = 12
-  intermediate_size: int = 3072
-  max_positions: int = 512
-  type_vocab_size: int = 2
-  layer_norm_eps: float = 1e-12
-  hidden_dropout: float = 0.1
-  attention_dropout: float = 0.1
+  vocab_size: int = 30522  # Rows of the word-piece embedding table (configs: 0 = the tokenizer's vocabulary size).
+  hidden_size: int = 768  # Width d of every hidden state and embedding.
+  num_layers: int = 12  # Transformer blocks.
+  num_heads: int = 12  # Attention heads per block (hidden_size must be divisible by it).
+  intermediate_size: int = 3072  # Width of each block's feedforward layer.
+  max_positions: int = 512  # Rows of the learned position-embedding table: the longest input in tokens.
+  type_vocab_size: int = 2  # Rows of the segment (token type) embedding table: sentence A / B.
+  layer_norm_eps: float = 1e-12  # Epsilon of every LayerNorm.
+  hidden_dropout: float = 0.1  # Dropout on the embeddings and on each sublayer's output, while training.
+  attention_dropout: float = 0.1  # Dropout on the attention probabilities, while training.
   hidden_act: str = "gelu"  # "gelu" (exact, erf) as BERT; "gelu_tanh" for the tanh approximation.
   pre_layer_norm: bool = False  # False: post-LN (BERT); True: pre-LN with a final LayerNorm.
-  pad_token_id: int = 0
-  initializer_range: float = 0.02
+  pad_token_id: int = 0  # Token id of padding: masked out of attention when the caller passes no mask.
+  initializer_range: float = 0.02  # Std of the normal initializer of weights and embeddings.
   # Matmul operand dtype: bfloat16 is mixed precision (bf16 operands, float32 accumulation and products; LayerNorm,
   # softmax, residuals and hidden states stay float32; encoder/matmul.py). Parameters stay param_dtype.
   dtype: Any = jnp.float32
-  param_dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32  # Parameter storage dtype (configs: "float32", "bfloat16" or "float16").
   # Activation rematerialization per block, trading compute for memory: "none"; "full" (keep only each block's input,
   # recompute the rest in the backward); "dots_saveable" (keep matmul outputs, recompute elementwise work);
   # "dots_with_no_batch_dims_saveable" (keep the dense layers' outputs, recompute attention's [q, k] products).
