@@ -31,8 +31,8 @@ def _digest(data: bytes) -> str:
 def _observed(workdir: Path) -> dict:
   """The scores, predictions, prediction files' digests and predictor outputs (on the dev records) of a run."""
   results = json.loads((workdir / "results.json").read_text())
-  rows = {split: [json.loads(line) for line in (workdir / "predictions" / f"{split}.jsonl").read_text().splitlines()]
-          for split in ("dev", "test")}
+  rows = {path.stem: [json.loads(line) for line in path.read_text().splitlines()]
+          for path in sorted((workdir / "predictions").glob("*.jsonl"))}  # dev, and test where the preset has one.
   inputs = [{"words": r["words"]} if "words" in r else {"text_a": r["text_a"], "text_b": r["text_b"]}
             for r in rows["dev"]]
   return {"dev": results["dev"], "test": results["test"], "threshold": results.get("threshold"),
