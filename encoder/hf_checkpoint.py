@@ -29,6 +29,8 @@ IGNORED_TENSORS = ("embeddings.position_ids",)  # A constant buffer (0..max_posi
 # HF hidden_act -> ours; "gelu" is the exact (erf) GELU, the other two the tanh approximation.
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 _HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
+_POOLERLESS = ("BertForTokenClassification",)  # Task classes built without BertModel's pooler.
+PRETRAINING_HEADS = ("mlm", "nsp")  # The pretraining heads HF's BERT classes hold (our objective names).
 # Which HF class a checkpoint is, from the heads it carries.
 _ARCHITECTURES = {(): "BertModel", ("mlm",): "BertForMaskedLM", ("mlm", "nsp"): "BertForPreTraining",
                   ("nsp",): "BertForNextSentencePrediction"}
@@ -384,9 +386,9 @@ def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool =
 def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None) -> dict[str, np.ndarray]:
   """{HF tensor name: array} for our params (+ heads, then with BertForPreTraining's "bert." prefix)."""
   heads = heads or {}
-  unknown = sorted(set(heads) - {"mlm", "nsp"})
+  unknown = sorted(set(heads) - set(PRETRAINING_HEADS))
   if unknown:
-    raise UnexpectedTensorError(f"heads has unknown entries {unknown}; only 'mlm' and 'nsp' export")
+    raise UnexpectedTensorError(f"heads has unknown entries {unknown}; only {PRETRAINING_HEADS} export")
   prefix = "bert." if heads else ""
   state = {}
   for t in _encoder_tensors(cfg):
@@ -403,18 +405,40 @@ def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None) 
   return state
 
 
+def architecture_of(heads: Iterable[str]) -> str:
+  """The HF class of a checkpoint with these pretraining heads (PRETRAINING_HEADS), e.g. BertForPreTraining."""
+  return _ARCHITECTURES[tuple(sorted(heads))]
+
+
+def linear_to_hf(name: str, dense: Mapping) -> dict[str, np.ndarray]:
+  """A linen Dense tree {kernel [in, out], bias [out]} as the tensors of torch's nn.Linear `name` ([out, in] weight):
+  how a task head's output layer (e.g. BertForSequenceClassification's `classifier`) is written."""
+  return {f"{name}.weight": np.ascontiguousarray(np.asarray(dense["kernel"]).T),
+          f"{name}.bias": np.asarray(dense["bias"])}
+
+
 def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params: Mapping,
-                       heads: Mapping | None = None, tokenizer_files: Iterable[str | os.PathLike] | None = None
-                       ) -> Path:
+                       heads: Mapping | None = None, tokenizer_files: Iterable[str | os.PathLike] | None = None,
+                       *, task_head: tuple[str, Mapping[str, np.ndarray], Mapping[str, Any]] | None = None) -> Path:
   """Write config.json + model.safetensors (+ copies of tokenizer_files, e.g. vocab.txt, tokenizer.json).
 
   The result loads with transformers' BertModel.from_pretrained (BertForPreTraining/BertForMaskedLM when heads are
-  given). Every file is written to a temporary name first and renamed into place only once all are complete.
+  given). task_head: (architecture, {HF tensor name: array}, config.json fields), a fine-tuned head in a BertFor*
+  class (e.g. ("BertForTokenClassification", {"classifier.weight": ..., ...}, {"id2label": ...})); the encoder's
+  tensors then get that class's "bert." prefix. Every file is written to a temporary name first and renamed into
+  place only once all are complete.
   """
   directory = Path(directory)
   heads = dict(heads or {})
   state = hf_state(cfg, params, heads)
-  hf_config = config_to_hf(cfg, _ARCHITECTURES[tuple(sorted(heads))])
+  hf_config = config_to_hf(cfg, architecture_of(heads))
+  if task_head is not None:
+    if heads:
+      raise CheckpointError("a checkpoint holds either pretraining heads or one task head, not both")
+    architecture, head_tensors, config_fields = task_head
+    state = {f"bert.{name}": array for name, array in state.items()
+             if architecture not in _POOLERLESS or not name.startswith("pooler.")} | dict(head_tensors)
+    hf_config = hf_config | dict(config_fields) | {"architectures": [architecture]}
   tokenizer_files = [Path(source) for source in tokenizer_files or ()]
   clashes = [str(source) for source in tokenizer_files if source.name in (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE)]
   if clashes:

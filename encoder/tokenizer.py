@@ -13,6 +13,8 @@ from encoder import errors, pretrained, sentencepiece_tokenizer, wordpiece
 # The special tokens in the order a newly trained vocabulary gives them ids 0..4.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _PICKLE_MAGIC = (b"\x80", b"PK\x03\x04")  # Pickle protocols 2+; zip (torch.save) archives.
+# The tokenizer files of a HuggingFace directory (what transformers' AutoTokenizer reads).
+HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
 Text = str | Sequence[str]  # Raw text, or a pre-tokenized list of words.
 
@@ -141,6 +143,31 @@ class TokenizerError(errors.UserError):
   """A tokenizer file that is not loaded (a pickle, an unknown format); the message names the file."""
 
 
+def tokenizer_file(path: str | Path) -> Path:
+  """The file `load_tokenizer(path)` reads: a packaged checkpoint's or a directory's tokenizer.json, else vocab.txt,
+  else its one *.model; or `path` itself."""
+  path = pretrained.pretrained_path(str(path)) if str(path) in pretrained.PACKAGED else Path(path)
+  if not path.exists():
+    raise FileNotFoundError(f"{path}: no such tokenizer file or directory")
+  if not path.is_dir():
+    return path
+  candidates = [path / "tokenizer.json", path / "vocab.txt"]
+  found = [c for c in candidates if c.is_file()] or sorted(path.glob("*.model"))
+  if not found or (found[0].suffix == ".model" and len(found) > 1):
+    raise FileNotFoundError(f"{path}: expected tokenizer.json, vocab.txt or exactly one *.model file, found "
+                            f"{sorted(p.name for p in path.iterdir())[:10]}")
+  return found[0]
+
+
+def tokenizer_files(path: str | Path) -> list[Path]:
+  """The tokenizer's files as a HuggingFace directory holds them: the file `load_tokenizer(path)` reads and those of
+  tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json that lie beside it (what
+  transformers' AutoTokenizer reads, e.g. do_lower_case)."""
+  main = tokenizer_file(path)
+  beside = [main.parent / name for name in HF_TOKENIZER_FILES if name != main.name]
+  return [main] + [file for file in beside if file.is_file()]
+
+
 def load_tokenizer(path: str | Path, *, lowercase: bool | None = None) -> Tokenizer:
   """A tokenizer from a packaged checkpoint's name (encoder.pretrained.PACKAGED, e.g. "all-MiniLM-L6-v2"), a
   directory (tokenizer.json, else vocab.txt, else one *.model) or one of those files.
@@ -148,16 +175,7 @@ def load_tokenizer(path: str | Path, *, lowercase: bool | None = None) -> Tokeni
   `lowercase` applies to a bare vocab.txt only; by default a tokenizer_config.json beside it decides, else the
   vocabulary (an uncased vocabulary has no uppercase entries). tokenizer.json and .model files carry their own.
   """
-  path = pretrained.pretrained_path(str(path)) if str(path) in pretrained.PACKAGED else Path(path)
-  if not path.exists():
-    raise FileNotFoundError(f"{path}: no such tokenizer file or directory")
-  if path.is_dir():
-    candidates = [path / "tokenizer.json", path / "vocab.txt"]
-    found = [c for c in candidates if c.is_file()] or sorted(path.glob("*.model"))
-    if not found or (found[0].suffix == ".model" and len(found) > 1):
-      raise FileNotFoundError(f"{path}: expected tokenizer.json, vocab.txt or exactly one *.model file, found "
-                              f"{sorted(p.name for p in path.iterdir())[:10]}")
-    path = found[0]
+  path = tokenizer_file(path)
   with open(path, "rb") as handle:
     head = handle.read(4)
   if head.startswith(_PICKLE_MAGIC):

@@ -57,23 +57,36 @@ def split_words(text: str, split_hyphens: bool = False) -> list[str]:
   return [match.group(0) for match in _WORDS[split_hyphens].finditer(text)]
 
 
-def read_config(workdir: Path) -> ml_collections.ConfigDict:
-  """The resolved config a fine-tuning run saved in workdir/config.json."""
+def run_config(workdir: Path, expected: str) -> ml_collections.ConfigDict:
+  """The resolved config a run saved in workdir/config.json; `expected` says which run the command takes, e.g. "a
+  fine-tuning run: python -m launch.main --config configs/finetune.py:... --workdir DIR"."""
   path = workdir / "config.json"
   if not path.is_file():
-    raise errors.UserError(f"{path} does not exist: {workdir} is not a run directory (give the --workdir of a "
-                        "fine-tuning run: python -m launch.main --config configs/finetune.py:... --workdir DIR)")
+    raise errors.UserError(f"{path} does not exist: {workdir} is not a run directory (give the --workdir of "
+                           f"{expected})")
   try:
     config = ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
   except (json.JSONDecodeError, UnicodeDecodeError) as err:
     raise errors.UserError(f"{path}: expected the JSON config the run wrote, found unreadable text ({err})") from None
+  if not isinstance(config.get("model"), ml_collections.ConfigDict):
+    raise errors.UserError(f"{path}: expected the config.json a run wrote (with a model block), found keys "
+                           f"{sorted(config.keys())[:8]}")
+  return config
+
+
+def read_config(workdir: Path) -> ml_collections.ConfigDict:
+  """The resolved config a fine-tuning run saved in workdir/config.json."""
+  config = run_config(workdir, "a fine-tuning run: python -m launch.main --config configs/finetune.py:... "
+                      "--workdir DIR")
+  path = workdir / "config.json"
   if not isinstance(config.get("task"), ml_collections.ConfigDict):
     raise errors.UserError(f"{path}: expected a fine-tuning run (a config with a task block); this is a pretraining run, "
                         "which has no task head to predict with")
   return config
 
 
-def _results(workdir: Path) -> dict[str, Any]:
+def read_results(workdir: Path) -> dict[str, Any]:
+  """The run's results.json ({} when it has none)."""
   path = workdir / "results.json"
   return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
@@ -135,7 +148,7 @@ class Predictor:
     workdir = Path(workdir)
     config = read_config(workdir)
     step, params = restore_params(workdir, config, checkpoint)
-    results = _results(workdir)
+    results = read_results(workdir)
     labels, buckets = labels_and_buckets(config, results)
     family = registry.family(finetune_data.task_mapping(config.task, labels))
     tokenizer = load_tokenizer(config.data.tokenizer)

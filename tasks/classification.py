@@ -13,9 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import errors
+from encoder import errors, hf_checkpoint
 from objectives import layers, objective
 from objectives.objective import Objective
+from tasks.family import HfHead, labels_config, not_in_hf
 from tasks.scoring import metrics
 
 POOLINGS = ("cls", "pooled", "mean")
@@ -185,6 +186,21 @@ class SentenceFamily:
   def unlabelled(self, record: dict) -> dict:
     return {"text_a": record["text_a"], "text_b": record.get("text_b"), "label": None}
 
+  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
+    """BertForSequenceClassification when the head reads BERT's pooled [CLS], the only vector that class classifies;
+    a head on the final [CLS] vector or the token mean is saved beside (a tanh pooler cannot pass a vector through)."""
+    pooling = pooling_of(self.task)
+    if pooling != "pooled":
+      read = "final [CLS] vector" if pooling == "cls" else "mean of the final token vectors"
+      return not_in_hf(head_params, f"task.pooling={pooling!r}: the head reads the {read}, but "
+                                    "BertForSequenceClassification classifies the pooler output tanh(W h_CLS + b); "
+                                    "only pooling 'pooled' exports to it")
+    output, config = self.hf_output()
+    rest = {name: tree for name, tree in head_params.items() if name != output}
+    return HfHead("BertForSequenceClassification", hf_checkpoint.linear_to_hf("classifier", head_params[output]),
+                  config, rest, "the auxiliary score output (task.score_weight) has no place in "
+                                "BertForSequenceClassification" if rest else "")
+
 
 class Classification(SentenceFamily):
   """Sentence(-pair) classification: a label per example, scored by accuracy and macro-F1."""
@@ -203,6 +219,10 @@ class Classification(SentenceFamily):
 
   def objective(self) -> Objective:
     return build(self.task)
+
+  def hf_output(self) -> tuple[str, dict[str, Any]]:
+    """(the head's output layer that is BertForSequenceClassification's classifier, that class's config fields)."""
+    return "classifier", labels_config(self.task["labels"]) | {"problem_type": "single_label_classification"}
 
   def outputs(self, predictions: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
     """The logits: `decode` takes their argmax, predict also their softmax."""

@@ -13,12 +13,32 @@ arrays: `input_ids`, `type_ids` and the family's own fields); *raw* is one examp
 read (a label, a score, a tag list, a list of (start, end, label) spans).
 """
 
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 
 import jax
 import numpy as np
 
 from objectives.objective import Objective
+
+
+class HfHead(NamedTuple):
+  """A trained head as HuggingFace transformers can (or cannot) load it (`TaskFamily.hf_head`, `launch.export`)."""
+  architecture: str | None  # The BertFor* class that computes the head exactly; None: none does (BertModel only).
+  tensors: dict[str, np.ndarray]  # That class's head tensors in HF names (e.g. classifier.weight [labels, hidden]).
+  config: dict[str, Any]  # Its config.json fields (id2label, label2id, problem_type).
+  beside: dict[str, Any]  # The part of the head HF has no place for (a subtree of the head's parameters), saved beside.
+  note: str  # What `beside` is and why HF cannot load it ("" when nothing is).
+
+
+def not_in_hf(head_params: Mapping[str, Any], why: str) -> HfHead:
+  """A head no BertFor* class computes: the encoder exports alone, every head parameter is saved beside."""
+  return HfHead(None, {}, {}, dict(head_params), why)
+
+
+def labels_config(labels: Sequence[str]) -> dict[str, Any]:
+  """config.json's id2label and label2id for labels in index order."""
+  return {"id2label": {str(i): label for i, label in enumerate(labels)},
+          "label2id": {label: i for i, label in enumerate(labels)}}
 
 
 class TaskFamily(Protocol):
@@ -78,3 +98,7 @@ class TaskFamily(Protocol):
 
   def conll(self, output: dict) -> str:
     """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (tasks.scoring.score's format)."""
+
+  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
+    """The trained head (the run's params[objective name]) in the BertFor* class that computes it exactly, or what
+    HF has no place for (`not_in_hf`); what `launch.export` writes."""

@@ -14,6 +14,7 @@ import numpy as np
 from objectives import layers
 from objectives.objective import Objective
 from tasks import classification
+from tasks.family import labels_config
 from tasks.scoring import metrics
 
 
@@ -48,6 +49,10 @@ class Regression(classification.SentenceFamily):
 
   def objective(self) -> Objective:
     return build(self.task)
+
+  def hf_output(self) -> tuple[str, dict[str, Any]]:
+    """The score output, as BertForSequenceClassification's one-label regression (num_labels 1, mean squared error)."""
+    return "score", labels_config(["score"]) | {"problem_type": "regression"}
 
   def outputs(self, predictions: dict[str, jax.Array], batch: dict[str, jax.Array]) -> jax.Array:
     return predictions["score"]

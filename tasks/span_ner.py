@@ -19,6 +19,7 @@ from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import tagging, word_shape
+from tasks.family import HfHead, not_in_hf
 from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions
 from tasks.readers import tagging_to_spans
@@ -280,3 +281,8 @@ class SpanNER:
     spans = [(e["label"], e["start"], e["end"]) for e in output["entities"]]
     return tagging.conll_block(output["words"],
                                tag_schemes.tags_from_spans(spans, len(output["words"]), self.scheme)) + "\n"
+
+  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
+    """Never a HF class: HF has no span classifier (its heads label the sequence or each token, not word spans)."""
+    return not_in_hf(head_params, "span NER classifies word spans [s_i; e_j; g_ij] (boundary FFNs, span pooling, "
+                                  "span FFN), which no BertFor* class computes")

@@ -14,10 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder import hf_checkpoint
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import alignment, word_shape
+from tasks.family import HfHead, labels_config, not_in_hf
 from tasks.scoring import metrics, tag_schemes
 from tasks import crf as crf_lib
 
@@ -187,6 +189,20 @@ class Tagging:
   def conll(self, output: dict) -> str:
     tags = padded([t for t in output["tags"] if t is not None], len(output["words"]))
     return conll_block(output["words"], tags) + "\n"
+
+  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
+    """BertForTokenClassification (the same per-subword logits; our tags are the argmax at each word's first subword)
+    unless the head has parts that class lacks: a CRF (Viterbi over transitions), word shapes (computed from the
+    cased words, which the uncased ids have lost) or the word-final subword (needs word boundaries)."""
+    extras = [part for part, used in (("a CRF's transitions (Viterbi decoding)", self.task.get("crf")),
+                                      ("word-shape embeddings (task.case_features)", self.task.get("case_features")),
+                                      ("the word-final subword's vector (task.last_subword)",
+                                       self.task.get("last_subword"))) if used]
+    if extras:
+      return not_in_hf(head_params, f"the tagging head uses {' and '.join(extras)}, which "
+                                    "BertForTokenClassification has no place for")
+    return HfHead("BertForTokenClassification", hf_checkpoint.linear_to_hf("classifier", head_params["classifier"]),
+                  labels_config(self.task["labels"]), {}, "")
 
 
 def entity_scores(task: Mapping[str, Any], gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]

@@ -18,6 +18,7 @@ import pytest
 from objectives import objective
 from objectives.objective import Objective
 from tasks import classification, registry
+from tasks.family import HfHead, not_in_hf
 from tasks.scoring import metrics
 from tests.conftest import require_data
 
@@ -101,6 +102,9 @@ class WordCount:
 
   def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
     return classification.texts(record) | {"words": prediction}
+
+  def hf_head(self, head_params: dict[str, Any]) -> HfHead:
+    return not_in_hf(head_params, "no HF class counts words")
 
 
 def register() -> None:
