@@ -11,8 +11,9 @@ the evaluation's own code paths.
 Inputs are encoded as the run encoded its data (`tasks.finetune_data.encode`), batched into the run's length buckets
 with its evaluation batch size (`tasks.finetune_data.eval_batches`: a handful of jit shapes, each compiled once), run
 through the same jitted outputs and decoded by the same functions as the run's evaluation
-(`tasks.evaluation.device_outputs` and `decode`, through the run's task family: argmax or CRF Viterbi as trained, tags in the trained scheme, span
-NER with the threshold tuned on dev). So the dev split gives back the run's own `predictions/dev.*` (tested).
+(`tasks.evaluation.device_outputs` and `decode`, through the run's task family: argmax or CRF Viterbi as trained,
+tags in the trained scheme, span NER with the threshold tuned on dev). So the dev split gives back the run's own
+`predictions/dev.*` (tested).
 
 Raw text for word tasks is split into words the way CoNLL-2003 and UD English were tokenized (`split_words`).
 """
@@ -80,8 +81,8 @@ def read_config(workdir: Path) -> ml_collections.ConfigDict:
                       "--workdir DIR")
   path = workdir / "config.json"
   if not isinstance(config.get("task"), ml_collections.ConfigDict):
-    raise errors.UserError(f"{path}: expected a fine-tuning run (a config with a task block); this is a pretraining run, "
-                        "which has no task head to predict with")
+    raise errors.UserError(f"{path}: expected a fine-tuning run (a config with a task block); this is a pretraining "
+                           "run, which has no task head to predict with")
   return config
 
 
@@ -220,8 +221,9 @@ class Predictor:
       if not isinstance(record.get("text_a"), str) or not record["text_a"].strip():
         raise errors.UserError(f"input {index}: expected a non-empty text, got {record.get('text_a')!r}")
       if self.pairs != bool(record.get("text_b")):
-        raise errors.UserError(f"input {index}: expected {'two texts (a sentence pair)' if self.pairs else 'one text'}: "
-                            f"the run was trained on {'pairs' if self.pairs else 'single texts'}")
+        raise errors.UserError(f"input {index}: expected "
+                               f"{'two texts (a sentence pair)' if self.pairs else 'one text'}: the run was trained on "
+                               f"{'pairs' if self.pairs else 'single texts'}")
     return record
 
   def conll(self, output: dict) -> str:
@@ -346,8 +348,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         f"{args.workdir} is a {kind} task ({predictor.task['name']}): use --format "
                         f"{'text, words, conll or conllu' if predictor.word_task else 'text or tsv'}")
   if args.output == "conll" and not predictor.word_task:
-    raise errors.UserError(f"--output conll is for word-level tasks; {args.workdir} is a {predictor.task['name']} task: "
-                        "use --output jsonl")
+    raise errors.UserError(f"--output conll is for word-level tasks; {args.workdir} is a {predictor.task['name']} "
+                           "task: use --output jsonl")
   records, lines = read_inputs(args.input, args.format, predictor)
   outputs = predictor.predict_records(records)
   name = "<stdin>" if args.input == STDIN else args.input

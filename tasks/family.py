@@ -97,7 +97,8 @@ class TaskFamily(Protocol):
     """What `launch.predict` returns for one input."""
 
   def conll(self, output: dict) -> str:
-    """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (tasks.scoring.score's format)."""
+    """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (what tasks.scoring.score
+    reads)."""
 
   def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
     """The trained head (the run's params[objective name]) in the BertFor* class that computes it exactly, or what

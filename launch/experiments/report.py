@@ -11,8 +11,8 @@ group) and one table is made per kind of run (pretraining, or a fine-tuning task
 the mean ± the sample standard deviation (n - 1) over its runs of every dev and test score in results.json (`eval/...`
 for pretraining), the steps, the sweep's wall time per run and the training tokens/s (the median over metrics.jsonl's
 log lines after the first, which includes compilation). With --baseline (a group or run name; repeat it for tables
-with different baselines), each other group of the baseline's table gets the `tasks.scoring.score bootstrap` p-value that it
-beats the baseline on test (dev when there is no test split), run against run of the same seed, from the runs'
+with different baselines), each other group of the baseline's table gets the `tasks.scoring.score bootstrap` p-value
+that it beats the baseline on test (dev when there is no test split), run against run of the same seed, from the runs'
 prediction files. Writes DIR/report.md, report.html (self-contained: the pictures inlined), report.json (every
 number), <table>_curves.png (training loss and the dev metric over steps) and gold/ (the gold files the bootstrap
 read, taken from the baseline's prediction files). A sweep root's points whose last attempt did not finish are listed
@@ -219,8 +219,8 @@ def table_rows(table: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 def markdown(tables: Sequence[dict[str, Any]], images: dict[str, str], unfinished: dict[str, str]) -> str:
   """The report as markdown: one table (and its picture) per kind of run."""
   parts = ["# Report", "", "Mean ± sample standard deviation over the runs of each group (scores as in "
-           "results.json: percent, MSE as is). p: paired bootstrap (`tasks.scoring.score bootstrap`) that the group beats the "
-           "baseline, per seed, with the delta in points.", ""]
+           "results.json: percent, MSE as is). p: paired bootstrap (`tasks.scoring.score bootstrap`) that the group "
+           "beats the baseline, per seed, with the delta in points.", ""]
   for table in tables:
     head, rows = table_rows(table)
     parts += [f"## {table['title']}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

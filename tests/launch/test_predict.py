@@ -171,8 +171,10 @@ def test_a_workdir_that_is_not_a_finished_fine_tuning_run(tmp_path):
   path = tmp_path / "input.txt"
   path.write_text("some text\n", encoding="utf-8")
   run = lambda: _user_error(["--workdir", str(tmp_path), "--input", str(path)])
-  (tmp_path / "config.json").write_text('{"task": "", "objectives": "mlm"}', encoding="utf-8")
+  (tmp_path / "config.json").write_text('{"task": "", "objectives": "mlm", "model": {}}', encoding="utf-8")
   assert "this is a pretraining run" in run()
+  (tmp_path / "config.json").write_text('{"task": "", "objectives": "mlm"}', encoding="utf-8")
+  assert "expected the config.json a run wrote (with a model block)" in run()
   (tmp_path / "config.json").write_text('{"task": ', encoding="utf-8")
   assert run().startswith(f"error: {tmp_path / 'config.json'}: expected the JSON config the run wrote")
 
