@@ -76,12 +76,21 @@ def useful_flops(cfg, rows: int, length: int, masked: int) -> float:
 
 
 def nsp_batch(text: Path, tokenizer, rows: int, length: int, seed: int) -> dict[str, np.ndarray]:
-  """`rows` full-length [CLS] A [SEP] B [SEP] pairs from WikiText paragraphs: B is the paragraph's second half
-  (label 0, IsNext) or another paragraph's second half (label 1, NotNext); no padding."""
+  """`rows` full-length [CLS] A [SEP] B [SEP] pairs from WikiText: consecutive paragraphs of one article joined until
+  they have `length` words (rows of 512 tokens need several), A the first half of their sentences, B the second half
+  (label 0, IsNext) or another block's second half (label 1, NotNext); no padding."""
   rng = np.random.default_rng(seed)
-  paragraphs = [line.strip() for _, line in numbered_lines(text)]  # A non-UTF-8 line is an error naming it.
-  paragraphs = [p.split(" . ") for p in paragraphs if p and not p.startswith("=") and p.count(" . ") >= 3]
-  halves = [(" . ".join(s[:len(s) // 2]) + " .", " . ".join(s[len(s) // 2:])) for s in paragraphs]
+  blocks, sentences = [], []
+  for _, line in numbered_lines(text):  # A non-UTF-8 line is an error naming it.
+    line = line.strip()
+    if line.startswith("= ") and not line.startswith("= = "):  # A new article: its text is not joined to the last.
+      sentences = []
+    elif line and not line.startswith("=") and line.count(" . ") >= 3:
+      sentences += line.split(" . ")
+      if sum(len(s.split()) for s in sentences) >= length:
+        blocks.append(sentences)
+        sentences = []
+  halves = [(" . ".join(s[:len(s) // 2]) + " .", " . ".join(s[len(s) // 2:])) for s in blocks]
   ids, types, labels = [], [], []
   for index, (first, second) in enumerate(halves):
     label = int(rng.random() < 0.5)
@@ -92,7 +101,7 @@ def nsp_batch(text: Path, tokenizer, rows: int, length: int, seed: int) -> dict[
     if len(ids) == rows:
       break
   if len(ids) < rows:
-    raise SystemExit(f"{text}: only {len(ids)} paragraph pairs fill {length} tokens; {rows} needed")
+    raise SystemExit(f"{text}: only {len(ids)} paragraph blocks fill {length} tokens; {rows} needed")
   return dict(input_ids=np.asarray(ids, np.int32), type_ids=np.asarray(types, np.int32),
               positions=np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy(),
               attention_segments=np.ones((rows, length), np.int32), nsp_label=np.asarray(labels, np.int32))
@@ -252,6 +261,7 @@ def main() -> None:
   compile_s = {}
   for name, runner in runners.items():  # Compilation and warm-up (first steps) outside the timed rounds.
     compile_s[name] = sum(timed(runner, 2))
+    print(f"{name}: compiled and warmed up in {compile_s[name]:.1f} s", flush=True)
   for name in reversed(runners):  # One untimed alternation: the shared heap settles to every runner's blocks.
     runners[name]()
   times = {name: [] for name in runners}

@@ -54,3 +54,30 @@ def test_a_failing_part_is_recorded_and_the_next_runs(monkeypatch, tmp_path):
   assert summary["reasons"]["mfu"] == "first: RuntimeError: out of memory"
   assert summary["ratio"] == 1.5 and summary["device"] == "test"
   assert json.loads((tmp_path / "pretraining.json").read_text(encoding="utf-8"))["ratio"] == 1.5
+
+
+def test_remat_policies_choose_the_remat_commands(capsys, tmp_path):
+  accelerator.main(["--section", "pretraining", "--plan", "--remat-policies", "none,full", "--out", str(tmp_path)])
+  out = capsys.readouterr().out
+  assert "remat_memory --policy full" in out and "remat_memory --policy dots_saveable" not in out
+  for wrong in ("full,none", "none,all"):
+    with pytest.raises(SystemExit):
+      accelerator.main(["--section", "pretraining", "--plan", "--remat-policies", wrong])
+    assert "expected 'none' first" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rows,length", [(256, 128), (32, 512)])
+def test_nsp_rows_fill_the_row_length_from_wikitext(rows, length):
+  """Rows of 512 tokens need several paragraphs of an article (one paragraph pair filled none on the H200 run)."""
+  from benchmarks.pretrain_throughput import nsp_batch
+  from encoder.pretrained import minilm_path
+  from encoder.tokenizer import load_tokenizer
+  from tests.conftest import require_data
+  text = require_data("wikitext-2/raw/wiki.valid.raw")
+  tokenizer = load_tokenizer(minilm_path())
+  batch = nsp_batch(text, tokenizer, rows, length, seed=0)
+  assert batch["input_ids"].shape == (rows, length)
+  ids = batch["input_ids"]
+  assert (ids[:, 0] == tokenizer.cls_id).all() and (ids[:, -1] == tokenizer.sep_id).all()
+  assert ((ids == tokenizer.sep_id).sum(axis=1) == 2).all()  # [CLS] A [SEP] B [SEP], no padding.
+  assert 0 < batch["nsp_label"].mean() < 1
