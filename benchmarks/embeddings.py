@@ -11,14 +11,18 @@ compiles: `words_per_s_cold` counts it). Parity: the largest difference between 
 Then, where the modules exist, each section on the same Embedder: anisotropy of WikiText-2 word vectors (whole
 lines, last layer) raw and standardized (tasks.embeddings.anisotropy, standardize), WiC dev accuracy
 (tasks.embeddings.wic), WSD ALL F1 and MFS (tasks.embeddings.wsd) and the sense picture of "die"
-(tasks.embeddings.picture).
+(tasks.embeddings.picture). With --reference, WiC and WSD score HF's vectors too, with the same methods and choices
+(benchmarks.embeddings_reference.HFEmbedder; `hf_` keys): the reference figures of docs/wsd.md and
+docs/wic_anisotropy.md.
 
   python -m benchmarks.embeddings [--reference] [--limit N] [--rounds 2] [--skip throughput,wic,...]
 Last line: one JSON object (anisotropy_raw, anisotropy_standardized, wic_dev_accuracy, wsd_all_f1, wsd_mfs_f1,
-words_per_s, hf_words_per_s, picture, and the details: ratio, padding, parity, cpu, matmul ceiling, ...).
+words_per_s, hf_words_per_s, picture, with --reference hf_wic_dev_accuracy, hf_wsd_all_f1, hf_wsd_mfs_f1, and the
+details: ratio, padding, parity, cpu, matmul ceiling, ...).
 """
 
 import argparse
+import functools
 import importlib.util
 import json
 import time
@@ -146,6 +150,17 @@ def wsd_section(embedder: Embedder, cache_dir: Path, init: str) -> dict:
   return {"wsd_all_f1": report["all_f1"], "wsd_mfs_f1": report["mfs_f1"], "wsd": {k: report[k] for k in kept}}
 
 
+def reference_embedder(hf_dir: Path):
+  """HF's word vectors behind the Embedder interface (benchmarks.embeddings_reference.HFEmbedder)."""
+  from benchmarks import embeddings_reference  # pylint: disable=import-outside-toplevel  (torch only when asked)
+  return embeddings_reference.HFEmbedder(hf_dir)
+
+
+def prefixed(prefix: str, figures: dict) -> dict:
+  """The same figures under prefixed names (the HF reference's beside ours)."""
+  return {prefix + key: value for key, value in figures.items()}
+
+
 def picture_section(embedder: Embedder) -> dict:
   """The sense picture of a word (tasks.embeddings.picture); its PNG's path."""
   from tasks.embeddings import picture  # pylint: disable=import-outside-toplevel
@@ -157,7 +172,8 @@ def main() -> None:  # No launch.host_memory.retain_freed_memory(): one malloc a
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--init", default=INIT, help='the checkpoint ("hf:<name or dir>"; "run:<workdir>" without '
                       "--reference)")
-  parser.add_argument("--reference", action="store_true", help="also time HF BertModel (PyTorch) in this process")
+  parser.add_argument("--reference", action="store_true",
+                      help="also HF BertModel (PyTorch) in this process: its speed, and its WiC and WSD scores")
   parser.add_argument("--limit", type=int, default=None, help="first N WikiText-2 lines only")
   parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side (alternating)")
   parser.add_argument("--buckets", default="16,32,64,128", help="our padded lengths (jit shapes)")
@@ -185,11 +201,16 @@ def main() -> None:  # No launch.host_memory.retain_freed_memory(): one malloc a
   result: dict = {"anisotropy_raw": None, "anisotropy_standardized": None, "wic_dev_accuracy": None,
                   "wsd_all_f1": None, "wsd_mfs_f1": None, "words_per_s": None, "hf_words_per_s": None,
                   "picture": None}
+  if hf_dir:
+    result |= {"hf_wic_dev_accuracy": None, "hf_wsd_all_f1": None, "hf_wsd_mfs_f1": None}
+  hf_embedder = functools.cache(lambda: reference_embedder(hf_dir))
   sections: dict[str, tuple[str, Callable[[], dict]]] = {
       "throughput": ("", lambda: throughput(embedder, sentences, hf_dir, args.rounds)),
       "anisotropy": ("tasks.embeddings.anisotropy", lambda: anisotropy_section(embedder)),
-      "wic": ("tasks.embeddings.wic", lambda: wic_section(embedder)),
-      "wsd": ("tasks.embeddings.wsd", lambda: wsd_section(embedder, args.cache, args.init)),
+      "wic": ("tasks.embeddings.wic", lambda: wic_section(embedder) | (
+          prefixed("hf_", wic_section(hf_embedder())) if hf_dir else {})),
+      "wsd": ("tasks.embeddings.wsd", lambda: wsd_section(embedder, args.cache, args.init) | (
+          prefixed("hf_", wsd_section(hf_embedder(), args.cache, f"hf-reference-{args.init}")) if hf_dir else {})),
       "picture": ("tasks.embeddings.picture", lambda: picture_section(embedder)),
   }
   missing = []

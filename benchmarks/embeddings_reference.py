@@ -40,3 +40,29 @@ def iter_encode_words(model, tokenizer, sentences: Sequence[Sequence[str]], *, b
         sums = torch.zeros((len(words),) + hidden.shape[2:], device=device).index_add_(0, index, hidden[row, positions])
         counts = torch.bincount(index, minlength=len(words)).clamp(min=1)
         yield (sums / counts[:, None, None]).cpu().numpy()
+
+
+class HFEmbedder:
+  """HF word vectors behind the interface the WiC and WSD evaluations read (num_layers, hidden_size, params,
+  encode_words, iter_encode_words with layers="all"), so that `benchmarks.embeddings --reference` scores HF's vectors
+  with the same methods as ours. Sentences up to the checkpoint's 512 positions are encoded whole (no truncation at
+  128: WiC and SemCor sentences are longer at times)."""
+
+  def __init__(self, model_dir, *, batch_size: int = 64, max_length: int = 512):
+    self.model, self.tokenizer = load(model_dir)
+    self.batch_size, self.max_length = batch_size, max_length
+    self.num_layers, self.hidden_size = self.model.config.num_hidden_layers, self.model.config.hidden_size
+    self.params = {name: tensor.detach().cpu().numpy() for name, tensor in self.model.state_dict().items()}
+
+  def iter_encode_words(self, sentences: Sequence[Sequence[str]], *, layers: str = "all", pooling: str = "mean"):
+    """(sentence index, [n_words, num_layers + 1, hidden]) in input order; mean pooling over subwords only."""
+    if layers != "all" or pooling != "mean":
+      raise ValueError(f"the HF reference computes layers='all', pooling='mean' only, got {layers!r}, {pooling!r}")
+    sentences = list(sentences)
+    vectors = iter_encode_words(self.model, self.tokenizer, sentences, batch_size=self.batch_size,
+                                max_length=self.max_length)
+    yield from enumerate(vectors)
+
+  def encode_words(self, sentences: Sequence[Sequence[str]], *, layers: str = "all", pooling: str = "mean"):
+    """One array [n_words, num_layers + 1, hidden] per sentence, in input order."""
+    return [vectors for _, vectors in self.iter_encode_words(sentences, layers=layers, pooling=pooling)]
