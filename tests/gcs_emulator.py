@@ -19,6 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
+import gcsfs
+
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "bucket"
 START_TIMEOUT_S = 60
@@ -60,8 +62,10 @@ def running() -> Iterator[str]:
           raise RuntimeError("gcp-storage-emulator did not start:\n" + log.read_text(errors="replace")[-3000:])
         time.sleep(0.05)
       os.environ.update(environment(host))
+      gcsfs.GCSFileSystem.clear_instance_cache()  # fsspec keeps filesystems (and the endpoint each was made with).
       yield host
     finally:
+      gcsfs.GCSFileSystem.clear_instance_cache()
       process.terminate()
       process.wait(timeout=30)
       for key, value in saved.items():

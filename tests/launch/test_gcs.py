@@ -16,8 +16,9 @@ from configs import finetune
 from encoder import errors, files
 from encoder.array_files import load_npy
 from launch import metrics_writer, train
-from launch.experiments import local_cluster
+from launch.experiments import local_cluster, report, sweep
 from objectives import prepare
+from tasks.embeddings import store
 from tests import gcs_emulator
 
 RUN = "runs/base"
@@ -65,6 +66,12 @@ def test_a_gs_url_never_becomes_a_local_path(tmp_path, monkeypatch):
     files.path(pathlib.Path("gs://bucket/runs/x"))  # pathlib made it gs:/bucket/runs/x.
   with pytest.raises(errors.UserError, match="lost a slash"):
     train.train_and_evaluate(demo_config.mlm_config(1), pathlib.Path("gs://bucket/runs/x"))
+  with pytest.raises(errors.UserError, match="a sweep root is a local directory"):
+    sweep.sweep_main(["--sweep", "any_sweep.py", "--root", "gs://bucket/sweep"])
+  with pytest.raises(errors.UserError, match="reports read local workdirs"):
+    report.find_workdirs(["gs://bucket/runs"])
+  with pytest.raises(errors.UserError, match="the store is written locally"):
+    store.open_store("gs://bucket/embeddings", {})
   assert str(files.absolute("gs://bucket/runs/x")) == "gs://bucket/runs/x"
   assert str(files.path("gs://bucket/runs") / "x") == "gs://bucket/runs/x"
   assert not any(tmp_path.iterdir())
