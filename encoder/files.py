@@ -65,7 +65,8 @@ def move(source: str | os.PathLike, destination: str | os.PathLike) -> None:
     shutil.move(os.fspath(source), os.fspath(destination))
     return
   fs, source_path = _filesystem(os.fspath(source))
-  fs.mv(source_path, _filesystem(os.fspath(destination))[1], recursive=True)
+  fs.copy(source_path, _filesystem(os.fspath(destination))[1], recursive=True)
+  fs.rm(source_path, recursive=True)
 
 
 def upload(local: str | os.PathLike, target: str | os.PathLike) -> None:
