@@ -77,7 +77,7 @@ def _on_all(args: argparse.Namespace, command: str) -> list[str]:
 
 
 def slice_commands(args: argparse.Namespace) -> dict[str, list[str]]:
-  """The gcloud commands that find, create, wait for and delete the slice (`execute` picks among them)."""
+  """The gcloud commands that find, create, wait for and delete the slice (`ensure_slice` picks among them)."""
   kind = accelerator_type(args.type)
   version = args.version or RUNTIMES[kind.partition("-")[0]]
   spot = ["--spot"] if args.spot else []
