@@ -2,13 +2,14 @@
 read (objects, truncated, not an array file) is one `ArrayFileError` naming the file, not numpy's message without
 it."""
 
+import io
 import os
 import zipfile
 from collections.abc import Sequence
 
 import numpy as np
 
-from encoder import errors
+from encoder import errors, files
 
 # What np.load raises for a file it cannot read: objects without allow_pickle, a short or empty file, a broken zip.
 _UNREADABLE = (ValueError, EOFError, zipfile.BadZipFile)
@@ -30,9 +31,12 @@ def _reason(err: BaseException) -> str:
 
 
 def load_npy(path: str | os.PathLike, *, mmap: bool = False) -> np.ndarray:
-  """The array of an .npy file (memory-mapped read-only with `mmap`)."""
+  """The array of an .npy file, local or gs:// (memory-mapped read-only with `mmap`, when local)."""
   try:
-    array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    if files.is_remote(path):
+      array = np.load(io.BytesIO(files.path(path).read_bytes()), allow_pickle=False)
+    else:
+      array = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
   except _UNREADABLE as err:
     raise _unreadable(path, _reason(err)) from None
   if not isinstance(array, np.ndarray):

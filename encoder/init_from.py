@@ -1,6 +1,7 @@
 """The one place that turns an `init` string into what a model starts from: its model config, tokenizer and
 parameters. "hf:<name or directory>" is an imported HuggingFace BERT (a packaged name of encoder.pretrained or a
-checkpoint directory); "run:<workdir>" is a training run of ours (its config.json and newest checkpoint).
+checkpoint directory); "run:<workdir>" is a training run of ours (its config.json and newest checkpoint), local or
+gs://.
 
 Configs read only the model config and tokenizer name (`model_fields`, no parameters); the engine, the demo, predict
 and the embedder read parameters (`parameters`, `run_params`). Orbax is imported only to read a run's checkpoint, so
@@ -9,12 +10,13 @@ an `hf:` init never loads it.
 
 import dataclasses
 import json
-from pathlib import Path
+import pathlib
 from typing import Any
 
-from encoder import hf_checkpoint, pretrained
+from encoder import files, hf_checkpoint, pretrained
 from encoder.config import EncoderConfig, from_fields
 from encoder.errors import ConfigError, UserError
+from encoder.files import Path
 from encoder.tokenizer import Tokenizer, load_tokenizer
 
 KINDS = ("hf", "run")
@@ -28,7 +30,7 @@ def parse(init: str) -> tuple[str, str]:
   return kind, where
 
 
-def _hf_directory(init: str, where: str) -> Path:
+def _hf_directory(init: str, where: str) -> pathlib.Path:
   """The checkpoint directory of an `hf:` init (a ConfigError when it is neither a directory nor a known name)."""
   try:
     return pretrained.resolve_checkpoint(where)
@@ -44,7 +46,7 @@ def model_fields(init: str) -> tuple[dict[str, Any], str]:
     directory = _hf_directory(init, where)
     cfg = hf_checkpoint.checked_config(directory)  # A CheckpointError naming the file, before any data is read.
     return dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32"}, str(directory)
-  saved = Path(where) / "config.json"
+  saved = files.path(where) / "config.json"
   if not saved.is_file():
     raise ConfigError(f"init={init!r}: {saved} does not exist; expected the workdir of a training run")
   try:
@@ -62,9 +64,9 @@ def parameters(init: str) -> dict[str, Any]:
   if kind == "hf":
     _, params, heads = hf_checkpoint.load_hf_checkpoint(_hf_directory(init, where))
     return {"encoder": params, **heads}
-  step, params = run_params(Path(where))
+  step, params = run_params(where)
   if "encoder" not in params:
-    raise ConfigError(f"init={init!r}: checkpoint {Path(where).absolute() / 'checkpoints' / str(step)} has no "
+    raise ConfigError(f"init={init!r}: checkpoint {files.absolute(where) / 'checkpoints' / str(step)} has no "
                       f"encoder parameters (top-level keys {sorted(params)})")
   return params
 
@@ -83,7 +85,7 @@ def run_params(workdir: str | Path, step: int | None = None, *, evaluation: bool
   # pylint: disable=import-outside-toplevel  (configs and hf: inits never load JAX's checkpointing)
   import jax
   import orbax.checkpoint as ocp
-  directory = (Path(workdir) / "checkpoints").absolute()
+  directory = files.absolute(files.path(workdir) / "checkpoints")
   if not directory.is_dir() or not any(p.name.isdigit() for p in directory.iterdir()):
     raise UserError(f"{directory} holds no checkpoint: train the run first (python -m launch.main ... "
                     f"--workdir {workdir})")

@@ -7,12 +7,11 @@ The input pipeline is a pure function of the step (launch/input_pipeline.py), so
 
 import json
 import os
-import shutil
+import pathlib
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -21,7 +20,8 @@ import ml_collections
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
-from encoder import errors
+from encoder import errors, files
+from encoder.files import Path
 from configs import checks
 
 
@@ -36,12 +36,15 @@ def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.Chec
   # best_fn also makes orbax write each save's metrics (without it BestN never sees any and keeps nothing).
   best = (dict(best_fn=lambda metrics: metrics[config.best_metric], best_mode=config.best_mode)
           if config.best_metric else {})
+  if config.debug_kill_during_save and files.is_remote(workdir):
+    raise errors.ConfigError(f"config.debug_kill_during_save={config.debug_kill_during_save!r} kills inside orbax's "
+                             f"local rename commit; --workdir {workdir} is remote (orbax commits with a file there)")
   killing = (killing_temporary_path(config.debug_kill_during_save, config.debug_kill_at_step)
-             if config.debug_kill_during_save else None)  # None: orbax's default temporary directory.
+             if config.debug_kill_during_save else None)  # None: orbax's default (rename locally, commit file on GCS).
   options = ocp.CheckpointManagerOptions(
       preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True,
       temporary_path_class=killing, **best)
-  return ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
+  return ocp.CheckpointManager(files.absolute(workdir / "checkpoints"), options=options)
 
 
 def _kill(message: str) -> None:
@@ -49,7 +52,7 @@ def _kill(message: str) -> None:
   os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _kill_once_data_appear(tmp_dir: Path, step: int) -> None:
+def _kill_once_data_appear(tmp_dir: pathlib.Path, step: int) -> None:
   """Polls the step's temporary directory and kills the process as soon as a file besides orbax's step metadata
   (the first array data or tree metadata) is there."""
   while True:
@@ -81,7 +84,7 @@ def killing_temporary_path(phase: str, step: int) -> type:
     async def create(self):
       path = await super().create()
       if phase == "write" and self._targeted():
-        threading.Thread(target=_kill_once_data_appear, args=(Path(path), step), daemon=True).start()
+        threading.Thread(target=_kill_once_data_appear, args=(pathlib.Path(path), step), daemon=True).start()
       return path
 
     async def finalize(self):
@@ -113,8 +116,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any, workdir:
             f"{str(err)[:300]}); moving it to {moved} and trying the previous one", file=sys.stderr, flush=True)
       multihost_utils.sync_global_devices(f"restore-failed-{step}")
       if jax.process_index() == 0:
-        moved.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(manager.directory / str(step)), moved)
+        files.move(manager.directory / str(step), moved)
       multihost_utils.sync_global_devices(f"moved-{step}")
       manager.reload()
   return None

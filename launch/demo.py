@@ -153,7 +153,7 @@ def report_pos(workdir: Path, results: dict[str, Any], sentence: str) -> None:
   words = sum(1 for line in (workdir / "predictions" / "dev.conll").read_text(encoding="utf-8").splitlines() if line)
   print(f"\nheld-out UPOS accuracy ({demo_config.ud_sample_file('heldout').name}: {words:,} words of EWT test, never "
         f"trained on): {results['dev']['accuracy']:.1f}%")
-  print(f"tagged by the fine-tuned model (python -m launch.predict):\n  "
+  print("tagged by the fine-tuned model (python -m launch.predict):\n  "
         + " ".join(f"{word}/{tag}" for word, tag in tagged(workdir, sentence)))
 
 

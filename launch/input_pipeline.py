@@ -6,7 +6,6 @@ repeated corpus, each masked by objectives.masking.example_rng(seed, global inde
 and batches are identical for any number of devices or hosts. Batches are prepared ahead by grain's threads.
 """
 
-from pathlib import Path
 from typing import Any, Iterator, NamedTuple, Sequence
 
 import grain
@@ -15,6 +14,8 @@ import ml_collections
 import numpy as np
 
 from configs import paths
+from encoder import files
+from encoder.files import Path
 from encoder.tokenizer import load_tokenizer
 from objectives import masking, pipeline
 
@@ -31,25 +32,26 @@ class Data(NamedTuple):
 
 
 def resolve_files(spec: str, what: str) -> list[Path]:
-  """'a.txt,wikitext-2/raw/wiki.valid.raw' -> paths (absolute or existing as given, else under the data dir)."""
-  files = []
+  """'a.txt,wikitext-2/raw/wiki.valid.raw' -> paths (absolute, gs:// or existing as given, else under the
+  data dir)."""
+  found = []
   for name in filter(None, (part.strip() for part in spec.split(","))):
-    path = Path(name)
+    path = files.path(name)
     if path.is_absolute() or path.exists():
       if not path.is_file():
         raise FileNotFoundError(f"{what}: {path} does not exist (config.data.{what})")
-      files.append(path)
+      found.append(path)
     else:
       try:
-        files.append(paths.data_file(name))
+        found.append(paths.data_file(name))
       except FileNotFoundError as err:
         raise FileNotFoundError(f"{what}: {err} (config.data.{what})") from None
-  return files
+  return found
 
 
 def resolve_prepared(spec: str) -> Path:
-  """config.data.prepared -> the directory (absolute or relative to the working directory)."""
-  path = Path(spec)
+  """config.data.prepared -> the directory (absolute, relative to the working directory, or gs://)."""
+  path = files.path(spec)
   if not path.is_dir():
     raise FileNotFoundError(f"prepared: {path} is not a directory written by objectives.prepare (config.data.prepared)")
   return path

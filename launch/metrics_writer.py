@@ -1,15 +1,22 @@
 """Metric logs: workdir/metrics.jsonl (one JSON object per line) and TensorBoard event files (tensorboardX, no TF).
 
-Only process 0 writes; on the others every method does nothing.
+Only process 0 writes; on the others every method does nothing. Locally metrics.jsonl is appended to and the event
+files are written in place. Objects in a bucket cannot be appended to, so for a gs:// workdir metrics.jsonl is
+uploaded whole (earlier lines included) and the event files, written to a local temporary directory, are uploaded
+after every write: each upload replaces the object at once.
 """
 
 import json
 import math
-from pathlib import Path
+import pathlib
+import tempfile
 
 import jax
 import numpy as np
 import tensorboardX
+
+from encoder import files
+from encoder.files import Path
 
 
 class MetricsWriter:
@@ -18,24 +25,45 @@ class MetricsWriter:
   def __init__(self, workdir: Path):
     self._active = jax.process_index() == 0
     if self._active:
-      self._jsonl = open(workdir / "metrics.jsonl", "a", encoding="utf-8")
-      self._tensorboard = tensorboardX.SummaryWriter(str(workdir / "tensorboard"))
+      workdir = files.path(workdir)
+      self._path, self._events = workdir / "metrics.jsonl", workdir / "tensorboard"
+      self._remote = files.is_remote(workdir)
+      if self._remote:
+        self._lines = self._path.read_text(encoding="utf-8") if self._path.exists() else ""
+        self._staging = tempfile.TemporaryDirectory(prefix="encoderlab-tensorboard-")
+      else:
+        self._jsonl = open(self._path, "a", encoding="utf-8")
+      self._tensorboard = tensorboardX.SummaryWriter(self._staging.name if self._remote else str(self._events))
 
   def write(self, step: int, scalars: dict[str, float]) -> None:
     if not self._active:
       return
     clean = {k: float(v) for k, v in scalars.items()}
-    self._jsonl.write(json.dumps({"step": step, **{k: (v if math.isfinite(v) else str(v)) for k, v in clean.items()}})
-                      + "\n")
-    self._jsonl.flush()
+    line = json.dumps({"step": step, **{k: (v if math.isfinite(v) else str(v)) for k, v in clean.items()}}) + "\n"
+    if self._remote:
+      self._lines += line
+      files.atomic_write(self._path, self._lines)
+    else:
+      self._jsonl.write(line)
+      self._jsonl.flush()
     for key, value in clean.items():
       self._tensorboard.add_scalar(key, value, step)
     self._tensorboard.flush()
+    self._upload_events()
+
+  def _upload_events(self) -> None:
+    if self._remote:
+      for event_file in pathlib.Path(self._staging.name).iterdir():
+        files.upload(event_file, self._events / event_file.name)
 
   def close(self) -> None:
     if self._active:
-      self._jsonl.close()
       self._tensorboard.close()
+      if self._remote:
+        self._upload_events()
+        self._staging.cleanup()
+      else:
+        self._jsonl.close()
 
 
 def summarize(sums: dict[str, np.ndarray], prefix: str, weights: dict[str, float]) -> dict[str, float]:
@@ -48,4 +76,4 @@ def summarize(sums: dict[str, np.ndarray], prefix: str, weights: dict[str, float
 
 def read_jsonl(path: Path) -> list[dict]:
   """The records of a metrics.jsonl file (for tests, benchmarks and reports)."""
-  return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+  return [json.loads(line) for line in files.path(path).read_text().splitlines() if line.strip()]

@@ -23,12 +23,12 @@ import dataclasses
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import jax
 import ml_collections
-from encoder import errors, init_from
+from encoder import errors, files, init_from
+from encoder.files import Path
 from launch import checkpointing
 from encoder.tokenizer import load_tokenizer
 from launch.model import EncoderWithHeads, encoder_config
@@ -146,7 +146,7 @@ class Predictor:
   @classmethod
   def from_workdir(cls, workdir: str | Path, checkpoint: str = "best") -> "Predictor":
     """The run in `workdir` with its best-dev ("best") or newest ("latest") checkpoint."""
-    workdir = Path(workdir)
+    workdir = files.path(workdir)
     config = read_config(workdir)
     step, params = restore_params(workdir, config, checkpoint)
     results = read_results(workdir)
@@ -339,7 +339,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
-  if args.out != STDIN and Path(args.out).is_dir():
+  if args.out != STDIN and files.path(args.out).is_dir():
     raise errors.UserError(f"--out {args.out}: expected the file to write the predictions to, found a directory")
   predictor = Predictor.from_workdir(args.workdir, args.checkpoint)
   kind = "word-level" if predictor.word_task else "text"
@@ -364,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   if args.out == STDIN:
     sys.stdout.write(text)
   else:
-    Path(args.out).write_text(text, encoding="utf-8")
+    files.atomic_write(args.out, text)
 
 
 if __name__ == "__main__":

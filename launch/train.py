@@ -17,7 +17,6 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -26,7 +25,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from encoder import errors
+from encoder import errors, files
+from encoder.files import Path
 from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, warm_start, workload)
 from launch.model import EncoderWithHeads, encoder_config, last_positions
@@ -88,7 +88,7 @@ def _fetch(acc: dict[str, jax.Array], parallelism: str) -> dict[str, np.ndarray]
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
-  workdir = Path(workdir)
+  workdir = files.path(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
   if workdir.exists() and not workdir.is_dir():
     raise errors.UserError(f"--workdir {workdir}: expected a run directory, found a file")
   workdir.mkdir(parents=True, exist_ok=True)

@@ -2,13 +2,13 @@
 splits. Both give the same things (objectives, an example batch, the step count, batches from a start step), so
 `launch.train` runs one loop for either; a config with a `task` block is fine-tuning."""
 
-from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple
 
 import ml_collections
 import numpy as np
 
-from encoder import errors
+from encoder import errors, files
+from encoder.files import Path
 from launch import input_pipeline
 from objectives import registry
 from objectives.objective import Objective
@@ -37,7 +37,7 @@ def is_finetuning(config: ml_collections.ConfigDict) -> bool:
 
 def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
   """Masked-LM (and NSP/SBO) pretraining on config.data's corpus."""
-  data = input_pipeline.load_data(config, Path(config.data.cache_dir or workdir / "cache"))
+  data = input_pipeline.load_data(config, files.path(config.data.cache_dir or workdir / "cache"))
   objectives = tuple(registry.build(name, config.model) for name in config.objectives.split("+"))
   batches = lambda start: input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
                                                        seed=config.seed, start_step=start,

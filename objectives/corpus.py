@@ -11,14 +11,13 @@ import hashlib
 import itertools
 import logging
 import re
-from pathlib import Path
 from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from encoder import errors
+from encoder import errors, files
 from encoder.array_files import load_npy
-from encoder.files import atomic_path
+from encoder.files import Path, atomic_path
 
 Document = list[str]  # Sentences in order.
 
@@ -72,7 +71,7 @@ def split_sentences(paragraph: str) -> list[str]:
 def stream_lines(path: Path) -> Iterator[str]:
   """The lines of a UTF-8 file read one at a time (never the whole file); a NUL byte (a binary file), a non-UTF-8
   byte or a file without text is a CorpusError naming the file (and line)."""
-  path = Path(path)
+  path = files.path(path)
   if not path.is_file():
     raise FileNotFoundError(f"corpus file {path} does not exist")
   size, has_text = 0, False
@@ -151,7 +150,7 @@ def read_documents(paths: Sequence[str | Path], *, min_document_sentences: int =
   if not paths:
     raise ValueError("no corpus files given")
   documents, skipped = [], 0
-  for path in map(Path, paths):
+  for path in map(files.path, paths):
     for line, document in _documents_of(path):
       if len(document) >= min_document_sentences:
         documents.append(document)
@@ -246,7 +245,7 @@ def encode_documents(documents: Sequence[Document], tokenizer: Any, cache_dir: s
     return corpus
   key = key or hashlib.sha256(
       (documents_fingerprint(documents) + tokenizer_fingerprint(tokenizer)).encode()).hexdigest()[:32]
-  folder = Path(cache_dir) / key
+  folder = files.path(cache_dir) / key
   if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
     return EncodedCorpus(*(load_npy(folder / f"{name}.npy") for name in _FIELDS))
   corpus = tokenize_documents(documents, tokenizer)
@@ -264,7 +263,7 @@ _CACHE_VERSION = "corpus-v2"  # Bump when the reading or tokenizing rules change
 def files_fingerprint(paths: Sequence[str | Path]) -> str:
   """A hash of the files' bytes (not their names or times)."""
   digest = hashlib.sha256(_CACHE_VERSION.encode())
-  for path in map(Path, paths):
+  for path in map(files.path, paths):
     if not path.is_file():
       raise FileNotFoundError(f"corpus file {path} does not exist")
     digest.update(hashlib.sha256(path.read_bytes()).digest())
@@ -281,7 +280,7 @@ def load_corpus(paths: Sequence[str | Path], tokenizer: Any, cache_dir: str | Pa
     return encode_documents(documents, tokenizer, source=source)
   key = hashlib.sha256(f"{files_fingerprint(paths)}|{min_document_sentences}|{short_documents}|"
                        f"{tokenizer_fingerprint(tokenizer)}".encode()).hexdigest()[:32]
-  folder = Path(cache_dir) / key
+  folder = files.path(cache_dir) / key
   if all((folder / f"{name}.npy").is_file() for name in _FIELDS):
     return EncodedCorpus(*(load_npy(folder / f"{name}.npy") for name in _FIELDS))
   documents = read_documents(paths, min_document_sentences=min_document_sentences, short_documents=short_documents)

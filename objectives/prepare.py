@@ -31,14 +31,13 @@ import json
 import multiprocessing
 import multiprocessing.pool
 import os
-from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 from array_record.python import array_record_module
 
-from encoder import errors
-from encoder.files import atomic_path, atomic_write
+from encoder import errors, files
+from encoder.files import Path, atomic_path, atomic_write
 from encoder.tokenizer import load_tokenizer
 from objectives import corpus as corpus_lib
 
@@ -230,25 +229,28 @@ def _write_documents(writer: Any, split: list[list[list[str]]], tokenizer: Any
 
 def _write_shard(out: str, index: int, documents: list[tuple[int, int, list[str]]]) -> dict[str, Any]:
   """Splits, tokenizes and writes one shard (in a worker); returns its counts and checksums."""
-  tokenizer, directory, stem = _worker_tokenizer, Path(out), shard_name(index)
+  tokenizer, directory, stem = _worker_tokenizer, files.path(out), shard_name(index)
   split = [[sentences for sentences in map(corpus_lib.split_sentences, paragraphs) if sentences]
            for _, _, paragraphs in documents]  # Per document, its paragraphs' sentences.
+  sizes, digests = {}, {}  # Of the local files, before they are moved (or uploaded) into place.
   with atomic_path(directory / f"{stem}.array_record") as temporary:
     writer = array_record_module.ArrayRecordWriter(str(temporary), WRITER_OPTIONS)
     counts, sentence_lengths, words = _write_documents(writer, split, tokenizer)
     writer.close()
+    sizes[".array_record"], digests[".array_record"] = temporary.stat().st_size, sha256(temporary)
   index_array = np.concatenate([[len(documents), len(sentence_lengths)], [sum(map(len, d)) for d in split],
                                 [f for f, _, _ in documents], [line for _, line, _ in documents],
                                 sentence_lengths]).astype(np.int64)
   for suffix, array in ((".index.npy", index_array), (".counts.npy", counts)):
     with atomic_path(directory / f"{stem}{suffix}") as temporary:
       _save_npy(temporary, array)
+      sizes[suffix], digests[suffix] = temporary.stat().st_size, sha256(temporary)
   special = np.asarray(sorted(tokenizer.special_ids), np.int64)
   return {"name": stem, "documents": len(documents), "sentences": len(sentence_lengths),
           "tokens": int(sentence_lengths.sum()), "words": words,
           "usable_tokens": int(counts.sum() - counts[special].sum()),
-          "bytes": {suffix: (directory / f"{stem}{suffix}").stat().st_size for suffix in SUFFIXES},
-          "sha256": {suffix: sha256(directory / f"{stem}{suffix}") for suffix in SUFFIXES}}
+          "bytes": {suffix: sizes[suffix] for suffix in SUFFIXES},
+          "sha256": {suffix: digests[suffix] for suffix in SUFFIXES}}
 
 
 def _finished(directory: Path, index: int, settings: dict[str, Any]) -> dict[str, Any] | None:
@@ -273,15 +275,15 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
   before metadata.json."""
   if processes < 1 or shard_documents < 1:
     raise errors.UserError(f"--processes {processes} and --shard-documents {shard_documents} must be at least 1")
-  files = expand_inputs(inputs)
+  found = expand_inputs(inputs)
   sources, described = {}, {}
-  for spec in (f for f in files if isinstance(f, str)):
+  for spec in (f for f in found if isinstance(f, str)):
     sources[spec], described[spec] = tfds_source(spec, tfds_data_dir)
   vocab = load_tokenizer(tokenizer)
-  directory = Path(out)
+  directory = files.path(out)  # Local or gs:// (each file uploaded as one object).
   directory.mkdir(parents=True, exist_ok=True)
   inputs_meta = [described[f] | {"text_key": tfds_text_key} if isinstance(f, str)
-                 else {"path": str(f), "bytes": f.stat().st_size, "sha256": sha256(f)} for f in files]
+                 else {"path": str(f), "bytes": f.stat().length, "sha256": sha256(f)} for f in found]
   settings = {"format": FORMAT, "tokenizer_fingerprint": corpus_lib.tokenizer_fingerprint(vocab),
               "vocab_size": vocab.vocab_size, "token_dtype": token_dtype(vocab.vocab_size).name,
               "shard_documents": shard_documents, "inputs": inputs_meta}
@@ -303,7 +305,7 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
     _init_worker(tokenizer, False)
   try:
     pending: collections.deque = collections.deque()  # (index, shard or its AsyncResult), in shard order.
-    for index, documents in enumerate(_batches(_documents(files, sources, tfds_text_key), shard_documents)):
+    for index, documents in enumerate(_batches(_documents(found, sources, tfds_text_key), shard_documents)):
       if stop_after_shards is not None and written >= stop_after_shards:
         stopped = True
         break
@@ -324,9 +326,9 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
     return {"stopped_after_shards": written}
   totals = {key: sum(s[key] for s in shards) for key in ("documents", "sentences", "tokens", "words")}
   if not totals["documents"]:
-    raise corpus_lib.CorpusError(f"empty corpus: no document in {[str(f) for f in files]}")
+    raise corpus_lib.CorpusError(f"empty corpus: no document in {[str(f) for f in found]}")
   if not sum(s["usable_tokens"] for s in shards):
-    raise corpus_lib.CorpusError(f"{', '.join(map(str, files))}: no usable text: {vocab!r} maps all "
+    raise corpus_lib.CorpusError(f"{', '.join(map(str, found))}: no usable text: {vocab!r} maps all "
                                  f"{totals['tokens']} tokens of it to [UNK]; expected text in the tokenizer's "
                                  "vocabulary")
   metadata = {**settings, "tokenizer": tokenizer, **totals, "shards": shards}

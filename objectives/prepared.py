@@ -11,12 +11,14 @@ are identical.
 import collections
 import json
 import threading
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 from array_record.python import array_record_module
 
+from encoder import files
+from encoder.array_files import load_npy
+from encoder.files import Path
 from objectives import corpus as corpus_lib
 from objectives import prepare
 
@@ -109,8 +111,9 @@ def checked_file(directory: Path, shard: dict[str, Any], suffix: str, *, digest:
   if not path.is_file():
     raise corpus_lib.CorpusError(f"{path}: missing, but {directory / 'metadata.json'} lists it; {again}")
   size, expected = shard.get("bytes", {}).get(suffix), shard["sha256"][suffix]
-  if size is not None and path.stat().st_size != size:
-    raise corpus_lib.CorpusError(f"{path}: {path.stat().st_size} bytes, metadata.json records {size}: the shard is "
+  found = path.stat().length
+  if size is not None and found != size:
+    raise corpus_lib.CorpusError(f"{path}: {found} bytes, metadata.json records {size}: the shard is "
                                  f"truncated or overwritten; {again}")
   if digest and prepare.sha256(path) != expected:
     raise corpus_lib.CorpusError(f"{path}: its sha256 differs from the one metadata.json records "
@@ -129,7 +132,7 @@ def _shard_index(directory: Path, shard: dict[str, Any]) -> tuple[np.ndarray, ..
   """(sentences per document, file number per document, first line per document, tokens per sentence)."""
   checked_file(directory, shard, ".array_record", digest=False)  # At load: its size only (a truncated shard).
   name = shard["name"]
-  index = np.load(checked_file(directory, shard, ".index.npy"), allow_pickle=False)
+  index = load_npy(checked_file(directory, shard, ".index.npy"))
   documents, sentences = int(index[0]), int(index[1])
   parts = np.split(index[2:], [documents, 2 * documents, 3 * documents])
   if len(parts[3]) != sentences:
@@ -143,7 +146,7 @@ def open_prepared(directory: str | Path, tokenizer: Any = None, *, min_document_
   """The prepared corpus in `directory`, with load_corpus's document filter; checks the tokenizer's fingerprint."""
   if short_documents not in ("skip", "error"):
     raise ValueError(f"short_documents={short_documents!r} is not 'skip' or 'error'")
-  directory = Path(directory)
+  directory = files.path(directory)  # Local or gs:// (array_record reads gs:// shards itself).
   meta_path = directory / "metadata.json"
   if not meta_path.is_file():
     raise corpus_lib.CorpusError(f"{directory}: no metadata.json: not a finished prepared corpus; run "
@@ -154,23 +157,23 @@ def open_prepared(directory: str | Path, tokenizer: Any = None, *, min_document_
   if tokenizer is not None and corpus_lib.tokenizer_fingerprint(tokenizer) != metadata["tokenizer_fingerprint"]:
     raise corpus_lib.CorpusError(f"{meta_path}: prepared with the tokenizer {metadata['tokenizer']!r}, whose "
                                  f"vocabulary differs from {tokenizer!r}; prepare it again with the config's tokenizer")
-  sentence_counts, files, lines, lengths, records = [], [], [], [], []
+  sentence_counts, inputs, lines, lengths, records = [], [], [], [], []
   for number, shard in enumerate(metadata["shards"]):
     counts, file_numbers, first_lines, sentence_lengths = _shard_index(directory, shard)
     sentence_counts.append(counts)
-    files.append(file_numbers)
+    inputs.append(file_numbers)
     lines.append(first_lines)
     lengths.append(sentence_lengths)
     records.append(np.stack([np.full(len(counts), number), np.arange(len(counts))], 1))
-  sentence_counts, files, lines = (np.concatenate(x) for x in (sentence_counts, files, lines))
+  sentence_counts, inputs, lines = (np.concatenate(x) for x in (sentence_counts, inputs, lines))
   keep = sentence_counts >= min_document_sentences
   if not keep.all() and short_documents == "error":
     d = int(np.flatnonzero(~keep)[0])
     raise corpus_lib.CorpusError(
-        f"{metadata['inputs'][files[d]]['path']}:{lines[d]}: document has {sentence_counts[d]} sentence(s), fewer "
+        f"{metadata['inputs'][inputs[d]]['path']}:{lines[d]}: document has {sentence_counts[d]} sentence(s), fewer "
         f"than min_document_sentences={min_document_sentences}; remove it or pass short_documents='skip'")
   records = np.concatenate(records)
-  token_counts = sum(np.load(checked_file(directory, s, ".counts.npy"), allow_pickle=False) for s in metadata["shards"])
+  token_counts = sum(load_npy(checked_file(directory, s, ".counts.npy")) for s in metadata["shards"])
   for shard, record in records[~keep]:  # Dropped documents' tokens leave the unigram law (only they are read).
     record_bytes = _reader(directory, metadata["shards"][int(shard)]).read([int(record)])[0]
     tokens = prepare.decode_document(record_bytes, np.dtype(metadata["token_dtype"]))[1]

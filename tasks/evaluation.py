@@ -8,13 +8,12 @@ re-scored independently with `python -m tasks.scoring.score`.
 """
 
 import json
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
 
-from encoder.files import atomic_write
+from encoder.files import Path, atomic_write
 from tasks import finetune_data
 from tasks.family import TaskFamily
 

@@ -8,7 +8,8 @@ of a cluster would, so what only multi-host runs do is exercised here: each proc
 batch, only process 0 writes metrics, results and predictions, checkpoints are saved and restored collectively
 (rerun the same command to resume). By default the processes use the CPU (JAX_PLATFORMS=cpu) with
 --devices_per_process host devices each. Process 0's output is shown; every process's goes to
-<workdir>.logs/process<i>.log. If one process fails or the launcher is interrupted, all are stopped.
+<workdir>.logs/process<i>.log (for a gs:// workdir, <its last name>.logs/ in the current directory). If one process
+fails or the launcher is interrupted, all are stopped.
 """
 
 import argparse
@@ -16,10 +17,11 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
-from encoder import errors
+from encoder import errors, files
 
 POLL_S = 0.5
 
@@ -31,14 +33,20 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def workdir_of(main_args: Sequence[str]) -> Path:
-  """The --workdir of launch.main's arguments."""
+def workdir_of(main_args: Sequence[str]) -> str:
+  """The --workdir of launch.main's arguments (a local path or a gs:// URL, as given)."""
   for i, arg in enumerate(main_args):
     if arg.startswith("--workdir="):
-      return Path(arg.partition("=")[2])
+      return arg.partition("=")[2]
     if arg == "--workdir" and i + 1 < len(main_args):
-      return Path(main_args[i + 1])
+      return main_args[i + 1]
   raise errors.UserError("launch.main's arguments (after --) need --workdir=DIR")
+
+
+def logs_dir(workdir: str) -> Path:
+  """The local folder of the processes' logs: beside a local workdir, in the current directory for a gs:// one."""
+  path = files.path(workdir)
+  return Path(f"{path.name}.logs") if files.is_remote(path) else Path(path.parent) / f"{path.name}.logs"
 
 
 def process_commands(main_args: Sequence[str], processes: int, port: int,
@@ -66,7 +74,7 @@ def run_cluster(main_args: Sequence[str], processes: int, devices: int = 1, plat
   because another failed."""
   if processes < 1:
     raise errors.UserError(f"--processes {processes}: expected at least 1")
-  logs = workdir_of(main_args).parent / f"{workdir_of(main_args).name}.logs"
+  logs = logs_dir(workdir_of(main_args))
   logs.mkdir(parents=True, exist_ok=True)
   env = process_env(platform, devices)
   procs = []
@@ -85,20 +93,19 @@ def run_cluster(main_args: Sequence[str], processes: int, devices: int = 1, plat
 
 
 def _wait(procs: list[subprocess.Popen], shown, timeout_s: float | None) -> list[int | None]:
-  waited = 0.0
+  deadline = None if timeout_s is None else time.monotonic() + timeout_s
   while True:
     sys.stdout.write(shown.read())
     sys.stdout.flush()
     codes = [p.poll() for p in procs]
     if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
       break
-    if timeout_s is not None and waited >= timeout_s:
+    if deadline is not None and time.monotonic() >= deadline:
       raise errors.UserError(f"the processes did not finish within {timeout_s} s; stopped them")
-    try:
-      procs[0].wait(timeout=POLL_S)
+    try:  # Wakes as soon as the first unfinished process ends.
+      procs[codes.index(None)].wait(timeout=POLL_S)
     except subprocess.TimeoutExpired:
       pass
-    waited += POLL_S
   stopped = [p.poll() is None for p in procs]
   for p, stop in zip(procs, stopped):  # A failure stops the others (they would wait for the failed one forever).
     if stop:
@@ -128,7 +135,7 @@ def cluster_main(argv: Sequence[str] | None = None) -> None:
     raise errors.UserError("expected launch.main's arguments after --, e.g. -- --config configs/pretrain.py:runlocal "
                         "--workdir runs/two_hosts")
   codes = run_cluster(main_args, args.processes, args.devices_per_process, args.platform)
-  failed = [f"process {i} failed (exit {c}, log {workdir_of(main_args)}.logs/process{i}.log)"
+  failed = [f"process {i} failed (exit {c}, log {logs_dir(workdir_of(main_args)) / f'process{i}.log'})"
             for i, c in enumerate(codes) if c not in (0, None)]
   stopped = [str(i) for i, c in enumerate(codes) if c is None]
   if failed:

@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from encoder import errors
+from encoder import errors, files
 from launch.experiments.sweep import LOG_NAME, POINT_FILE
 from tasks import registry
 from tasks.scoring import score
@@ -41,6 +41,10 @@ DEFAULT_SAMPLES = 10_000
 def find_workdirs(paths: Sequence[str | Path]) -> list[Path]:
   """The workdirs named by `paths`: each path itself if it holds config.json, else its subdirectories that do."""
   found = []
+  remote = [str(p) for p in paths if files.is_remote(p)]
+  if remote:  # Not through pathlib, which would make gs://b a local gs:/b.
+    raise errors.UserError(f"{remote[0]}: reports read local workdirs; copy the runs down first, e.g. gcloud storage "
+                           "cp -r")
   for path in map(Path, paths):
     if (path / "config.json").is_file():
       found.append(path)

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 
 from configs import checks
 from configs.sweeps.points import SEED_KEY
-from encoder import errors
+from encoder import errors, files
 
 ARG_PREFIX = ":"  # Point keys starting with it are the config file's string arguments.
 CHAIN_SEPARATOR = "__"  # Between a chained point's parent name and its own.
@@ -252,6 +252,9 @@ def parser() -> argparse.ArgumentParser:
 def sweep_main(argv: Sequence[str] | None = None) -> None:
   """Parses the command line, then prints or runs the points; exits 1 naming the failed points."""
   args = parser().parse_args(argv)
+  if args.root and files.is_remote(args.root):  # Not through pathlib, which would make gs://b a local gs:/b.
+    raise errors.UserError(f"--root {args.root}: a sweep root is a local directory (the sweep appends to its logs "
+                           "there); copy finished runs to a bucket afterwards, e.g. gcloud storage cp -r")
   root = Path(args.root or Path("runs") / Path(args.sweep.partition(":")[0]).stem)
   points = select(expand(load_sweep(args.sweep), root, where=args.sweep), args.only)
   if args.print:

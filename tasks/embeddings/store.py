@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoder import errors
+from encoder import errors, files
 from encoder.array_files import load_npy
 from encoder.files import atomic_write
 
@@ -55,6 +55,9 @@ def open_store(directory: str | os.PathLike, settings: dict) -> int:
   partial files are removed, the index is cut back to the complete shards' rows. Other settings, or a path that
   is not a directory, raise UserError.
   """
+  if files.is_remote(directory):  # Not through pathlib, which would make gs://b a local gs:/b.
+    raise errors.UserError(f"--out {directory}: the store is written locally (its shards are appended to); give a "
+                           "local --out and copy it to the bucket afterwards, e.g. gcloud storage cp -r")
   directory = Path(directory)
   if directory.exists() and not directory.is_dir():
     raise errors.UserError(f"{directory}: --out must be a directory for the store, found a file; give another --out")

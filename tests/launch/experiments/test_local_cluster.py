@@ -39,7 +39,7 @@ def test_commands_and_environment():
                          "--coordinator_address=127.0.0.1:1234", "--num_processes=2", "--process_id=1"]
   env = local_cluster.process_env("cpu", 4)
   assert env["JAX_PLATFORMS"] == "cpu" and "--xla_force_host_platform_device_count=4" in env["XLA_FLAGS"]
-  assert local_cluster.workdir_of(["--workdir", "runs/x"]) == Path("runs/x")
+  assert local_cluster.workdir_of(["--workdir", "runs/x"]) == "runs/x"
 
 
 def test_two_processes_train_like_one_and_resume(tmp_path):
