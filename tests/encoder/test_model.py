@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
-from encoder import PRESETS, Encoder, preset
+from encoder import ARCHITECTURES, PRESETS, Encoder, preset
 from tests.conftest import require_package
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
@@ -251,12 +251,13 @@ def test_hash_dropout_statistics():
   np.testing.assert_array_equal(dropout(x[:2], 0.1, None), x[:2])
 
 
-@pytest.mark.parametrize("pre_layer_norm", [False, True])
+@pytest.mark.parametrize("arch", ["bert", "pre_ln", "modernbert"])
 @pytest.mark.parametrize("train", [False, True])
-def test_last_positions_equal_the_full_last_block(pre_layer_norm, train):
+def test_last_positions_equal_the_full_last_block(arch, train):
   """last_positions (what the heads read): the same [CLS], pooled, earlier layers and last-layer rows as the full
-  encoder, dropout masks included, and the same gradients."""
-  cfg = TINY.replace(pre_layer_norm=pre_layer_norm, hidden_dropout=0.3, attention_dropout=0.3)
+  encoder, dropout masks included, and the same gradients (ModernBERT's last block, layer 1, attends locally)."""
+  cfg = TINY.replace(**ARCHITECTURES[arch]).replace(hidden_dropout=0.3, attention_dropout=0.3,
+                                                     local_attention_window=4)
   model = Encoder(cfg)
   rng = np.random.default_rng(0)
   ids = jnp.asarray(rng.integers(1, cfg.vocab_size, size=(3, 11)))
