@@ -152,6 +152,7 @@ def _linear(path, hf, in_shape, out_shape, bias: bool):
 
 
 def _modernbert_norm(path, hf, width, bias: bool):
+  """A LayerNorm's weight (+ bias when the checkpoint has norm_bias)."""
   return _norm(path, hf, width) if bias else _norm(path, hf, width)[:1]
 
 
@@ -173,7 +174,8 @@ def _modernbert_tensors(cfg: EncoderConfig) -> list[_Tensor]:
 
 
 def _modernbert_head_tensors(cfg: EncoderConfig) -> dict[str, list[_Tensor]]:
-  """ModernBertForMaskedLM's head as our MLM head: dense (+ bias) -> act -> LayerNorm (+ bias) -> tied decoder + bias."""
+  """ModernBertForMaskedLM's head as our MLM head: dense (+ bias) -> act -> LayerNorm (+ bias) -> tied decoder +
+  bias."""
   H = cfg.hidden_size
   return {"mlm": (_dense(("mlm", "transform"), "head.dense", H, H) + _norm(("mlm", "layer_norm"), "head.norm", H)
                   + [_Tensor(("mlm", "output_bias"), (cfg.vocab_size,), ("decoder.bias",), (cfg.vocab_size,),
@@ -209,7 +211,7 @@ def _to_ours(t: _Tensor, arrays: list[np.ndarray]) -> np.ndarray:
     return np.stack(arrays).reshape(t.shape)
   if t.layout == "reshape":
     return arrays[0].reshape(t.shape)
-  return arrays[0].T.reshape(t.shape)  # transpose_reshape: e.g. [hidden, heads * head_dim] -> [heads, head_dim, hidden].
+  return arrays[0].T.reshape(t.shape)  # transpose_reshape, e.g. [hidden, heads * head_dim] -> [heads, head_dim, H].
 
 
 def _to_hf(t: _Tensor, leaf: np.ndarray) -> list[np.ndarray]:
@@ -629,9 +631,10 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params:
   """Write config.json + model.safetensors (+ copies of tokenizer_files, e.g. vocab.txt, tokenizer.json).
 
   The result loads with transformers' BertModel.from_pretrained (BertForPreTraining/BertForMaskedLM when heads are
-  given), or ModernBertModel (ModernBertForMaskedLM) for an encoder of `hf_layout` "modernbert". task_head (BERT only): (architecture, {HF tensor name: array}, config.json fields), a fine-tuned head in a BertFor*
-  class (e.g. ("BertForTokenClassification", {"classifier.weight": ..., ...}, {"id2label": ...})); the encoder's
-  tensors then get that class's "bert." prefix. Every file is written to a temporary name first and renamed into
+  given), or ModernBertModel (ModernBertForMaskedLM) for an encoder of `hf_layout` "modernbert". task_head (BERT
+  only): (architecture, {HF tensor name: array}, config.json fields), a fine-tuned head in a BertFor* class (e.g.
+  ("BertForTokenClassification", {"classifier.weight": ..., ...}, {"id2label": ...})); the encoder's tensors then get
+  that class's "bert." prefix. Every file is written to a temporary name first and renamed into
   place only once all are complete.
   """
   directory = Path(directory)
