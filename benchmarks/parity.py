@@ -4,6 +4,11 @@ Prints a table and, as its last line, one JSON object:
   max_abs_diff              all 7 hidden states, our Flax encoder vs transformers.BertModel (PyTorch), fp32
   tokens_identical_fraction our WordPiece ids vs the pure-Python BertTokenizerLegacy, per line
   roundtrip_max_abs_diff    import -> export -> BertModel.from_pretrained -> weights and outputs vs the original
+  modernbert_max_abs_diff   all hidden states of our encoder with the ModernBERT switches vs
+                            transformers.ModernBertModel on the same random weights (HF's seeded init; ModernBERT-base's
+                            recipe at 6 layers, hidden 256: global attention in layers 0 and 3, a 128-token window in
+                            the others, so tokens more than 64 apart do not see each other there), the same lines
+  modernbert_roundtrip_bitwise  that checkpoint imported and exported again: every tensor bit for bit
 Usage: python -m benchmarks.parity [--text FILE] [--lines 256] [--max-length 128] [--batch 32]
 """
 
@@ -15,6 +20,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import safetensors.numpy
 import torch
 import transformers
 from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
@@ -50,6 +56,35 @@ def hf_hidden_states(model, ids: np.ndarray, mask: np.ndarray) -> list[np.ndarra
     out = model(input_ids=torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask).long(),
                 output_hidden_states=True)
   return [h.numpy() for h in out.hidden_states]
+
+
+def modernbert_parity(directory: Path, sequences: list[list[int]], vocab_size: int, pad_id: int, batch: int
+                      ) -> tuple[float, bool]:
+  """(max |ours - ModernBertModel| over every hidden state at real tokens, whether import -> export is bitwise) on a
+  random ModernBERT (module docstring) saved in `directory`."""
+  torch.manual_seed(0)
+  config = transformers.ModernBertConfig(
+      vocab_size=vocab_size, hidden_size=256, num_hidden_layers=6, num_attention_heads=4, intermediate_size=384,
+      pad_token_id=pad_id, bos_token_id=None, eos_token_id=None, cls_token_id=None, sep_token_id=None,
+      attn_implementation="sdpa")
+  reference = transformers.ModernBertModel(config).eval()
+  reference.save_pretrained(directory / "hf")
+  cfg, params, heads = load_hf_checkpoint(directory / "hf")
+  save_hf_checkpoint(directory / "ours", cfg, params, heads)
+  original, exported = (safetensors.numpy.load_file(directory / d / "model.safetensors") for d in ("hf", "ours"))
+  bitwise = original.keys() == exported.keys() and all(np.array_equal(original[k], exported[k]) for k in original)
+  encoder = Encoder(cfg)
+  apply = jax.jit(lambda ids: encoder.apply({"params": params}, ids).hidden_states)
+  diff = 0.0
+  for start in range(0, len(sequences), batch):
+    ids, mask = pad_batch(sequences[start:start + batch], pad_id)
+    with torch.no_grad():
+      out = reference(input_ids=torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask).long(),
+                      output_hidden_states=True)
+    theirs = [h.numpy() for h in out.hidden_states[:-1]] + [out.last_hidden_state.numpy()]
+    real = mask.astype(bool)
+    diff = max([diff] + [float(np.abs(np.asarray(a) - b)[real].max()) for a, b in zip(apply(ids), theirs)])
+  return diff, bitwise
 
 
 def main() -> None:
@@ -100,6 +135,10 @@ def main() -> None:
   output_diff = max(float(np.abs(a - b).max()) for a, b in
                     zip(hf_hidden_states(reference, ids, mask), hf_hidden_states(reloaded, ids, mask)))
 
+  with tempfile.TemporaryDirectory() as tmp:
+    modernbert_diff, modernbert_bitwise = modernbert_parity(Path(tmp), truncated, cfg.vocab_size, ours.pad_id,
+                                                            args.batch)
+
   print(f"{len(lines)} lines of {text}, max length {args.max_length}, batch {args.batch}, checkpoint {model_dir}")
   print(f"{'hidden state':<14}{'max |ours - HF|':>18}")
   for layer, diff in enumerate(per_layer):
@@ -107,8 +146,11 @@ def main() -> None:
   print(f"tokenizer: {identical}/{len(lines)} lines identical to BertTokenizerLegacy")
   print(f"round trip: weights max diff {weight_diff:.3e}, outputs max diff {output_diff:.3e}")
   print(f"forward seconds: ours (jit, incl. compile) {ours_seconds:.2f}, HF PyTorch {ref_seconds:.2f}")
+  print(f"ModernBERT switches vs ModernBertModel (random weights): max diff {modernbert_diff:.3e}, import -> export "
+        f"{'bitwise' if modernbert_bitwise else 'NOT bitwise'}")
   print(json.dumps({"max_abs_diff": float(per_layer.max()), "tokens_identical_fraction": tokens_identical_fraction,
-                    "roundtrip_max_abs_diff": max(weight_diff, output_diff), "lines": len(lines)}))
+                    "roundtrip_max_abs_diff": max(weight_diff, output_diff), "lines": len(lines),
+                    "modernbert_max_abs_diff": modernbert_diff, "modernbert_roundtrip_bitwise": modernbert_bitwise}))
 
 
 if __name__ == "__main__":

@@ -32,8 +32,14 @@ With `bfloat16` our float32 step (JAX's default float32 arithmetic) runs in the 
 instructions HF is not run under autocast (`ratio` null, `bf16_reference` says why:
 benchmarks.torch_device.autocast_skip_reason) and `bf16_speedup` is the figure to read.
 
-  python -m benchmarks.pretrain_throughput [--size minilm] [--seq 128] [--batch 32] [--rounds 5] [--steps 2]
-      [--gelu exact|tanh] [--precision P] [--peak-tflops T] [--no-hf] [--no-f32]
+--arch NAME sets one of encoder.config.ARCHITECTURES' switch sets on the size (rope, geglu, swiglu, no_bias,
+local_global, pre_ln, modernbert: that recipe's dropout 0 included); the plain (BERT) encoder of the same size then
+runs in the same rounds (`bert_step_s`, `arch_speedup` = its step time / the variant's) and HF, whose
+BertForPreTraining computes another model, is not run. Its FLOPs count a gated feed-forward's third matrix; local
+attention layers compute every score, so they count them all (launch.flops).
+
+  python -m benchmarks.pretrain_throughput [--size minilm] [--arch bert] [--seq 128] [--batch 32] [--rounds 5]
+      [--steps 2] [--gelu exact|tanh] [--precision P] [--peak-tflops T] [--no-hf] [--no-f32]
   python -m benchmarks.pretrain_throughput --size base --seq 128 --batch 256 --precision bfloat16   # accelerators
 Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).
 """
@@ -51,7 +57,7 @@ import numpy as np
 from benchmarks import torch_device
 from benchmarks.timing import timed
 from configs import common, paths
-from encoder.config import PRESETS, preset
+from encoder.config import ARCHITECTURES, PRESETS, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from encoder import errors
@@ -218,6 +224,8 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--text", type=Path, default=None, help="default: <data>/wikitext-2/raw/wiki.valid.raw")
   parser.add_argument("--size", default="minilm", choices=sorted(PRESETS), help="encoder.config preset")
+  parser.add_argument("--arch", default="bert", choices=sorted(ARCHITECTURES),
+                      help="encoder.config.ARCHITECTURES switch set on the size, timed against the plain encoder")
   parser.add_argument("--batch", type=int, default=32)
   parser.add_argument("--seq", "--length", dest="length", type=int, default=128, help="tokens per row")
   parser.add_argument("--max-predictions", type=int, default=20)
@@ -238,8 +246,10 @@ def main() -> None:
   if args.precision == "float32":
     jax.config.update("jax_default_matmul_precision", "float32")
   dtype = jnp.bfloat16 if args.precision == "bfloat16" else jnp.float32
-  cfg = preset(args.size, max_positions=max(512, args.length), dtype=dtype,
-               hidden_act="gelu" if args.gelu == "exact" else "gelu_tanh")
+  arch = ARCHITECTURES[args.arch]
+  gelu = "gelu" if args.gelu == "exact" else "gelu_tanh"
+  plain = preset(args.size, max_positions=max(512, args.length), dtype=dtype, hidden_act=gelu)
+  cfg = plain.replace(**arch | {"hidden_act": gelu if arch.get("hidden_act", "gelu") == "gelu" else arch["hidden_act"]})
   tokenizer = load_tokenizer(minilm_path())
   text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
   batch = mask_batch(nsp_batch(text, tokenizer, args.batch, args.length, seed=0), tokenizer, args.max_predictions,
@@ -249,6 +259,8 @@ def main() -> None:
   total_steps = 2 + args.rounds * args.steps
 
   runners = {"ours": OurStep(cfg, batch, total_steps)}
+  if args.arch != "bert":
+    runners["ours_bert"] = OurStep(plain, batch, total_steps)
   if dtype == jnp.bfloat16 and not args.no_f32:
     runners["ours_f32"] = OurStep(cfg.replace(dtype=jnp.float32), batch, total_steps)
   if not args.no_dense:
@@ -256,7 +268,7 @@ def main() -> None:
   no_autocast = torch_device.autocast_skip_reason(torch_device.torch_device()) if dtype == jnp.bfloat16 else None
   if no_autocast and not args.no_hf:
     print(f"HF reference skipped: {no_autocast}; our bf16 step is compared with our float32 one", flush=True)
-  if not (args.no_hf or no_autocast):
+  if not (args.no_hf or no_autocast or args.arch != "bert"):
     runners["hf_torch"] = HFStep(cfg, batch, total_steps)
   compile_s = {}
   for name, runner in runners.items():  # Compilation and warm-up (first steps) outside the timed rounds.
@@ -290,7 +302,9 @@ def main() -> None:
       "ratio": round(per_s["ours"] / per_s["hf_torch"], 3) if "hf_torch" in per_s else None,
       "mfu": round(work / step_s["ours"] / ceiling, 3),
       "mfu_peak": round(work / step_s["ours"] / (peak * 1e12), 3) if peak else None,
-      "peak_tflops": peak, "size": args.size,
+      "peak_tflops": peak, "size": args.size, "arch": args.arch,
+      "bert_step_s": round(step_s["ours_bert"], 3) if "ours_bert" in step_s else None,
+      "arch_speedup": round(step_s["ours_bert"] / step_s["ours"], 3) if "ours_bert" in step_s else None,
       "tokens_per_s_dense_head": round(per_s["ours_dense_head"], 1) if "ours_dense_head" in per_s else None,
       "ratio_dense_head": (round(per_s["ours_dense_head"] / per_s["hf_torch"], 3)
                            if "ours_dense_head" in per_s and "hf_torch" in per_s else None),

@@ -1,11 +1,13 @@
 """Pretraining (MLM, NSP, SpanBERT's SBO) on raw text.
 
   python -m launch.main --config configs/pretrain.py:size=mini,objectives=mlm+nsp --workdir runs/mini
+  python -m launch.main --config configs/pretrain.py:size=mini,arch=modernbert --workdir runs/mini_modern
   python -m launch.main --config configs/pretrain.py:runlocal --workdir /tmp/smoke   # tiny model, a few seconds
   python -m launch.main --config configs/pretrain.py:init=hf:all-MiniLM-L6-v2,steps=500 \
       --config.data.train_files=my_domain.txt --workdir runs/adapted   # continued (domain-adaptive) pretraining
 
-String arguments: size (a name from encoder.config.PRESETS), objectives ("+"-joined names from
+String arguments: size (a name from encoder.config.PRESETS), arch (architecture switches set on the size: a name
+from encoder.config.ARCHITECTURES, e.g. rope, geglu, modernbert; default bert, none), objectives ("+"-joined names from
 objectives.registry.OBJECTIVES), steps, runlocal (tiny model, WikiText-2 valid split, 20 steps), init (continue
 from a checkpoint: "hf:<name or directory>" or "run:<workdir>"; its model config and tokenizer replace size's, and
 its encoder and whichever of the objectives' heads it has are loaded; "" = random init).
@@ -18,14 +20,14 @@ from configs import common
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The pretraining config for `arg` ('size=base,objectives=mlm+sbo,steps=100000,runlocal')."""
-  arg = common.parse_arg(arg, size="base", objectives="mlm", steps=100_000, runlocal=False, init="")
+  arg = common.parse_arg(arg, size="base", arch="bert", objectives="mlm", steps=100_000, runlocal=False, init="")
   names = arg.objectives.split("+")
   config = ml_collections.ConfigDict()  # Locked before it is returned.
   config.objectives = arg.objectives  # "+"-joined objective names (objectives.registry.OBJECTIVES).
   config.objective_weights = ml_collections.ConfigDict({n: 1.0 for n in names})  # Total loss = sum of w * loss.
   config.task = ""  # Fine-tuning task name (tasks registry); "" for pretraining.
   config.init = arg.init  # "hf:<name|dir>" or "run:<workdir>": continue pretraining from it ("" = random init).
-  config.model = common.model_config(arg.size)  # EncoderConfig fields (encoder.config.PRESETS[size]).
+  config.model = common.model_config(arg.size, arch=arg.arch)  # EncoderConfig fields (PRESETS[size] + switches).
 
   config.data = ml_collections.ConfigDict()  # Corpus files, tokenizer and row layout.
   config.data.train_files = "wikitext-2/raw/wiki.train.raw"  # Comma-separated; relative to the data dir or absolute.
@@ -52,8 +54,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.best_mode = "max" if "mlm" in names else "min"
 
   if arg.runlocal:  # A tiny run on the small WikiText-2 validation split: a smoke test in seconds.
-    config.model = common.model_config("tiny", num_layers=2, hidden_size=64, num_heads=4, intermediate_size=256,
-                                       max_positions=64)
+    config.model = common.model_config("tiny", arch=arg.arch, num_layers=2, hidden_size=64, num_heads=4,
+                                       intermediate_size=256, max_positions=64)
     config.data.train_files = "wikitext-2/raw/wiki.valid.raw"
     config.data.eval_files = "wikitext-2/raw/wiki.test.raw"
     config.data.max_length = 32

@@ -6,6 +6,8 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 
 
+ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
+POSITION_EMBEDDINGS = ("absolute", "rotary")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}  # Names in configs -> dtypes.
 
@@ -18,13 +20,29 @@ class EncoderConfig:
   num_layers: int = 12  # Transformer blocks.
   num_heads: int = 12  # Attention heads per block (hidden_size must be divisible by it).
   intermediate_size: int = 3072  # Width of each block's feedforward layer.
-  max_positions: int = 512  # Rows of the learned position-embedding table: the longest input in tokens.
-  type_vocab_size: int = 2  # Rows of the segment (token type) embedding table: sentence A / B.
+  max_positions: int = 512  # The longest input in tokens (rows of the learned position table when "absolute").
+  type_vocab_size: int = 2  # Rows of the segment (token type) embedding table: sentence A / B (0: no table).
   layer_norm_eps: float = 1e-12  # Epsilon of every LayerNorm.
   hidden_dropout: float = 0.1  # Dropout on the embeddings and on each sublayer's output, while training.
   attention_dropout: float = 0.1  # Dropout on the attention probabilities, while training.
-  hidden_act: str = "gelu"  # "gelu" (exact, erf) as BERT; "gelu_tanh" for the tanh approximation.
+  # Activation of the feed-forward layer: "gelu" (exact, erf) as BERT; "gelu_tanh" for the tanh approximation; "silu"
+  # (x sigmoid(x), SwiGLU's with gated_feed_forward).
+  hidden_act: str = "gelu"
   pre_layer_norm: bool = False  # False: post-LN (BERT); True: pre-LN with a final LayerNorm.
+  # Architecture switches, each independent (docs/design.md, "Architecture switches"; ARCHITECTURES names sets).
+  position_embedding: str = "absolute"  # "absolute": learned table of max_positions rows (BERT); "rotary": RoPE.
+  rope_theta: float = 10_000.0  # RoPE base theta of global-attention layers (ModernBERT: 160,000).
+  rope_local_theta: float = 10_000.0  # RoPE base theta of local (sliding-window) layers (ModernBERT: 10,000).
+  # Feed-forward act(x W_in) * (x W_gate) -> W_out, W_in and W_gate intermediate_size wide: GeGLU with hidden_act
+  # "gelu", SwiGLU with "silu" (False: BERT's dense -> act -> dense).
+  gated_feed_forward: bool = False
+  use_bias: bool = True  # Biases in every dense layer and LayerNorm of the encoder (False: none, as ModernBERT).
+  # Pre-LN only: LayerNorm the embeddings, and the first block then reads them without an attention LayerNorm of its
+  # own (ModernBERT); False: the embeddings enter the first block's LayerNorm raw. Post-LN always normalizes them.
+  embedding_norm: bool = False
+  # Local layers attend only to keys at most window/2 tokens away (ModernBERT's local_attention: 128); 0: all global.
+  local_attention_window: int = 0
+  global_attention_every: int = 1  # With a window: layer i attends globally when i % this == 0 (ModernBERT: 3).
   pad_token_id: int = 0  # Token id of padding: masked out of attention when the caller passes no mask.
   initializer_range: float = 0.02  # Std of the normal initializer of weights and embeddings.
   # Matmul operand dtype: bfloat16 is mixed precision (bf16 operands, float32 accumulation and products; LayerNorm,
@@ -39,23 +57,52 @@ class EncoderConfig:
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-    if self.hidden_act not in ("gelu", "gelu_tanh"):
-      raise ValueError(f"hidden_act {self.hidden_act!r} is not one of 'gelu', 'gelu_tanh'")
-    if self.remat not in REMAT_POLICIES:
-      raise ValueError(f"remat {self.remat!r} is not one of {', '.join(map(repr, REMAT_POLICIES))}")
+    choices = dict(hidden_act=ACTIVATIONS, position_embedding=POSITION_EMBEDDINGS, remat=REMAT_POLICIES)
+    for field, allowed in choices.items():
+      if getattr(self, field) not in allowed:
+        raise ValueError(f"{field} {getattr(self, field)!r} is not one of {', '.join(map(repr, allowed))}")
+    if self.position_embedding == "rotary" and self.head_dim % 2:
+      raise ValueError(f"rotary positions rotate pairs of dimensions: head_dim {self.head_dim} must be even")
+    if self.local_attention_window < 0 or self.global_attention_every < 1:
+      raise ValueError(f"local_attention_window {self.local_attention_window} must be >= 0 and "
+                       f"global_attention_every {self.global_attention_every} >= 1")
+    if self.embedding_norm and not self.pre_layer_norm:
+      raise ValueError("embedding_norm=True is a pre-LN switch (post-LN always normalizes the embeddings); set "
+                       "pre_layer_norm=True or embedding_norm=False")
 
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
+
+  def is_global(self, layer: int) -> bool:
+    """Whether block `layer` (from 0) attends to the whole sequence rather than a local window."""
+    return self.local_attention_window == 0 or layer % self.global_attention_every == 0
 
   def replace(self, **changes) -> "EncoderConfig":
     return dataclasses.replace(self, **changes)
 
 
 def _size(layers, hidden, heads, **extra):
-  return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden, **extra)
+  return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden) | extra
 
 
+# Architecture switch sets, applied on top of a size (`preset(size, **ARCHITECTURES[name])`): one switch alone, or
+# ModernBERT's recipe (Warner et al., 2024): RoPE (theta 160k global, 10k local), GeGLU, no biases, pre-LN with a
+# normalized embedding and a final LayerNorm, no segment embeddings, global attention every 3rd layer and a 128-token
+# window in the others, no dropout, LayerNorm epsilon 1e-5.
+ARCHITECTURES: dict[str, dict] = {
+    "bert": {},
+    "pre_ln": dict(pre_layer_norm=True),
+    "rope": dict(position_embedding="rotary"),
+    "geglu": dict(gated_feed_forward=True, hidden_act="gelu"),
+    "swiglu": dict(gated_feed_forward=True, hidden_act="silu"),
+    "no_bias": dict(use_bias=False),
+    "local_global": dict(local_attention_window=128, global_attention_every=3),
+    "modernbert": dict(position_embedding="rotary", rope_theta=160_000.0, rope_local_theta=10_000.0,
+                       gated_feed_forward=True, hidden_act="gelu", use_bias=False, pre_layer_norm=True,
+                       embedding_norm=True, type_vocab_size=0, local_attention_window=128, global_attention_every=3,
+                       hidden_dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5),
+}
 # Sizes from the spec (BERT-base/large, XLM-R large), the BERT miniatures (Turc et al., 2019) and MiniLM.
 PRESETS: dict[str, dict] = {
     "tiny": _size(2, 128, 2),
@@ -67,6 +114,11 @@ PRESETS: dict[str, dict] = {
     "xlmr-large": _size(24, 1024, 16, vocab_size=250002, max_positions=514, type_vocab_size=1,
                         layer_norm_eps=1e-5, pad_token_id=1),
     "minilm": _size(6, 384, 12),
+    # ModernBERT-base and -large as released (answerdotai/ModernBERT-*: config.json), their tokenizer's sizes.
+    "modernbert-base": _size(22, 768, 12, **ARCHITECTURES["modernbert"], intermediate_size=1152, vocab_size=50368,
+                             max_positions=8192, pad_token_id=50283),
+    "modernbert-large": _size(28, 1024, 16, **ARCHITECTURES["modernbert"], intermediate_size=2624, vocab_size=50368,
+                              max_positions=8192, pad_token_id=50283),
 }
 
 

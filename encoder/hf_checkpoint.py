@@ -1,11 +1,14 @@
-"""HuggingFace BERT checkpoints <-> our encoder: config.json + model.safetensors in, the same files out.
+"""HuggingFace BERT and ModernBERT checkpoints <-> our encoder: config.json + model.safetensors in, the same files out.
 
 Reads and writes safetensors only (never pickles), maps HF tensor names to our parameter tree (fused QKV,
-[in, out] kernels) and back, bit for bit, so `transformers.BertModel.from_pretrained` loads what we export.
+[in, out] kernels) and back, bit for bit, so `transformers.BertModel.from_pretrained` loads what we export. A
+ModernBERT checkpoint (model_type "modernbert") is our encoder with the `modernbert` switches (encoder.config
+ARCHITECTURES); which HF layout an EncoderConfig exports to is `hf_layout(cfg)`.
 """
 
 import contextlib
 import json
+import math
 import os
 import shutil
 from collections.abc import Iterable, Mapping
@@ -76,7 +79,9 @@ class _Tensor(NamedTuple):
   shape: tuple[int, ...]  # Its shape there.
   hf_names: tuple[str, ...]  # HF tensors it is built from (three for the fused QKV).
   hf_shape: tuple[int, ...]  # Shape of each HF tensor.
-  layout: str  # How the two relate: copy, transpose (nn.Linear [out, in] vs kernel [in, out]), qkv_*, out_kernel.
+  # How the two relate: copy; transpose (nn.Linear [out, in] vs kernel [in, out]); qkv_* (three HF tensors);
+  # transpose_reshape (one [out, in] weight vs a kernel [*in, *out]); reshape (the same values in another shape).
+  layout: str
 
 
 def _embed(path, hf, n, width):
@@ -109,7 +114,7 @@ def _encoder_tensors(cfg: EncoderConfig) -> list[_Tensor]:
                 "qkv_kernel"),
         _Tensor((ours, "attention", "qkv", "bias"), (3, A, D), tuple(n + ".bias" for n in qkv), (H,), "qkv_bias"),
         _Tensor((ours, "attention", "output", "kernel"), (A, D, H), (f"{hf}.attention.output.dense.weight",),
-                (H, H), "out_kernel"),
+                (H, H), "transpose_reshape"),
         _Tensor((ours, "attention", "output", "bias"), (H,), (f"{hf}.attention.output.dense.bias",), (H,), "copy")]
     tensors += (_norm((ours, "attention_layer_norm"), f"{hf}.attention.output.LayerNorm", H)
                 + _dense((ours, "mlp", "intermediate"), f"{hf}.intermediate.dense", H, cfg.intermediate_size)
@@ -127,6 +132,74 @@ def _head_tensors(cfg: EncoderConfig) -> dict[str, list[_Tensor]]:
   return {"mlm": mlm, "nsp": _dense(("nsp",), "cls.seq_relationship", H, 2)}
 
 
+# ModernBERT (HF ModernBertModel, ModernBertForMaskedLM with the "model." prefix): the switches that make our encoder
+# one, the fields a BERT export needs instead, and its tensors.
+MODERNBERT_SWITCHES = dict(position_embedding="rotary", gated_feed_forward=True, pre_layer_norm=True,
+                           embedding_norm=True, type_vocab_size=0)
+BERT_SWITCHES = dict(position_embedding="absolute", gated_feed_forward=False, use_bias=True, pre_layer_norm=False,
+                     embedding_norm=False, local_attention_window=0)
+_MODERNBERT_ACTIVATIONS = dict(_ACTIVATIONS, silu="silu", swish="silu")
+_HF_MODERNBERT_ACTIVATION = dict(_HF_ACTIVATION, silu="silu")
+# Head biases ModernBertForMaskedLM may lack (classifier_bias, norm_bias, decoder_bias off): zeros in our MLM head.
+_MODERNBERT_OPTIONAL = ("head.dense.bias", "head.norm.bias", "decoder.bias")
+
+
+def _linear(path, hf, in_shape, out_shape, bias: bool):
+  """An nn.Linear [prod(out), prod(in)] (+ bias) as our kernel [*in, *out] (+ bias [*out])."""
+  n_in, n_out = math.prod(in_shape), math.prod(out_shape)
+  tensors = [_Tensor(path + ("kernel",), in_shape + out_shape, (hf + ".weight",), (n_out, n_in), "transpose_reshape")]
+  return tensors + ([_Tensor(path + ("bias",), out_shape, (hf + ".bias",), (n_out,), "reshape")] if bias else [])
+
+
+def _modernbert_norm(path, hf, width, bias: bool):
+  """A LayerNorm's weight (+ bias when the checkpoint has norm_bias)."""
+  return _norm(path, hf, width) if bias else _norm(path, hf, width)[:1]
+
+
+def _modernbert_tensors(cfg: EncoderConfig) -> list[_Tensor]:
+  """Every leaf of Encoder(cfg)'s params but the pooler (ModernBERT has none), in HF ModernBertModel names."""
+  H, A, D, b = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.use_bias
+  tensors = (_embed(("embeddings", "word_embeddings"), "embeddings.tok_embeddings", cfg.vocab_size, H)
+             + _modernbert_norm(("embeddings", "layer_norm"), "embeddings.norm", H, b))
+  for i in range(cfg.num_layers):
+    ours, hf = f"layer_{i}", f"layers.{i}"
+    if i:  # The first block reads the normalized embeddings (embedding_norm).
+      tensors += _modernbert_norm((ours, "attention_layer_norm"), f"{hf}.attn_norm", H, b)
+    tensors += (_linear((ours, "attention", "qkv"), f"{hf}.attn.Wqkv", (H,), (3, A, D), b)
+                + _linear((ours, "attention", "output"), f"{hf}.attn.Wo", (A, D), (H,), b)
+                + _modernbert_norm((ours, "output_layer_norm"), f"{hf}.mlp_norm", H, b)
+                + _linear((ours, "mlp", "intermediate"), f"{hf}.mlp.Wi", (H,), (2, cfg.intermediate_size), b)
+                + _linear((ours, "mlp", "output"), f"{hf}.mlp.Wo", (cfg.intermediate_size,), (H,), b))
+  return tensors + _modernbert_norm(("final_layer_norm",), "final_norm", H, b)
+
+
+def _modernbert_head_tensors(cfg: EncoderConfig) -> dict[str, list[_Tensor]]:
+  """ModernBertForMaskedLM's head as our MLM head: dense (+ bias) -> act -> LayerNorm (+ bias) -> tied decoder +
+  bias."""
+  H = cfg.hidden_size
+  return {"mlm": (_dense(("mlm", "transform"), "head.dense", H, H) + _norm(("mlm", "layer_norm"), "head.norm", H)
+                  + [_Tensor(("mlm", "output_bias"), (cfg.vocab_size,), ("decoder.bias",), (cfg.vocab_size,),
+                             "copy")])}
+
+
+def hf_layout(cfg: EncoderConfig) -> str:
+  """"bert" or "modernbert": the HF architecture that computes what Encoder(cfg) does (pooler aside, which ModernBERT
+  lacks); an UnsupportedArchitectureError names the fields that keep `cfg` out of both."""
+  def conflicts(switches):
+    return [f"{field}={getattr(cfg, field)!r}" for field, value in switches.items() if getattr(cfg, field) != value]
+  bert = conflicts(BERT_SWITCHES) + ([f"hidden_act={cfg.hidden_act!r}"] if cfg.hidden_act not in _HF_ACTIVATION else
+                                     []) + (["type_vocab_size=0"] if not cfg.type_vocab_size else [])
+  if not bert:
+    return "bert"
+  modernbert = conflicts(MODERNBERT_SWITCHES)
+  if not modernbert:
+    return "modernbert"
+  raise UnsupportedArchitectureError(
+      f"an encoder with {', '.join(bert)} has no HuggingFace BERT equivalent (BERT is post-LN with learned absolute "
+      f"positions, biases and a dense feed-forward), nor a ModernBERT one ({', '.join(modernbert)}; ModernBERT needs "
+      f"{', '.join(f'{k}={v!r}' for k, v in MODERNBERT_SWITCHES.items())}); export only those")
+
+
 def _to_ours(t: _Tensor, arrays: list[np.ndarray]) -> np.ndarray:
   if t.layout == "copy":
     return arrays[0]
@@ -136,7 +209,9 @@ def _to_ours(t: _Tensor, arrays: list[np.ndarray]) -> np.ndarray:
     return np.stack([w.T for w in arrays], axis=1).reshape(t.shape)
   if t.layout == "qkv_bias":
     return np.stack(arrays).reshape(t.shape)
-  return arrays[0].T.reshape(t.shape)  # out_kernel: [hidden, heads * head_dim] -> [heads, head_dim, hidden].
+  if t.layout == "reshape":
+    return arrays[0].reshape(t.shape)
+  return arrays[0].T.reshape(t.shape)  # transpose_reshape, e.g. [hidden, heads * head_dim] -> [heads, head_dim, H].
 
 
 def _to_hf(t: _Tensor, leaf: np.ndarray) -> list[np.ndarray]:
@@ -148,8 +223,10 @@ def _to_hf(t: _Tensor, leaf: np.ndarray) -> list[np.ndarray]:
     arrays = [leaf[:, j].reshape(t.hf_shape[1], -1).T for j in range(3)]
   elif t.layout == "qkv_bias":
     arrays = [leaf[j].reshape(-1) for j in range(3)]
-  else:  # out_kernel
-    arrays = [leaf.reshape(-1, t.shape[-1]).T]
+  elif t.layout == "reshape":
+    arrays = [leaf.reshape(t.hf_shape)]
+  else:  # transpose_reshape
+    arrays = [leaf.reshape(t.hf_shape[::-1]).T]
   return [np.ascontiguousarray(a) for a in arrays]
 
 
@@ -173,9 +250,12 @@ def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
   """EncoderConfig from a parsed HF config.json; anything but a post-LN absolute-position BERT is refused."""
   def unsupported(field, why):
     return UnsupportedArchitectureError(f"{source}: field {field!r} = {hf_config.get(field)!r}: {why}; only BERT "
-                                        "encoders (model_type 'bert', e.g. BertModel/BertForPreTraining) import")
+                                        "encoders (model_type 'bert', e.g. BertModel/BertForPreTraining) and "
+                                        "ModernBERT ('modernbert') import")
+  if hf_config.get("model_type") == "modernbert":
+    return _modernbert_config_from_hf(hf_config, source)
   if hf_config.get("model_type") != "bert":
-    raise unsupported("model_type", "not a BERT checkpoint (RoBERTa/XLM-R/DistilBERT use other layouts)")
+    raise unsupported("model_type", "not a BERT or ModernBERT checkpoint (RoBERTa/XLM-R/DistilBERT use other layouts)")
   if hf_config.get("position_embedding_type", "absolute") != "absolute":
     raise unsupported("position_embedding_type", "only learned absolute positions are implemented")
   if hf_config.get("hidden_act", "gelu") not in _ACTIVATIONS:
@@ -187,16 +267,7 @@ def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
                 num_heads="num_attention_heads", intermediate_size="intermediate_size")
   optional = dict(max_positions=("max_position_embeddings", 512), type_vocab_size=("type_vocab_size", 2),
                   pad_token_id=("pad_token_id", 0))
-  values = {}
-  for ours, hf in fields.items():
-    if hf not in hf_config:
-      raise CheckpointError(f"{source}: required field {hf!r} is missing")
-    values[ours] = hf_config[hf]
-  for ours, (hf, default) in optional.items():
-    values[ours] = default if hf_config.get(hf) is None else hf_config[hf]
-  for ours, value in values.items():
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-      raise CheckpointError(f"{source}: field {ours!r} must be a non-negative integer, found {value!r}")
+  values = _integer_fields(hf_config, source, fields, optional)
   try:
     return EncoderConfig(
         **values, layer_norm_eps=float(hf_config.get("layer_norm_eps", 1e-12)),
@@ -208,11 +279,100 @@ def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
     raise CheckpointError(f"{source}: {err}") from err
 
 
+def _integer_fields(hf_config: dict, source: str, required: dict, optional: dict) -> dict[str, int]:
+  """{our field: value} of required {ours: hf} and optional {ours: (hf, default)} fields, each a non-negative int."""
+  values = {}
+  for ours, hf in required.items():
+    if hf not in hf_config:
+      raise CheckpointError(f"{source}: required field {hf!r} is missing")
+    values[ours] = hf_config[hf]
+  for ours, (hf, default) in optional.items():
+    values[ours] = default if hf_config.get(hf) is None else hf_config[hf]
+  for ours, value in values.items():
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      raise CheckpointError(f"{source}: field {ours!r} must be a non-negative integer, found {value!r}")
+  return values
+
+
+def _global_every(layer_types: list, source: str) -> int:
+  """The period p of ModernBERT's layer_types (layer i "full_attention" iff i % p == 0); 0 when every layer is."""
+  if all(kind == "full_attention" for kind in layer_types):
+    return 0
+  for period in range(2, len(layer_types) + 1):
+    if all((kind == "full_attention") == (i % period == 0) for i, kind in enumerate(layer_types)):
+      return period
+  raise UnsupportedArchitectureError(f"{source}: field 'layer_types' = {layer_types!r}: only global attention every "
+                                     "p-th layer from the first (i % p == 0), local in the others, is implemented")
+
+
+def _modernbert_config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
+  """EncoderConfig (the `modernbert` switches) from a ModernBertConfig's config.json."""
+  def unsupported(field, why):
+    return UnsupportedArchitectureError(f"{source}: field {field!r} = {hf_config.get(field)!r}: {why}")
+  activation = hf_config.get("hidden_activation", "gelu")
+  if activation not in _MODERNBERT_ACTIVATIONS:
+    raise unsupported("hidden_activation", f"the encoder implements only {sorted(_MODERNBERT_ACTIVATIONS)}")
+  biases = {field: bool(hf_config.get(field, False)) for field in ("attention_bias", "mlp_bias", "norm_bias")}
+  if len(set(biases.values())) > 1:
+    raise unsupported("norm_bias", f"biases on in some layers only ({biases}): use_bias switches all of them")
+  values = _integer_fields(
+      hf_config, source, dict(vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
+                              num_heads="num_attention_heads", intermediate_size="intermediate_size"),
+      dict(max_positions=("max_position_embeddings", 8192), pad_token_id=("pad_token_id", 50283),
+           local_attention_window=("local_attention", 128)))
+  rope = hf_config.get("rope_parameters") or {}
+  thetas = {}
+  for kind, legacy, default in (("full_attention", "global_rope_theta", 160_000.0),
+                                ("sliding_attention", "local_rope_theta", 10_000.0)):
+    parameters = rope.get(kind) or {}
+    if parameters.get("rope_type", "default") != "default":
+      raise unsupported("rope_parameters", f"{kind} uses rope_type {parameters['rope_type']!r}; only 'default' RoPE")
+    thetas[kind] = float(parameters.get("rope_theta", hf_config.get(legacy, default)))
+  every = hf_config.get("global_attn_every_n_layers", 3)
+  layer_types = hf_config.get("layer_types") or [
+      "full_attention" if i % every == 0 else "sliding_attention" for i in range(values["num_layers"])]
+  if len(layer_types) != values["num_layers"]:
+    raise unsupported("layer_types", f"{len(layer_types)} entries for {values['num_layers']} layers")
+  every = _global_every(layer_types, source)
+  if not every:
+    values["local_attention_window"] = 0
+  try:
+    return EncoderConfig(
+        **values, **MODERNBERT_SWITCHES, use_bias=biases["norm_bias"], global_attention_every=every or 1,
+        rope_theta=thetas["full_attention"], rope_local_theta=thetas["sliding_attention"],
+        hidden_act=_MODERNBERT_ACTIVATIONS[activation], layer_norm_eps=float(hf_config.get("norm_eps", 1e-5)),
+        hidden_dropout=float(hf_config.get("embedding_dropout", 0.0)),
+        attention_dropout=float(hf_config.get("attention_dropout", 0.0)),
+        initializer_range=float(hf_config.get("initializer_range", 0.02)))
+  except (TypeError, ValueError) as err:
+    raise CheckpointError(f"{source}: {err}") from err
+
+
+def _modernbert_config_to_hf(cfg: EncoderConfig, architecture: str) -> dict[str, Any]:
+  """The config.json dict that transformers' ModernBertConfig reads back as `cfg` (hidden_dropout is its embedding
+  and MLP dropout)."""
+  layer_types = ["full_attention" if cfg.is_global(i) else "sliding_attention" for i in range(cfg.num_layers)]
+  return {
+      "architectures": [architecture], "model_type": "modernbert", "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
+      "intermediate_size": cfg.intermediate_size, "hidden_activation": _HF_MODERNBERT_ACTIVATION[cfg.hidden_act],
+      "max_position_embeddings": cfg.max_positions, "norm_eps": cfg.layer_norm_eps, "norm_bias": cfg.use_bias,
+      "attention_bias": cfg.use_bias, "mlp_bias": cfg.use_bias, "pad_token_id": cfg.pad_token_id,
+      "bos_token_id": None, "eos_token_id": None, "cls_token_id": None, "sep_token_id": None,
+      "layer_types": layer_types, "local_attention": cfg.local_attention_window or 128,
+      "rope_parameters": {"full_attention": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
+                          "sliding_attention": {"rope_theta": cfg.rope_local_theta, "rope_type": "default"}},
+      "embedding_dropout": cfg.hidden_dropout, "mlp_dropout": cfg.hidden_dropout,
+      "attention_dropout": cfg.attention_dropout, "initializer_range": cfg.initializer_range,
+      "classifier_activation": _HF_MODERNBERT_ACTIVATION[cfg.hidden_act], "decoder_bias": True,
+      "tie_word_embeddings": True, "dtype": np.dtype(cfg.param_dtype).name}
+
+
 def config_to_hf(cfg: EncoderConfig, architecture: str = "BertModel") -> dict[str, Any]:
-  """The config.json dict that transformers' BertConfig reads back as `cfg` (post-LN BERT only)."""
-  if cfg.pre_layer_norm:
-    raise UnsupportedArchitectureError("pre_layer_norm=True has no HuggingFace BERT equivalent (BERT is post-LN); "
-                                       "export only post-LN encoders")
+  """The config.json dict that transformers' BertConfig (ModernBertConfig for `hf_layout` "modernbert") reads back
+  as `cfg`."""
+  if hf_layout(cfg) == "modernbert":
+    return _modernbert_config_to_hf(cfg, architecture)
   return {
       "architectures": [architecture], "model_type": "bert", "vocab_size": cfg.vocab_size,
       "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
@@ -294,8 +454,9 @@ def _read_tensors(files: list[Path]) -> tuple[dict[str, np.ndarray], dict[str, s
 
 
 def _canonical(name: str) -> str:
-  """Drop BertFor*'s "bert." prefix and rename TF-era LayerNorm gamma/beta to weight/bias."""
-  name = name.removeprefix("bert.")
+  """Drop BertFor*'s "bert." (ModernBertFor*'s "model.") prefix and rename TF-era LayerNorm gamma/beta to
+  weight/bias."""
+  name = name.removeprefix("bert.").removeprefix("model.")
   stem, _, leaf = name.rpartition(".")
   if stem.endswith("LayerNorm") and leaf in ("gamma", "beta"):
     return f"{stem}.{'weight' if leaf == 'gamma' else 'bias'}"
@@ -361,6 +522,22 @@ def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool =
   files = _weight_files(directory)
   source = str(files[0]) if len(files) == 1 else str(directory / INDEX_FILE)
   found, origin = _read_tensors(files)
+  if hf_layout(cfg) == "modernbert":
+    params, heads = _gather_modernbert(cfg, found, origin, source)
+  else:
+    params, heads = _gather_bert(cfg, found, origin, source, init_missing_pooler)
+  if found:
+    names = sorted(origin[name] for name in found)
+    raise UnexpectedTensorError(f"{source}: unexpected tensor(s) {', '.join(names[:5])}"
+                                f"{f' (and {len(names) - 5} more)' if len(names) > 5 else ''}: not part of a BERT "
+                                "(ModernBERT) encoder or its MLM/NSP (MLM) pretraining heads (task heads are not "
+                                "imported)")
+  return cfg, params, heads
+
+
+def _gather_bert(cfg: EncoderConfig, found: dict, origin: dict, source: str, init_missing_pooler: bool
+                 ) -> tuple[dict, dict]:
+  """(params, heads) popped from a BERT checkpoint's tensors (`load_hf_checkpoint`)."""
   encoder_tensors = _encoder_tensors(cfg)
   pooler = [t for t in encoder_tensors if t.path[0] == "pooler"]
   zero_pooler = init_missing_pooler and not any(name in found for t in pooler for name in t.hf_names)
@@ -375,38 +552,69 @@ def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool =
   for head, tensors in _head_tensors(cfg).items():
     if any(name in found for t in tensors for name in t.hf_names):
       heads.update(_gather(tensors, found, origin, cfg, source))
-  if found:
-    names = sorted(origin[name] for name in found)
-    raise UnexpectedTensorError(f"{source}: unexpected tensor(s) {', '.join(names[:5])}"
-                                f"{f' (and {len(names) - 5} more)' if len(names) > 5 else ''}: not part of a BERT "
-                                "encoder or its MLM/NSP pretraining heads (task heads are not imported)")
-  return cfg, params, heads
+  return params, heads
+
+
+def _gather_modernbert(cfg: EncoderConfig, found: dict, origin: dict, source: str) -> tuple[dict, dict]:
+  """(params, heads) popped from a ModernBertModel / ModernBertForMaskedLM checkpoint's tensors: a zero pooler
+  (ModernBERT has none) and the MLM head with zeros for the biases the checkpoint's config leaves out."""
+  weight = found.pop("decoder.weight", None)
+  if weight is not None and not np.array_equal(weight, found.get("embeddings.tok_embeddings.weight")):
+    raise UnsupportedArchitectureError(
+        f"tensor {origin['decoder.weight']} differs from the word embeddings: an untied MLM decoder is not supported "
+        "(our MLM head reuses the input embeddings)")
+  params = _gather(_modernbert_tensors(cfg), found, origin, cfg, source)
+  pooler = {"kernel": np.zeros((cfg.hidden_size, cfg.hidden_size), cfg.param_dtype)}
+  params["pooler"] = pooler | ({"bias": np.zeros(cfg.hidden_size, cfg.param_dtype)} if cfg.use_bias else {})
+  (head,) = _modernbert_head_tensors(cfg).values()
+  if not any(name in found for t in head for name in t.hf_names):
+    return params, {}
+  for name, width in zip(_MODERNBERT_OPTIONAL, (cfg.hidden_size, cfg.hidden_size, cfg.vocab_size)):
+    if name not in found:
+      found[name], origin[name] = np.zeros(width, cfg.param_dtype), f"{name!r} (absent: zeros)"
+  return params, _gather(head, found, origin, cfg, source)
 
 
 def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None) -> dict[str, np.ndarray]:
-  """{HF tensor name: array} for our params (+ heads, then with BertForPreTraining's "bert." prefix)."""
+  """{HF tensor name: array} for our params (+ heads, then with BertForPreTraining's "bert." prefix, or
+  ModernBertForMaskedLM's "model.": its head's all-zero dense bias and, bias-free, its LayerNorm bias left out)."""
   heads = heads or {}
-  unknown = sorted(set(heads) - set(PRETRAINING_HEADS))
+  modernbert = hf_layout(cfg) == "modernbert"
+  exportable = ("mlm",) if modernbert else PRETRAINING_HEADS
+  unknown = sorted(set(heads) - set(exportable))
   if unknown:
-    raise UnexpectedTensorError(f"heads has unknown entries {unknown}; only {PRETRAINING_HEADS} export")
-  prefix = "bert." if heads else ""
+    raise UnexpectedTensorError(f"heads has unknown entries {unknown}; only {exportable} export")
+  prefix = ("model." if modernbert else "bert.") if heads else ""
+  head_tensors = (_modernbert_head_tensors if modernbert else _head_tensors)(cfg)
   state = {}
-  for t in _encoder_tensors(cfg):
+  for t in _modernbert_tensors(cfg) if modernbert else _encoder_tensors(cfg):
     leaf = _get(params, t.path, "params")
     if leaf.shape != t.shape:
       raise ShapeMismatchError(f"params/{'/'.join(t.path)} has shape {leaf.shape}, expected {t.shape} for the config")
     state.update({prefix + n: a for n, a in zip(t.hf_names, _to_hf(t, leaf))})
   for head in heads:
-    for t in _head_tensors(cfg)[head]:
+    for t in head_tensors[head]:
       leaf = _get(heads, t.path, "heads")
       if leaf.shape != t.shape:
         raise ShapeMismatchError(f"heads/{'/'.join(t.path)} has shape {leaf.shape}, expected {t.shape}")
       state.update(zip(t.hf_names, _to_hf(t, leaf)))
+  if modernbert and heads:
+    if not state["head.dense.bias"].any():  # classifier_bias=False.
+      del state["head.dense.bias"]
+    if not cfg.use_bias:  # norm_bias=False holds for the head's LayerNorm too.
+      if state["head.norm.bias"].any():
+        raise UnsupportedArchitectureError(
+            "heads/mlm/layer_norm/bias is nonzero, but a bias-free ModernBERT (use_bias=False: norm_bias=False) has "
+            "no LayerNorm biases, its MLM head's included; export the encoder alone")
+      del state["head.norm.bias"]
   return state
 
 
-def architecture_of(heads: Iterable[str]) -> str:
-  """The HF class of a checkpoint with these pretraining heads (PRETRAINING_HEADS), e.g. BertForPreTraining."""
+def architecture_of(heads: Iterable[str], layout: str = "bert") -> str:
+  """The HF class of a checkpoint with these pretraining heads (PRETRAINING_HEADS) in `layout` (`hf_layout`), e.g.
+  BertForPreTraining, ModernBertForMaskedLM."""
+  if layout == "modernbert":
+    return "ModernBertForMaskedLM" if tuple(heads) == ("mlm",) else "ModernBertModel"
   return _ARCHITECTURES[tuple(sorted(heads))]
 
 
@@ -423,18 +631,24 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params:
   """Write config.json + model.safetensors (+ copies of tokenizer_files, e.g. vocab.txt, tokenizer.json).
 
   The result loads with transformers' BertModel.from_pretrained (BertForPreTraining/BertForMaskedLM when heads are
-  given). task_head: (architecture, {HF tensor name: array}, config.json fields), a fine-tuned head in a BertFor*
-  class (e.g. ("BertForTokenClassification", {"classifier.weight": ..., ...}, {"id2label": ...})); the encoder's
-  tensors then get that class's "bert." prefix. Every file is written to a temporary name first and renamed into
+  given), or ModernBertModel (ModernBertForMaskedLM) for an encoder of `hf_layout` "modernbert". task_head (BERT
+  only): (architecture, {HF tensor name: array}, config.json fields), a fine-tuned head in a BertFor* class (e.g.
+  ("BertForTokenClassification", {"classifier.weight": ..., ...}, {"id2label": ...})); the encoder's tensors then get
+  that class's "bert." prefix. Every file is written to a temporary name first and renamed into
   place only once all are complete.
   """
   directory = Path(directory)
   heads = dict(heads or {})
   state = hf_state(cfg, params, heads)
-  hf_config = config_to_hf(cfg, architecture_of(heads))
+  layout = hf_layout(cfg)
+  hf_config = config_to_hf(cfg, architecture_of(heads, layout))
+  if layout == "modernbert" and heads:
+    hf_config["classifier_bias"] = "head.dense.bias" in state
   if task_head is not None:
     if heads:
       raise CheckpointError("a checkpoint holds either pretraining heads or one task head, not both")
+    if layout != "bert":
+      raise CheckpointError(f"task heads export in BERT classes only; this encoder is a {layout} one")
     architecture, head_tensors, config_fields = task_head
     state = {f"bert.{name}": array for name, array in state.items()
              if architecture not in _POOLERLESS or not name.startswith("pooler.")} | dict(head_tensors)

@@ -59,9 +59,15 @@ def _init(cfg: EncoderConfig):
 
 
 def _dense(cfg: EncoderConfig, features, name: str, axis=-1) -> nn.Module:
-  """A dense layer over `axis` whose product is `matmul.matmul` in the compute dtype (float32 result and bias)."""
-  return nn.DenseGeneral(features, axis=axis, kernel_init=_init(cfg), param_dtype=cfg.param_dtype,
-                         dot_general=matmul.dense_dot_general(cfg.dtype), name=name)
+  """A dense layer over `axis` whose product is `matmul.matmul` in the compute dtype (float32 result and bias; no bias
+  when cfg.use_bias is off)."""
+  return nn.DenseGeneral(features, axis=axis, use_bias=cfg.use_bias, kernel_init=_init(cfg),
+                         param_dtype=cfg.param_dtype, dot_general=matmul.dense_dot_general(cfg.dtype), name=name)
+
+
+def _norm(cfg: EncoderConfig, name: str) -> nn.Module:
+  """A LayerNorm over the hidden axis (no bias when cfg.use_bias is off)."""
+  return nn.LayerNorm(cfg.layer_norm_eps, use_bias=cfg.use_bias, param_dtype=cfg.param_dtype, name=name)
 
 
 def _mix32(h: Array) -> Array:
@@ -115,15 +121,42 @@ def _gelu(x: Array, approximate: bool) -> Array:
   return x * (0.5 + 0.5 * jax.lax.erf(x * jnp.asarray(0.7071067811865476, x.dtype)))
 
 
-def attention_bias(attention_segments: Array) -> Array:
-  """[batch, 1, q, k] float32 additive bias: 0 where query and key share a nonzero segment, else a huge negative."""
+def activation(name: str, x: Array) -> Array:
+  """The feed-forward activation `name` (EncoderConfig.hidden_act) of x."""
+  return jax.nn.silu(x) if name == "silu" else _gelu(x, approximate=name == "gelu_tanh")
+
+
+def attention_bias(attention_segments: Array, window: int = 0) -> Array:
+  """[batch, 1, q, k] float32 additive bias: 0 where query and key share a nonzero segment (and, with a window > 0,
+  are at most window // 2 tokens apart: a local layer's sliding window), else a huge negative."""
   same = attention_segments[:, :, None] == attention_segments[:, None, :]
   allowed = same & (attention_segments[:, None, :] > 0)
+  if window:
+    index = jnp.arange(attention_segments.shape[1])
+    allowed &= jnp.abs(index[:, None] - index[None, :]) <= window // 2
   return jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min)[:, None]
 
 
+def rotary_angles(positions: Array, head_dim: int, theta: float) -> tuple[Array, Array]:
+  """(cos, sin) [batch, length, head_dim / 2] float32 of RoPE's angles position * theta^(-2i / head_dim) (Su et al.,
+  2021); packed rows' positions restart at each sequence, so every sequence is rotated as if alone."""
+  inverse_frequency = 1.0 / theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+  angles = positions.astype(jnp.float32)[..., None] * inverse_frequency
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def rotate(x: Array, angles: tuple[Array, Array]) -> Array:
+  """x [batch, length, heads, head_dim] with each pair of dimensions (i, i + head_dim / 2) rotated by its angle (the
+  half-split pairing of GPT-NeoX and HF's `rotate_half`): q.k then depends on the two positions' difference only."""
+  cos, sin = (a[:, :, None] for a in angles)  # [batch, length, 1, head_dim / 2]
+  first, second = jnp.split(x, 2, axis=-1)
+  return jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
+
+
 class Embeddings(nn.Module):
-  """word + learned absolute position + segment embeddings -> LayerNorm -> dropout, in the parameters' dtype.
+  """word + learned absolute position + segment embeddings -> LayerNorm -> dropout, in the parameters' dtype (no
+  position table with rotary positions, no segment table when type_vocab_size is 0; the LayerNorm in post-LN, or in
+  pre-LN with embedding_norm).
 
   The lookups gather in the parameters' dtype, not the compute dtype: the gradient of a gather is a scatter-add into
   the table, and in bfloat16 on a GPU that is an atomic compare-and-swap loop; every row of a batch adds into the same
@@ -136,13 +169,20 @@ class Embeddings(nn.Module):
     embed = lambda n, name: nn.Embed(n, cfg.hidden_size, embedding_init=_init(cfg), dtype=cfg.param_dtype,
                                      param_dtype=cfg.param_dtype, name=name)
     self.word_embeddings = embed(cfg.vocab_size, "word_embeddings")
-    self.position_embeddings = embed(cfg.max_positions, "position_embeddings")
-    self.token_type_embeddings = embed(cfg.type_vocab_size, "token_type_embeddings")
-    self.layer_norm = nn.LayerNorm(cfg.layer_norm_eps, param_dtype=cfg.param_dtype, name="layer_norm")
+    if cfg.position_embedding == "absolute":
+      self.position_embeddings = embed(cfg.max_positions, "position_embeddings")
+    if cfg.type_vocab_size:
+      self.token_type_embeddings = embed(cfg.type_vocab_size, "token_type_embeddings")
+    self.layer_norm = _norm(cfg, "layer_norm")
 
   def __call__(self, input_ids, type_ids, positions, train: bool):
-    x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(type_ids)
-    if not self.cfg.pre_layer_norm:  # Pre-LN normalizes inside each block instead.
+    cfg = self.cfg
+    x = self.word_embeddings(input_ids)
+    if cfg.position_embedding == "absolute":
+      x = x + self.position_embeddings(positions)
+    if cfg.type_vocab_size:
+      x = x + self.token_type_embeddings(type_ids)
+    if not cfg.pre_layer_norm or cfg.embedding_norm:  # Plain pre-LN normalizes inside each block instead.
       x = self.layer_norm(x)
     return dropout(x, self.cfg.hidden_dropout, _dropout_key(self, self.cfg.hidden_dropout, train))
 
@@ -158,18 +198,24 @@ class SelfAttention(nn.Module):
 
   Heads go first ([batch, heads, length, head_dim]) so that QK^T and the weights times V are plain batched products
   (`matmul`: forward and backward on XLA CPU's fast kernels, see encoder/matmul.py); scores and softmax are float32.
+  With rotary positions, queries and keys are rotated by their positions' angles (`rotate`) before the product.
   """
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x: Array, bias: Array, train: bool, query_positions: Array | None = None) -> Array:
+  def __call__(self, x: Array, bias: Array, train: bool, query_positions: Array | None = None,
+               angles: tuple[Array, Array] | None = None) -> Array:
     """x [batch, length, hidden] -> [batch, length, hidden], or [batch, R, hidden] where only
-    `query_positions` [batch, R] query (keys and values still span the sequence)."""
+    `query_positions` [batch, R] query (keys and values still span the sequence). angles: RoPE's (cos, sin)
+    [batch, length, head_dim / 2] (`rotary_angles`), None without rotary positions."""
     cfg = self.cfg
     qkv = per_token(_dense(cfg, (3, cfg.num_heads, cfg.head_dim), "qkv"), x)  # [batch, length, 3, heads, head_dim]
+    q, k, v = rows(qkv[:, :, 0], query_positions), qkv[:, :, 1], qkv[:, :, 2]  # [batch, length or R, heads, d]
+    if angles is not None:
+      q, k = rotate(q, tuple(rows(a, query_positions) for a in angles)), rotate(k, angles)
     heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), (0, 2, 1, 3))  # Moves bf16, not float32.
-    q = heads_first(rows(qkv[:, :, 0], query_positions) * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, d]
-    k, v = heads_first(qkv[:, :, 1]), heads_first(qkv[:, :, 2])  # [batch, heads, length, head_dim]
+    q = heads_first(q * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, head_dim]
+    k, v = heads_first(k), heads_first(v)  # [batch, heads, length, head_dim]
     scores = matmul.matmul(q, k, cfg.dtype, transpose_b=True) + rows(bias, query_positions, 2)
     weights = jax.nn.softmax(scores, axis=-1)  # [batch, heads, R, length]
     key = _dropout_key(self, cfg.attention_dropout, train)
@@ -181,35 +227,44 @@ class SelfAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-  """dense -> GELU -> dense (BERT's intermediate and output layers)."""
+  """dense -> activation -> dense (BERT's intermediate and output layers); gated (GeGLU, SwiGLU: Shazeer, 2020): one
+  dense layer to [2, intermediate] = (input, gate) -> act(input) * gate -> dense, HF ModernBERT's Wi -> chunk -> Wo."""
   cfg: EncoderConfig
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.cfg
-    h = _gelu(per_token(_dense(cfg, cfg.intermediate_size, "intermediate"), x),
-              approximate=cfg.hidden_act == "gelu_tanh")
+    if cfg.gated_feed_forward:
+      h = per_token(_dense(cfg, (2, cfg.intermediate_size), "intermediate"), x)  # [batch, length, 2, intermediate]
+      h = activation(cfg.hidden_act, h[:, :, 0]) * h[:, :, 1]
+    else:
+      h = activation(cfg.hidden_act, per_token(_dense(cfg, cfg.intermediate_size, "intermediate"), x))
     return per_token(_dense(cfg, cfg.hidden_size, "output"), h)
 
 
 class TransformerBlock(nn.Module):
-  """Attention and feed-forward sublayers, each with dropout, a residual and LayerNorm (post- or pre-LN)."""
+  """Attention and feed-forward sublayers, each with dropout, a residual and LayerNorm (post- or pre-LN; in pre-LN
+  the first block of an encoder with embedding_norm reads the normalized embeddings as they are)."""
   cfg: EncoderConfig
+  attention_norm: bool = True  # Pre-LN: LayerNorm the attention's input (off in the first block with embedding_norm).
 
   @nn.compact
-  def __call__(self, x: Array, bias: Array, train: bool, query_positions: Array | None = None) -> Array:
+  def __call__(self, x: Array, bias: Array, train: bool, query_positions: Array | None = None,
+               angles: tuple[Array, Array] | None = None) -> Array:
     """x [batch, length, hidden] -> the block's output at every position, or only at `query_positions` [batch, R]
-    (attention still reads them all): ~3/4 of the block's work is per row, and heads often read a few."""
+    (attention still reads them all): ~3/4 of the block's work is per row, and heads often read a few.
+    angles: RoPE's (cos, sin) for this block's attention (None without rotary positions)."""
     cfg = self.cfg
-    norm = lambda name: nn.LayerNorm(cfg.layer_norm_eps, param_dtype=cfg.param_dtype, name=name)
+    norm = lambda name: _norm(cfg, name)
     at = query_positions
     index = flat_index(x.shape, at) if train and cfg.hidden_dropout > 0 and at is not None else None
     drop = lambda y: dropout(y, cfg.hidden_dropout, _dropout_key(self, cfg.hidden_dropout, train), index)
     attention, feed_forward = SelfAttention(cfg, name="attention"), FeedForward(cfg, name="mlp")
     if cfg.pre_layer_norm:
-      x = rows(x, at) + drop(attention(norm("attention_layer_norm")(x), bias, train, at))
+      h = norm("attention_layer_norm")(x) if self.attention_norm else x
+      x = rows(x, at) + drop(attention(h, bias, train, at, angles))
       return x + drop(feed_forward(norm("output_layer_norm")(x)))
-    x = norm("attention_layer_norm")(rows(x, at) + drop(attention(x, bias, train, at)))
+    x = norm("attention_layer_norm")(rows(x, at) + drop(attention(x, bias, train, at, angles)))
     return norm("output_layer_norm")(x + drop(feed_forward(x)))
 
 
@@ -223,17 +278,21 @@ def remat_block(policy: str) -> type[nn.Module]:
 
 
 class Encoder(nn.Module):
-  """BERT encoder: returns every layer's hidden states, the [CLS] vector and the pooled [CLS]."""
+  """BERT encoder: returns every layer's hidden states, the [CLS] vector and the pooled [CLS].
+
+  The architecture switches of EncoderConfig (rotary positions, gated feed-forward, no biases, embedding_norm, local
+  attention windows) turn it into other encoders of the family, ModernBERT among them.
+  """
   cfg: EncoderConfig
 
   def setup(self):
     cfg = self.cfg
     self.embeddings = Embeddings(cfg, name="embeddings")
     block = remat_block(cfg.remat)
-    self.layers = [block(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
+    self.layers = [block(cfg, attention_norm=not (cfg.embedding_norm and i == 0), name=f"layer_{i}")
+                   for i in range(cfg.num_layers)]
     if cfg.pre_layer_norm:
-      self.final_layer_norm = nn.LayerNorm(cfg.layer_norm_eps, param_dtype=cfg.param_dtype,
-                                           name="final_layer_norm")
+      self.final_layer_norm = _norm(cfg, "final_layer_norm")
     self.pooler = _dense(cfg, cfg.hidden_size, "pooler")
 
   def __call__(self, input_ids: Array, type_ids: Array | None = None, positions: Array | None = None,
@@ -251,11 +310,19 @@ class Encoder(nn.Module):
       positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
     if attention_segments is None:
       attention_segments = (input_ids != self.cfg.pad_token_id).astype(jnp.int32)
-    bias = attention_bias(attention_segments)
+    cfg = self.cfg
+    biases = {True: attention_bias(attention_segments)}  # By whether a block attends globally.
+    if not all(map(cfg.is_global, range(cfg.num_layers))):
+      biases[False] = attention_bias(attention_segments, cfg.local_attention_window)
+    angles = {True: None, False: None}
+    if cfg.position_embedding == "rotary":
+      angles = {True: rotary_angles(positions, cfg.head_dim, cfg.rope_theta),
+                False: rotary_angles(positions, cfg.head_dim, cfg.rope_local_theta)}
     x = self.embeddings(input_ids, type_ids, positions, train)
     hidden_states = [x]
     for depth, layer in enumerate(self.layers, 1):
-      x = layer(x, bias, train, last_positions if depth == len(self.layers) else None)
+      kind = cfg.is_global(depth - 1)
+      x = layer(x, biases[kind], train, last_positions if depth == len(self.layers) else None, angles[kind])
       hidden_states.append(x)
     if self.cfg.pre_layer_norm:
       hidden_states[-1] = x = self.final_layer_norm(x)

@@ -8,7 +8,9 @@ tokenizer_config.json) into --out, which must not exist or be empty. A pretraini
 BertForPreTraining (MLM only: BertForMaskedLM); a fine-tuned head into the class its task family names
 (`TaskFamily.hf_head`: BertForSequenceClassification with id2label, BertForTokenClassification). What no HF class
 computes (SBO, a CRF, word shapes, span NER, a classifier on the raw [CLS]) is saved beside as head.safetensors with
-head.json saying what it is and why HF cannot load it, and one line on stderr says so.
+head.json saying what it is and why HF cannot load it, and one line on stderr says so. A run of the ModernBERT
+switches (configs/pretrain.py:arch=modernbert; encoder.hf_checkpoint.hf_layout) exports as ModernBertModel, its
+heads and its pooler (ModernBERT has none) beside.
 """
 
 import argparse
@@ -80,7 +82,16 @@ def export(workdir: str | Path, out: str | Path, checkpoint: str = "best") -> tu
   _, params = predict.restore_params(workdir, config, checkpoint)
   cfg = encoder_config(config.model, load_tokenizer(config.data.tokenizer).vocab_size)
   task_head, task = None, None
-  if workload.is_finetuning(config):
+  if hf_checkpoint.hf_layout(cfg) == "modernbert":  # Only the encoder has a place in HF's ModernBERT classes.
+    heads, beside = {}, {name: tree for name, tree in params.items() if name != "encoder"}
+    beside["pooler"] = params["encoder"]["pooler"]
+    note = (f"ModernBertModel holds the encoder only (no pooler; HF's ModernBERT heads are laid out unlike ours), so "
+            f"{sorted(beside)} are saved beside")
+    architecture = hf_checkpoint.architecture_of((), "modernbert")
+    if workload.is_finetuning(config):
+      labels, _ = predict.labels_and_buckets(config, predict.read_results(workdir))
+      task = registry.family(finetune_data.task_mapping(config.task, labels)).task
+  elif workload.is_finetuning(config):
     labels, _ = predict.labels_and_buckets(config, predict.read_results(workdir))
     family = registry.family(finetune_data.task_mapping(config.task, labels))
     name = family.objective().name

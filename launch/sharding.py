@@ -26,6 +26,8 @@ PARAM_RULES: tuple[tuple[str, P], ...] = (
     (r"attention/output/kernel$", P("model", None, None)),  # [A, D, H].
     (r"mlp/intermediate/kernel$", P(None, "model")),  # [H, I]: MLP width.
     (r"mlp/intermediate/bias$", P("model")),  # [I].
+    (r"mlp/intermediate/kernel$", P(None, None, "model")),  # [H, 2, I]: a gated FFN's (input, gate), MLP width.
+    (r"mlp/intermediate/bias$", P(None, "model")),  # [2, I].
     (r"mlp/output/kernel$", P("model", None)),  # [I, H].
 )
 FSDP_MIN_SIZE = 2**12  # Smaller leaves (biases, LayerNorm scales) stay whole: gathering them costs more than they hold.
@@ -44,12 +46,12 @@ def _path(key_path) -> str:
 
 
 def partition_spec(path: str, shape: tuple[int, ...], model_size: int, fsdp_size: int = 1) -> P:
-  """The spec of one leaf ('.../layer_0/attention/qkv/kernel'): its PARAM_RULES entry when the model axis is used,
-  plus the data axis on its largest free dimension that `fsdp_size` divides (FSDP; leaves of FSDP_MIN_SIZE entries
-  or more). A rule's dimension that the model axis does not divide is an error naming the leaf."""
+  """The spec of one leaf ('.../layer_0/attention/qkv/kernel'): its PARAM_RULES entry of its rank when the model axis
+  is used, plus the data axis on its largest free dimension that `fsdp_size` divides (FSDP; leaves of FSDP_MIN_SIZE
+  entries or more). A rule's dimension that the model axis does not divide is an error naming the leaf."""
   spec = [None] * len(shape)
   for pattern, rule in PARAM_RULES if model_size > 1 else ():
-    if re.search(pattern, path):
+    if re.search(pattern, path) and len(rule) == len(shape):
       axis = list(rule).index("model")
       if shape[axis] % model_size:
         raise ValueError(f"{path} has {shape[axis]} entries on axis {axis}, not divisible by "

@@ -1,4 +1,4 @@
-"""Encoder: parameter counts equal HF BertModel's; padding and packing never change an output."""
+"""Encoder: parameter counts equal HF BertModel's (ModernBertModel's); padding and packing never change an output."""
 
 import jax
 import jax.numpy as jnp
@@ -6,22 +6,29 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
-from encoder import PRESETS, Encoder, preset
+from encoder import ARCHITECTURES, PRESETS, Encoder, preset
 from tests.conftest import require_package
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
 
 
 def _hf_parameter_count(cfg) -> int:
+  """Parameters of HF's BertModel for `cfg`, or of ModernBertModel (from our exported config.json) plus our pooler,
+  which ModernBERT lacks."""
   torch = require_package("torch")
   transformers = require_package("transformers")
-  hf_config = transformers.BertConfig(
-      vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-      num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
-      max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size)
+  if cfg.position_embedding == "rotary":
+    from encoder.hf_checkpoint import config_to_hf
+    hf_config, model_class = transformers.ModernBertConfig(**config_to_hf(cfg)), transformers.ModernBertModel
+  else:
+    hf_config, model_class = transformers.BertConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size), transformers.BertModel
   with torch.device("meta"):  # Shapes only: no memory for the 560M-parameter preset.
-    model = transformers.BertModel(hf_config)
-  return sum(p.numel() for p in model.parameters())
+    model = model_class(hf_config)
+  pooler = cfg.hidden_size**2 if cfg.position_embedding == "rotary" else 0
+  return sum(p.numel() for p in model.parameters()) + pooler
 
 
 def _parameter_count(cfg) -> int:
@@ -36,7 +43,8 @@ def test_parameter_count_equals_hf_bert(name):
   assert _parameter_count(cfg) == _hf_parameter_count(cfg)
 
 
-@pytest.mark.parametrize("name,millions", [("base", 110), ("large", 335), ("xlmr-large", 560), ("minilm", 22.7)])
+@pytest.mark.parametrize("name,millions", [("base", 110), ("large", 335), ("xlmr-large", 560), ("minilm", 22.7),
+                                           ("modernbert-base", 149), ("modernbert-large", 395)])
 def test_parameter_count_matches_published_sizes(name, millions):
   assert _parameter_count(preset(name)) / 1e6 == pytest.approx(millions, rel=0.02)
 
@@ -243,12 +251,13 @@ def test_hash_dropout_statistics():
   np.testing.assert_array_equal(dropout(x[:2], 0.1, None), x[:2])
 
 
-@pytest.mark.parametrize("pre_layer_norm", [False, True])
+@pytest.mark.parametrize("arch", ["bert", "pre_ln", "modernbert"])
 @pytest.mark.parametrize("train", [False, True])
-def test_last_positions_equal_the_full_last_block(pre_layer_norm, train):
+def test_last_positions_equal_the_full_last_block(arch, train):
   """last_positions (what the heads read): the same [CLS], pooled, earlier layers and last-layer rows as the full
-  encoder, dropout masks included, and the same gradients."""
-  cfg = TINY.replace(pre_layer_norm=pre_layer_norm, hidden_dropout=0.3, attention_dropout=0.3)
+  encoder, dropout masks included, and the same gradients (ModernBERT's last block, layer 1, attends locally)."""
+  cfg = TINY.replace(**ARCHITECTURES[arch]).replace(hidden_dropout=0.3, attention_dropout=0.3,
+                                                     local_attention_window=4)
   model = Encoder(cfg)
   rng = np.random.default_rng(0)
   ids = jnp.asarray(rng.integers(1, cfg.vocab_size, size=(3, 11)))

@@ -125,6 +125,30 @@ def test_pretraining_run_loads_as_bert_for_pretraining(pretraining_run, tmp_path
   np.testing.assert_array_equal(beside["sbo/layer_0/kernel"], params["sbo"]["layer_0"]["kernel"])
 
 
+def test_modernbert_run_loads_as_modernbert_model(tmp_path, capsys):
+  """A run of the ModernBERT switches: HF's ModernBertModel gives our last hidden states; MLM head and pooler beside."""
+  require_data("wikitext-2/raw/wiki.valid.raw")
+  workdir = tmp_path / "run"
+  train.train_and_evaluate(pretrain.get_config("runlocal,arch=modernbert,objectives=mlm+nsp,steps=2"), workdir)
+  out, err = _export(workdir, tmp_path / "hf", capsys)
+  assert out == f"wrote {tmp_path / 'hf'}: ModernBertModel\n"
+  assert len(err.splitlines()) == 1 and "no pooler" in err
+  config = predict.run_config(workdir, "a run")
+  tokenizer = load_tokenizer(config.data.tokenizer)
+  _, params = predict.restore_params(workdir, config)
+  batch = _batch(tokenizer, TEXTS)
+  cfg = encoder_config(config.model, tokenizer.vocab_size)
+  ours = Encoder(cfg).apply({"params": params["encoder"]}, batch["input_ids"], batch["type_ids"],
+                            attention_segments=batch["attention_segments"]).last
+  model = transformers.ModernBertModel.from_pretrained(tmp_path / "hf").eval()
+  with torch.no_grad():
+    theirs = model(input_ids=torch.tensor(batch["input_ids"], dtype=torch.long),
+                   attention_mask=torch.tensor(batch["attention_segments"], dtype=torch.long)).last_hidden_state
+  assert _difference(ours, theirs, batch["attention_segments"]) <= TOLERANCE
+  beside = safetensors.numpy.load_file(tmp_path / "hf" / export.BESIDE_WEIGHTS)
+  assert {name.split("/")[0] for name in beside} == {"mlm", "nsp", "pooler"}
+
+
 @pytest.mark.parametrize("name, output", [("sick", "logits"), ("sick_relatedness", "score")])
 def test_pooled_sentence_heads_load_as_bert_for_sequence_classification(pooled_runs, tmp_path, capsys, name, output):
   """Pair classification (id2label) and regression (num_labels 1, problem_type regression) on the pooled [CLS]."""

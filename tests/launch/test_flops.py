@@ -27,6 +27,17 @@ def test_closed_form_matches_the_parameter_tree(name):
   assert layer_kernel_entries(params) == cfg.num_layers * (4 * h * h + 2 * h * i)
 
 
+@pytest.mark.parametrize("name", ["tiny", "modernbert-base"])
+def test_closed_form_counts_a_gated_feed_forward(name):
+  """A gated FFN's kernels (input and gate [H, 2, I], output [I, H]) are 3 H I entries per layer, as flops counts."""
+  cfg = preset(name, vocab_size=1000, gated_feed_forward=True)
+  params = jax.eval_shape(lambda: Encoder(cfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))["params"]
+  h, i = cfg.hidden_size, cfg.intermediate_size
+  assert layer_kernel_entries(params) == cfg.num_layers * (4 * h * h + 3 * h * i)
+  attention = 12 * cfg.num_layers * h * 8**2
+  assert flops.encoder_train_flops(cfg, 1, 8) == 6 * layer_kernel_entries(params) * 8 + attention
+
+
 def test_minilm_step_flops_by_hand():
   cfg = preset("minilm", vocab_size=30522)  # 6 x 384, FFN 1536: 1,769,472 kernel entries per layer.
   tokens = 32 * 128

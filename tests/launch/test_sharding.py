@@ -31,6 +31,11 @@ def test_rules_shard_heads_and_mlp_width(shapes):
   assert sharding.partition_spec("opt_state/1/0/mu/encoder/layer_0/mlp/output/kernel", (32, 16), 4) == P("model", None)
 
 
+def test_gated_feed_forward_shards_its_width_not_its_gate_axis():
+  assert sharding.partition_spec("layer_0/mlp/intermediate/kernel", (16, 2, 32), 4) == P(None, None, "model")
+  assert sharding.partition_spec("layer_0/mlp/intermediate/bias", (2, 32), 4) == P(None, "model")
+
+
 def test_model_axis_must_divide(shapes):
   with pytest.raises(ValueError, match="qkv/kernel.*mesh_model=3"):
     sharding.partition_spec("layer_0/attention/qkv/kernel", shapes["layer_0/attention/qkv/kernel"], 3)
