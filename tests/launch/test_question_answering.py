@@ -110,3 +110,18 @@ def test_export_loads_as_bert_for_question_answering_with_our_logits(run, tmp_pa
   for side, logits in (("start", out.start_logits), ("end", out.end_logits)):
     difference = np.abs(np.asarray(ours[f"{side}_logits"]) - logits.numpy())[real].max()
     assert difference <= 1e-4, (side, difference)
+
+
+def test_report_bootstraps_squad_runs_on_their_gold_questions(run, tmp_path):
+  """launch.experiments.report: the run's dev questions as gold, `bootstrap --task squad` on two prediction files."""
+  from launch.experiments import report  # pylint: disable=import-outside-toplevel
+  kind, pred, jsonl = report.prediction_files({"workdir": str(run), "task": {"name": "question_answering"}}, "dev")
+  assert (kind, pred.name) == ("squad", "dev.json")
+  gold = tmp_path / "gold.txt"
+  gold.write_text(report.gold_text(kind, jsonl), encoding="utf-8")
+  records = _jsonl(jsonl)
+  perfect = tmp_path / "perfect.json"
+  perfect.write_text(json.dumps({r["id"]: r["answers"][0]["text"] for r in records}), encoding="utf-8")
+  result = report.bootstrap_p(kind, gold, perfect, pred, 200)
+  assert result["a"] == 1.0 and result["b"] * 100 == pytest.approx(
+      json.loads((run / "results.json").read_text())["dev"]["f1"], abs=1e-9)
