@@ -198,3 +198,16 @@ def test_reader_names_the_line_of_a_bad_answer(tmp_path):
   with pytest.raises(ReaderError, match=r"bad.json:2: expected answers\[0\] of question 'q1' to be the context's "
                                         r"text at answer_start 12"):
     list(read_squad(file))
+
+
+def test_the_squad_preset_stores_the_readers_records():
+  """tfds preset "squad": train = the first 40 articles, validation = the last 4, test = the official dev set."""
+  from tasks.tfds_builders import load_split  # pylint: disable=import-outside-toplevel
+  train_file, dev_file = (require_data(f"squad_v1.1/{name}.json") for name in ("train-44-articles", "dev-v1.1"))
+  for split, path, articles in (("train", train_file, ":40"), ("validation", train_file, "40:"),
+                                ("test", dev_file, None)):
+    source = load_split("squad", split)
+    expected = list(read_squad(path, articles=articles))
+    assert len(source) == len(expected)
+    assert [source[i] for i in (0, len(source) // 2, len(source) - 1)] == [
+        expected[i] for i in (0, len(expected) // 2, len(expected) - 1)]
