@@ -3,9 +3,10 @@
 Sequence tasks use `BertForSequenceClassification` (one output and the mean squared error for regression), word
 tasks `BertForTokenClassification` (first-subword labels, -100 elsewhere, argmax at first subwords), extractive QA
 `BertForQuestionAnswering` on the same windows (its own loss on start/end positions; the start and end logits are
-decoded by our family, so both sides share windows and decoding): plain HF practice, AdamW with no decay on biases/LayerNorm, linear warmup and decay. Batches hold the examples
-`tasks.batching.length_bucketed_batches` draws for our engine, padded HF's way: to the longest sequence of the batch
-(eager PyTorch needs no fixed shapes; our jit rounds up to config.data.buckets).
+decoded by our family, so both sides share windows and decoding): plain HF practice, AdamW with no decay on
+biases/LayerNorm, linear warmup and decay. Batches hold the examples `tasks.batching.length_bucketed_batches` draws
+for our engine, padded HF's way: to the longest sequence of the batch (eager PyTorch needs no fixed shapes; our jit
+rounds up to config.data.buckets).
 It runs where JAX runs (benchmarks.torch_device: CUDA beside a GPU, with JAX's float32 matmul arithmetic).
 """
 
@@ -28,8 +29,9 @@ def _tensors(batch: dict[str, np.ndarray], device) -> dict[str, torch.Tensor]:
 
 
 def build_model(kind: str, model_dir, num_labels: int, seed: int, score_bias: float | None = None):
-  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence", "regression" or "token"), on
-  benchmarks.torch_device's device. `score_bias`: the initial bias of the last output (the score, as ours starts)."""
+  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence", "regression", "token" or "span":
+  BertForQuestionAnswering), on benchmarks.torch_device's device. `score_bias`: the initial bias of the last output
+  (the score, as ours starts)."""
   torch.manual_seed(seed)
   if kind == "span":
     model = transformers.BertForQuestionAnswering.from_pretrained(model_dir)

@@ -28,7 +28,8 @@ from configs import paths
 from encoder import errors
 from tasks import readers
 
-KINDS = {"tsv": "texts", "conll": "tagged_words", "conllu": "tagged_words", "spans": "spans", "squad": "questions"}  # Record shapes.
+# Record shapes of each reader format.
+KINDS = {"tsv": "texts", "conll": "tagged_words", "conllu": "tagged_words", "spans": "spans", "squad": "questions"}
 DEFAULT_CACHE_DIR = Path("~/.cache/encoderlab/tfds")
 
 

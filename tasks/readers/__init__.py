@@ -22,6 +22,6 @@ READERS = {"conll": read_conll, "tsv": read_tsv, "conllu": read_conllu, "spans":
 __all__ = [
     "CONLL2003_COLUMNS", "CONLLU_COLUMNS", "READERS", "ReaderError", "WIC_POS", "WordNet", "load_wordnet",
     "numbered_lines", "parse_sense_key", "read_all", "read_conll", "read_conllu", "read_dataset", "read_index_sense",
-    "read_key_file", "read_raganato_xml", "read_semcor", "read_semcor_file", "read_spans_jsonl", "read_squad", "read_tsv",
-    "read_wic", "read_wic_split", "spans_to_tagging", "tagging_to_spans", "wic_files",
+    "read_key_file", "read_raganato_xml", "read_semcor", "read_semcor_file", "read_spans_jsonl", "read_squad",
+    "read_tsv", "read_wic", "read_wic_split", "spans_to_tagging", "tagging_to_spans", "wic_files",
 ]

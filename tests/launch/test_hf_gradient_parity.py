@@ -1,6 +1,7 @@
 """One training step against HuggingFace PyTorch BERT on the same weights and masks: the engine's loss and every
-parameter's gradient, MLM + NSP against BertForPreTraining, the classification, token-classification and question-answering heads against
-BertFor{Sequence,Token}Classification and BertForQuestionAnswering, and MLM + SBO against a PyTorch restatement of the span boundary objective.
+parameter's gradient, MLM + NSP against BertForPreTraining, the classification, token-classification and
+question-answering heads against BertFor{Sequence,Token}Classification and BertForQuestionAnswering, and MLM + SBO
+against a PyTorch restatement of the span boundary objective.
 
 Gradients are compared tensor by tensor as max|ours - theirs| / max|theirs| (float32, dropout off).
 """
