@@ -82,7 +82,7 @@ class TaskFamily(Protocol):
     """A decoding threshold chosen on dev (span NER, SQuAD 2.0's null-score threshold), or None."""
 
   def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> Any:
-    """One example's raw outputs -> its prediction."""
+    """One record's raw outputs and example (lists of them when `encode` gave several) -> its prediction."""
 
   def has_labels(self, records: Sequence[dict]) -> bool:
     """Whether a split can be scored (SST-2's test split has no labels)."""
@@ -97,7 +97,7 @@ class TaskFamily(Protocol):
     """A record to predict (no gold) completed with placeholder gold, so `encode` takes it."""
 
   def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
-    """What `launch.predict` returns for one input."""
+    """What `launch.predict` returns for one input (example and raw: lists when `encode` gave several)."""
 
   def conll(self, output: dict) -> str:
     """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (what tasks.scoring.score
