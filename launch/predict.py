@@ -9,7 +9,7 @@ the evaluation's own code paths.
   from launch.predict import Predictor
   Predictor.from_workdir("runs/conll").predict(["EU rejects German call to boycott British lamb ."])
 
-Inputs are encoded as the run encoded its data (`tasks.finetune_data.encode`), batched into the run's length buckets
+Inputs are encoded as the run encoded its data (`tasks.finetune_data.split_of`), batched into the run's length buckets
 with its evaluation batch size (`tasks.finetune_data.eval_batches`: a handful of jit shapes, each compiled once), run
 through the same jitted outputs and decoded by the same functions as the run's evaluation
 (`tasks.evaluation.device_outputs` and `decode`, through the run's task family: argmax or CRF Viterbi as trained,
