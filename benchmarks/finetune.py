@@ -5,11 +5,14 @@ reference on the same encoded examples and length-bucketed batches (benchmarks/f
   python -m benchmarks.finetune --task conll2003 --set optimizer.learning_rate=5e-5 --set epochs=3
   python -m benchmarks.finetune --task sick --set task.score_weight=0.5   # + relatedness as an auxiliary target
   python -m benchmarks.finetune --task sick --reference --precision bfloat16  # mixed precision, HF under autocast
+  python -m benchmarks.finetune --task squad --reference --set task.train_split=train[:1000] \
+      --set task.test_split=test[:500]   # a subset (the whole data: ~1 hour per side on 2 CPU cores)
 
 The last printed line is one JSON object: task, split, metric, score (percent; the test split, or dev where test has
 no labels, SST-2), dev_score, train_seconds, examples_per_s, and with --reference reference_score,
 reference_train_seconds, reference_examples_per_s, speedup and p_value (paired bootstrap, tasks.scoring.bootstrap: the
-probability that our gain over the reference on that split arises by chance; 1.0 when we do not beat it).
+probability that our gain over the reference on that split arises by chance; 1.0 when we do not beat it). SQuAD adds
+ours_em, ours_f1, hf_em, hf_f1 (percent; the p-value is on per-question F1).
 """
 
 import argparse
@@ -23,7 +26,7 @@ from typing import Any, Sequence
 from configs import checks, common, finetune
 from encoder import errors
 from launch import host_memory, metrics_writer, train, xla_flags
-from tasks import finetune_data, registry, tagging
+from tasks import evaluation, finetune_data, registry, tagging
 from tasks.scoring import bootstrap
 from tasks.family import TaskFamily
 
@@ -70,6 +73,8 @@ def comparable(family: TaskFamily, records: Sequence[dict], predictions: Sequenc
   """Predictions as the bootstrap reads them: tags of every word per sentence, [label] per example, or scores."""
   if family.word_level:
     return tag_columns(family, records, predictions)[1]
+  if family.bootstrap and family.bootstrap[0] == "squad":
+    return [r["context"][p["start"]:p["end"]] for r, p in zip(records, predictions)]
   return list(predictions) if family.name == "regression" else [[p] for p in predictions]
 
 
@@ -78,6 +83,8 @@ def p_value(family: TaskFamily, records: Sequence[dict], ours: list, reference: 
   task = family.task
   if family.name == "regression":
     return bootstrap.pearson_bootstrap([r["score"] for r in records], ours, reference).p_value
+  if family.bootstrap and family.bootstrap[0] == "squad":
+    return bootstrap.squad_f1_bootstrap([[a["text"] for a in r["answers"]] for r in records], ours, reference).p_value
   if family.word_level:
     gold = tag_columns(family, records, [[] for _ in records])[0]
     if task.get("scheme"):
@@ -98,7 +105,8 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
     train_examples = finetune_data.encode(family, data.tokenizer, data.train.records)
     split_examples = finetune_data.encode(family, data.tokenizer, split.records)
   task = family.task
-  kind = {"classification": "sequence", "regression": "regression"}.get(family.name, "token")
+  kind = {"classification": "sequence", "regression": "regression", "question_answering": "span"}.get(family.name,
+                                                                                                      "token")
   labels, score_weight = task["labels"], config.task.score_weight if kind == "sequence" else 0.0
   bf16 = config.model.dtype == "bfloat16"  # Our mixed precision: the reference runs under torch.autocast.
   model = finetune_reference.build_model(kind, common.model_from_init(config.init)[1],
@@ -111,7 +119,9 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
       rdrop=config.task.rdrop if kind == "sequence" else 0.0, score_weight=score_weight, bf16=bf16)
   raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size, num_labels=len(labels),
                                    bf16=bf16)
-  if kind == "sequence":
+  if kind == "span":  # Our decoding of HF's logits (SQuAD v1.1: no null threshold).
+    predictions = evaluation.decode(family, split, raw)
+  elif kind == "sequence":
     predictions = [labels[i] for i in raw]
   elif kind == "regression":
     predictions = raw
@@ -178,6 +188,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                reference_examples_per_s=round(reference["examples_per_s"], 1),
                speedup=round(out["examples_per_s"] / reference["examples_per_s"], 2),
                p_value=p_value(data.family, split.records, ours, reference["comparable"]))
+    if data.family.bootstrap and data.family.bootstrap[0] == "squad":
+      out.update(ours_em=round(scores["exact_match"], 2), ours_f1=round(scores["f1"], 2),
+                 hf_em=round(100 * reference["scores"]["exact_match"], 2),
+                 hf_f1=round(100 * reference["scores"]["f1"], 2), questions=len(split.records),
+                 train_questions=len(data.train.records), train_windows=len(data.train.examples))
   print(json.dumps(out))
   return out
 

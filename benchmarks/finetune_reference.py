@@ -1,10 +1,12 @@
 """HF PyTorch fine-tuning of the same checkpoint on the same encoded examples and batches (benchmark reference).
 
 Sequence tasks use `BertForSequenceClassification` (one output and the mean squared error for regression), word
-tasks `BertForTokenClassification` (first-subword labels, -100 elsewhere, argmax at first subwords): plain HF
-practice, AdamW with no decay on biases/LayerNorm, linear warmup and decay. Batches hold the examples
-`tasks.batching.length_bucketed_batches` draws for our engine, padded HF's way: to the longest sequence of the batch
-(eager PyTorch needs no fixed shapes; our jit rounds up to config.data.buckets).
+tasks `BertForTokenClassification` (first-subword labels, -100 elsewhere, argmax at first subwords), extractive QA
+`BertForQuestionAnswering` on the same windows (its own loss on start/end positions; the start and end logits are
+decoded by our family, so both sides share windows and decoding): plain HF practice, AdamW with no decay on
+biases/LayerNorm, linear warmup and decay. Batches hold the examples `tasks.batching.length_bucketed_batches` draws
+for our engine, padded HF's way: to the longest sequence of the batch (eager PyTorch needs no fixed shapes; our jit
+rounds up to config.data.buckets).
 It runs where JAX runs (benchmarks.torch_device: CUDA beside a GPU, with JAX's float32 matmul arithmetic).
 """
 
@@ -27,9 +29,13 @@ def _tensors(batch: dict[str, np.ndarray], device) -> dict[str, torch.Tensor]:
 
 
 def build_model(kind: str, model_dir, num_labels: int, seed: int, score_bias: float | None = None):
-  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence", "regression" or "token"), on
-  benchmarks.torch_device's device. `score_bias`: the initial bias of the last output (the score, as ours starts)."""
+  """A fresh HF model with a `num_labels` head on the checkpoint (`kind`: "sequence", "regression", "token" or "span":
+  BertForQuestionAnswering), on benchmarks.torch_device's device. `score_bias`: the initial bias of the last output
+  (the score, as ours starts)."""
   torch.manual_seed(seed)
+  if kind == "span":
+    model = transformers.BertForQuestionAnswering.from_pretrained(model_dir)
+    return model.to(torch_device.torch_device())
   cls = (transformers.BertForTokenClassification if kind == "token"
          else transformers.BertForSequenceClassification)
   model = cls.from_pretrained(model_dir, num_labels=1 if kind == "regression" else num_labels)
@@ -67,7 +73,10 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
       batch = _collate([examples[i] for i in indices])
       inputs = _tensors(batch, device)
       with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-        if kind == "regression":  # num_labels 1 and float labels: HF's mean squared error.
+        if kind == "span":  # HF's (start + end cross-entropy) / 2.
+          loss = model(**inputs, start_positions=torch.from_numpy(batch["start_position"]).long().to(device),
+                       end_positions=torch.from_numpy(batch["end_position"]).long().to(device)).loss
+        elif kind == "regression":  # num_labels 1 and float labels: HF's mean squared error.
           loss = model(**inputs, labels=torch.from_numpy(batch["score"]).float().to(device)).loss
         elif kind == "sequence" and (rdrop > 0 or score_weight > 0):
           labels = torch.from_numpy(batch["label"]).long().to(device)
@@ -128,7 +137,8 @@ def classification_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Te
 def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int, num_labels: int = 0,
             bf16: bool = False) -> list[Any]:
   """Class index per example ("sequence": argmax of the first `num_labels` outputs, 0 = all), the score
-  ("regression") or word-level tag indices at first subwords ("token"), in input order (bf16: under autocast)."""
+  ("regression"), word-level tag indices at first subwords ("token") or the start and end logits [tokens, 2] ("span"),
+  in input order (bf16: under autocast)."""
   model.eval()
   device = next(model.parameters()).device
   out: list[Any] = [None] * len(examples)
@@ -136,7 +146,13 @@ def predict(kind: str, model, examples: Sequence[dict], *, batch_size: int, num_
     for indices in batching.length_bucketed_batches(batching.lengths_of(examples), batch_size, seed=0, epoch=0,
                                                     shuffle=False):
       batch = _collate([examples[i] for i in indices])
-      logits = model(**_tensors(batch, device)).logits.float().cpu().numpy()
+      output = model(**_tensors(batch, device))
+      if kind == "span":
+        logits = torch.stack([output.start_logits, output.end_logits], -1).float().cpu().numpy()
+        for row, i in enumerate(indices):
+          out[i] = logits[row, :len(examples[i]["input_ids"])]
+        continue
+      logits = output.logits.float().cpu().numpy()
       for row, i in enumerate(indices):
         if kind == "sequence":
           out[i] = int(logits[row, :num_labels or None].argmax())

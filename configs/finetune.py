@@ -1,4 +1,4 @@
-"""Fine-tuning a pretrained encoder on a task (classification, pair classification, tagging, span NER).
+"""Fine-tuning a pretrained encoder on a task (classification, pair classification, tagging, span NER, extractive QA).
 
   python -m launch.main --config configs/finetune.py:task=conll2003 --workdir runs/conll
   python -m launch.main --config configs/finetune.py:task=sick,init=run:runs/mini --workdir runs/sick_mini
@@ -37,19 +37,24 @@ TASK_PRESETS: dict[str, dict] = {
                           case_features=16, metric="f1", epochs=8, learning_rate=1e-4),
     "conll2003_spans": dict(name="span_ner", dataset="conll2003", scheme="IOB2", source_scheme="IOB2",
                             case_features=16, metric="f1", epochs=8, learning_rate=1e-4),
+    # Extractive QA; the recipe of the HF reference (docs/finetuning.md, "Question answering"), not yet tuned on the
+    # held-out articles. Windows of 384 subwords, 128 apart: most contexts fit one.
+    "squad": dict(name="question_answering", dataset="squad", metric="f1", max_length=384, epochs=1,
+                  learning_rate=1e-4, buckets=(128, 192, 256, 320, 384)),
     "ud_pos": dict(name="tagging", dataset="ud_ewt_upos", scheme="", metric="accuracy", epochs=5,
                    learning_rate=1e-4, labels=UPOS, case_features=16, last_subword=True),
 }
 # Preset keys that set training fields, not task fields.
-RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay", "regime", "top_k")
+RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay", "regime", "top_k", "buckets")
 
 
 def task_block(**preset) -> ml_collections.ConfigDict:
   """The config.task block: what data, which head, how labels are encoded and scored."""
   task = ml_collections.ConfigDict()
-  task.name = preset.get("name", "classification")  # tasks.registry name: classification, regression, tagging, span_ner
+  # tasks.registry name: classification, regression, tagging, span_ner, question_answering.
+  task.name = preset.get("name", "classification")
   task.dataset = preset.get("dataset", "")  # tasks.tfds_builders.PRESETS name ("" = the files below).
-  task.format = "tsv"  # Reader of `files` when dataset is "": tsv, conll, conllu or spans.
+  task.format = "tsv"  # Reader of `files` when dataset is "": tsv, conll, conllu, spans or squad.
   task.files = ""  # "train:a.tsv,validation:b.tsv,test:c.tsv" (relative to the data dir or absolute).
   task.columns = ""  # Reader options for `files`: "text_a:sentence1,text_b:sentence2,label:label,header:true".
   task.train_split = "train"  # Split names (tfds slicing allowed, e.g. "train[:10%]").
@@ -65,6 +70,11 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   task.last_subword = preset.get("last_subword", False)  # Tagging: each subword also sees its word's last subword.
   task.max_length = preset.get("max_length", 128)  # Subword tokens per example, specials included (truncation).
   task.max_span_width = 8  # Span NER: longest candidate span L, in words.
+  task.doc_stride = 128  # QA: subwords between the starts of a context's windows (BERT's doc_stride).
+  task.max_question_length = 64  # QA: the question's subwords kept (the rest cut).
+  task.max_answer_length = 30  # QA: the longest answer decoded, in subwords.
+  task.n_best = 20  # QA: start and end candidates per window (the n highest logits of each).
+  task.unanswerable = False  # QA: SQuAD 2.0 (questions without answer; null-score threshold tuned on dev).
   # cls/pooled/mean (classification, regression); span_ner: mean/attention.
   task.pooling = "cls" if task.name in ("classification", "regression") else "mean"
   task.boundary_ffn = True  # Span NER: FFN_start / FFN_end on the boundary tokens.
@@ -105,7 +115,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()  # Tokenizer and batching.
   config.data.tokenizer = tokenizer  # Tokenizer path or packaged name (the init checkpoint's: vocabularies match).
-  config.data.buckets = (8, 12, 16, 24, 32, 40, 48, 64, 96, 128)  # Padded batch lengths (jit shapes), <= max_length.
+  # Padded batch lengths (jit shapes), <= max_length.
+  config.data.buckets = preset.get("buckets", (8, 12, 16, 24, 32, 40, 48, 64, 96, 128))
   # Buckets whose compilation costs more than the padding they save are dropped (tasks.batching.prune_buckets): the
   # cost of one compilation in padded token columns of a step (~4 s / ~8.4 ms per column for MiniLM on 2 CPU cores);
   # 0 keeps all.
@@ -140,6 +151,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.test_split = "test[:32]" if config.task.test_split else ""
     config.task.max_length = 32
     config.task.span_hidden = 32
+    config.task.max_question_length = 12  # QA: windows of 32 hold 17 context subwords, 8 apart.
+    config.task.doc_stride = 8
     config.top_k = min(config.top_k, config.model.num_layers)
     config.data.buckets = (16, 32)
     config.epochs = 2

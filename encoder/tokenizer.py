@@ -115,6 +115,14 @@ class Tokenizer:
       type_ids += [1] * (len(b_ids) + 1)
     return Encoding(ids, type_ids, words)
 
+  def subwords_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Each raw text's subword ids (no specials, no truncation) and each id's character span [start, end) in the
+    text as given: what extractive QA maps predicted subwords back to answer text with."""
+    if not hasattr(self.backend, "offsets"):
+      raise errors.UserError(f"{self.backend.source}: a SentencePiece tokenizer gives no character offsets; extractive "
+                             "QA needs a WordPiece tokenizer (tokenizer.json or vocab.txt)")
+    return self.backend.offsets(list(texts))
+
   def tokenize(self, text: str) -> list[str]:
     """The subword strings of a text (no specials)."""
     return self.backend.tokenize(text)

@@ -86,6 +86,11 @@ class WordPieceBackend:
              for (ids, word_ids), words in zip(out, items)]
     return out
 
+  def offsets(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Ids of each raw text and every id's character span (start, end) in the text as given (before normalization:
+    accents, case and whitespace runs map back to the original characters)."""
+    return [(e.ids, e.offsets) for e in self.hf.encode_batch(texts, add_special_tokens=False)]
+
   def save(self, directory: Path) -> None:
     self.hf.save(str(directory / "tokenizer.json"))
     if isinstance(self.hf.model, models.WordPiece):

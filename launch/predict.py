@@ -4,11 +4,12 @@ the evaluation's own code paths.
   python -m launch.predict --workdir runs/conll --input new.txt                 # JSON lines, one per input line
   echo "EU rejects German call" | python -m launch.predict --workdir runs/conll --input - --output conll
   python -m launch.predict --workdir runs/sick --input pairs.tsv --format tsv --out predictions.jsonl
+  python -m launch.predict --workdir runs/squad --input questions.jsonl --format jsonl   # {"question", "context"}
 
   from launch.predict import Predictor
   Predictor.from_workdir("runs/conll").predict(["EU rejects German call to boycott British lamb ."])
 
-Inputs are encoded as the run encoded its data (`tasks.finetune_data.encode`), batched into the run's length buckets
+Inputs are encoded as the run encoded its data (`tasks.finetune_data.split_of`), batched into the run's length buckets
 with its evaluation batch size (`tasks.finetune_data.eval_batches`: a handful of jit shapes, each compiled once), run
 through the same jitted outputs and decoded by the same functions as the run's evaluation
 (`tasks.evaluation.device_outputs` and `decode`, through the run's task family: argmax or CRF Viterbi as trained,
@@ -36,7 +37,8 @@ from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
 from tasks.family import TaskFamily
 from tasks.readers import ReaderError, numbered_lines, read_conllu, read_tsv
 
-FORMATS = ("text", "words", "tsv", "conll", "conllu")
+FORMATS = ("text", "words", "tsv", "conll", "conllu", "jsonl")
+QUESTIONS = "squad"  # The reader format of question/context records (extractive QA): inputs are (question, context).
 STDIN = "-"
 
 # Words as CoNLL-2003 and UD English-EWT have them (Penn Treebank conventions): abbreviations and initials (U.S., e.g.,
@@ -170,8 +172,13 @@ class Predictor:
 
   @property
   def pairs(self) -> bool:
-    """Whether the run classifies (or scores) sentence pairs ([CLS] A [SEP] B [SEP])."""
-    return self.reader_options.get("text_b") is not None
+    """Whether the run reads text pairs ([CLS] A [SEP] B [SEP]): sentence pairs, or a question and its context."""
+    return self.reader_options.get("text_b") is not None or self.questions
+
+  @property
+  def questions(self) -> bool:
+    """Whether the run answers questions about a context (inputs are {"question", "context"} records)."""
+    return self.reader_options["format"] == QUESTIONS
 
   @property
   def split_hyphens(self) -> bool:
@@ -191,7 +198,11 @@ class Predictor:
     if self.word_task:
       return {"words": split_words(item, self.split_hyphens) if isinstance(item, str) else list(item)}
     text_a, text_b = (item, None) if isinstance(item, str) else (list(item) + [None])[:2]
-    return {"text_a": text_a, "text_b": text_b}
+    return self.pair_record(text_a, text_b)
+
+  def pair_record(self, text_a: str | None, text_b: str | None) -> dict:
+    """Two texts as a record: {"text_a", "text_b"}, or {"question", "context"} for a QA run."""
+    return {"question": text_a, "context": text_b} if self.questions else {"text_a": text_a, "text_b": text_b}
 
   def predict(self, inputs: Iterable[str | Sequence[str] | dict]) -> list[dict]:
     """One output dict per input, as the run's family writes it (`TaskFamily.output`): e.g. {"label",
@@ -204,12 +215,12 @@ class Predictor:
     if not records:
       return []
     unlabelled = [self.family.unlabelled(r) for r in records]
-    split = finetune_data.Split("input", unlabelled, finetune_data.encode(self.family, self.tokenizer, unlabelled))
+    split = finetune_data.split_of("input", self.family, self.tokenizer, unlabelled)
     raw = evaluation.raw_predictions(self.outputs, self.params, split, batch_size=self.batch_size,
                                      buckets=self.buckets, widths=self.family.widths(), to_device=lambda batch: batch)
     decoded = evaluation.decode(self.family, split, raw, self.threshold)
-    return [self.family.output(record, example, r, d)
-            for record, example, r, d in zip(records, split.examples, raw, decoded)]
+    return [self.family.output(record, example, r, d) for record, example, r, d in
+            zip(records, evaluation.per_record(split, split.examples), evaluation.per_record(split, raw), decoded)]
 
   def _checked(self, index: int, record: dict) -> dict:
     """The record, or a UserError naming input `index` when it cannot be labelled by this run."""
@@ -217,6 +228,11 @@ class Predictor:
       words = record.get("words")
       if not words or not all(isinstance(w, str) and w.strip() for w in words):
         raise errors.UserError(f"input {index}: expected a list of words (non-empty strings), got {words!r}")
+    elif self.questions:
+      for key in ("question", "context"):
+        if not isinstance(record.get(key), str) or not record[key].strip():
+          raise errors.UserError(f"input {index}: expected a non-empty {key}, got {record.get(key)!r} (a QA run reads "
+                                 '{"question": ..., "context": ...})')
     else:
       if not isinstance(record.get("text_a"), str) or not record["text_a"].strip():
         raise errors.UserError(f"input {index}: expected a non-empty text, got {record.get('text_a')!r}")
@@ -237,7 +253,9 @@ def read_inputs(path: str, input_format: str, predictor: Predictor) -> tuple[lis
   ReaderError naming the file and line."""
   source = "/dev/stdin" if path == STDIN else path
   try:
-    if input_format == "tsv":
+    if input_format == "jsonl":
+      records, lines = _json_lines(source)
+    elif input_format == "tsv" and not predictor.questions:
       records, lines = _tsv(source, predictor)
     elif input_format in ("conll", "conllu"):
       records, lines = _sentences(source, input_format)
@@ -268,9 +286,27 @@ def _lines(path: str, input_format: str, predictor: Predictor) -> tuple[list[dic
         raise ReaderError(path, number, f"{'two non-empty texts separated by a tab' if predictor.pairs else 'one text'}"
                           f" (the run was trained on {'sentence pairs' if predictor.pairs else 'single texts'}), got "
                           f"{len(texts)} tab-separated field{'s' * (len(texts) != 1)}")
-      record = {"text_a": texts[0], "text_b": texts[1] if predictor.pairs else None}
+      record = predictor.pair_record(texts[0], texts[1] if predictor.pairs else None)
     if predictor.word_task and not record["words"]:
       raise ReaderError(path, number, f"words, got {line!r}")
+    records.append(record)
+    lines.append(number)
+  return records, lines
+
+
+def _json_lines(path: str) -> tuple[list[dict], list[int]]:
+  """One JSON object (a record: {"question", "context"}, {"text_a", "text_b"}, {"words"}) per non-blank line."""
+  records, lines = [], []
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as err:
+      raise ReaderError(path, number, f"a JSON object, found invalid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(record, dict):
+      raise ReaderError(path, number, f"a JSON object such as {{\"question\": ..., \"context\": ...}}, found a "
+                        f"{type(record).__name__}")
     records.append(record)
     lines.append(number)
   return records, lines
@@ -326,10 +362,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                       help="best-dev checkpoint (what the run's test predictions used) or the newest one")
   parser.add_argument("--input", required=True, help="input file, or - for stdin")
   parser.add_argument("--format", choices=FORMATS, default="text",
-                      help="text: one example per line (pairs: two texts separated by a tab; word tasks: split into "
-                           "words); words: whitespace-separated words per line; tsv: the run's TSV columns (header "
-                           "as in its data); conll: word in the first column, blank line between sentences; conllu: "
-                           "CoNLL-U FORMs")
+                      help="text: one example per line (pairs, and QA's question and context: two texts separated "
+                           "by a tab; word tasks: split into words); words: whitespace-separated words per line; tsv: "
+                           "the run's TSV columns (header as in its data; QA: question<TAB>context, no header); conll: "
+                           "word in the first column, blank line between sentences; conllu: CoNLL-U FORMs; jsonl: one "
+                           "JSON record per line ({\"question\", \"context\"}, {\"text_a\", \"text_b\"} or "
+                           "{\"words\"})")
   parser.add_argument("--output", choices=("jsonl", "conll"), default="jsonl",
                       help="jsonl: one JSON object per input; conll: `word tag` lines (word tasks), what "
                            "`python -m tasks.scoring.score` reads")
@@ -343,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     raise errors.UserError(f"--out {args.out}: expected the file to write the predictions to, found a directory")
   predictor = Predictor.from_workdir(args.workdir, args.checkpoint)
   kind = "word-level" if predictor.word_task else "text"
-  if (args.format in ("words", "conll", "conllu")) != predictor.word_task and args.format != "text":
+  if (args.format in ("words", "conll", "conllu")) != predictor.word_task and args.format not in ("text", "jsonl"):
     raise errors.UserError(f"--format {args.format} is for {'text' if predictor.word_task else 'word'}-level tasks; "
                         f"{args.workdir} is a {kind} task ({predictor.task['name']}): use --format "
                         f"{'text, words, conll or conllu' if predictor.word_task else 'text or tsv'}")

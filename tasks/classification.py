@@ -177,7 +177,7 @@ class SentenceFamily:
   def widths(self) -> dict[str, Callable[[int], int]]:
     return {}
 
-  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
+  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
     return None
 
   def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:

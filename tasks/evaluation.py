@@ -38,10 +38,22 @@ def raw_predictions(predict: Callable, params: Any, split: finetune_data.Split, 
   return out
 
 
+def per_record(split: finetune_data.Split, values: Sequence[Any]) -> list[Any]:
+  """Per-example values (examples, raw outputs) as the family reads them per record: as they are, or the list of a
+  record's examples' values when a record is several examples (`Split.groups`)."""
+  return list(values) if split.groups is None else [[values[i] for i in group] for group in split.groups]
+
+
+def tune(family: TaskFamily, split: finetune_data.Split, raw: Sequence[np.ndarray]) -> float | None:
+  """The family's decoding threshold chosen on this (dev) split."""
+  return family.tune(split.records, per_record(split, split.examples), per_record(split, raw))
+
+
 def decode(family: TaskFamily, split: finetune_data.Split, raw: Sequence[np.ndarray],
            threshold: float | None = None) -> list[Any]:
-  """Raw outputs -> predictions as the scorer reads them."""
-  return [family.decode(r, example, threshold) for r, example in zip(raw, split.examples)]
+  """Raw outputs -> one prediction per record, as the scorer reads them."""
+  return [family.decode(r, example, threshold)
+          for r, example in zip(per_record(split, raw), per_record(split, split.examples))]
 
 
 def score_split(family: TaskFamily, split: finetune_data.Split, predictions: Sequence[Any]) -> dict[str, float]:
@@ -70,14 +82,14 @@ def make_evaluator(data: finetune_data.TaskData, predict: Callable, *, batch_siz
 
   def evaluate_dev(params) -> dict[str, float]:
     raw = run(params, data.eval)
-    threshold = family.tune(data.eval.examples, raw)
+    threshold = tune(family, data.eval, raw)
     scores = score_split(family, data.eval, decode(family, data.eval, raw, threshold))
     return {f"eval/{k}": float(v) for k, v in scores.items()} | (
         {} if threshold is None else {"eval/threshold": threshold})
 
   def final(params, workdir: Path, write_files: bool) -> dict[str, Any]:
     raw = run(params, data.eval)
-    threshold = family.tune(data.eval.examples, raw)
+    threshold = tune(family, data.eval, raw)
     results: dict[str, Any] = {"threshold": threshold} if threshold is not None else {}
     for split, split_raw in ((data.eval, raw), (data.test, None)):
       if split is None:

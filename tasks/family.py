@@ -7,8 +7,8 @@ A family is built from the task's config mapping (`config.task` as a dict, plus 
 "Adding a task family".
 
 Values that pass between the methods: a *record* is what a reader yields (`tasks.readers`: {"text_a", "text_b",
-"label", "score"} or {"words", "tags"} or {"words", "spans"}); an *example* is a record encoded for the model (numpy
-arrays: `input_ids`, `type_ids` and the family's own fields); *raw* is one example's row of `outputs` on the host
+"label", "score"} or {"words", "tags"} or {"words", "spans"} or a SQuAD question); an *example* is a record encoded for
+the model (numpy arrays: `input_ids`, `type_ids` and the family's own fields; a record may be several examples); *raw* is one example's row of `outputs` on the host
 (padding cut off by `widths`); a *prediction* is what `decode` makes of it and what `score` and the prediction files
 read (a label, a score, a tag list, a list of (start, end, label) spans).
 """
@@ -66,8 +66,11 @@ class TaskFamily(Protocol):
   def objective(self) -> Objective:
     """The head and its loss."""
 
-  def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]) -> dict[str, np.ndarray]:
-    """One record as an example; `lookup` maps a label to its index (an unknown label raises naming the record)."""
+  def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]
+             ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
+    """One record as an example, or as a list of examples (a QA context's windows: `tune`, `decode` and `output`
+    then get the lists of a record's examples and raw outputs); `lookup` maps a label to its index (an unknown label
+    raises naming the record)."""
 
   def widths(self) -> dict[str, Callable[[int], int]]:
     """Padded width of each per-word / per-span example field at a token bucket length (`tasks.batching.collate`)."""
@@ -75,11 +78,11 @@ class TaskFamily(Protocol):
   def outputs(self, predictions: Any, batch: dict[str, jax.Array]) -> jax.Array:
     """The head's predictions -> what `decode` reads, per row (runs on device, inside jit)."""
 
-  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> float | None:
-    """A decoding threshold chosen on dev (span NER), or None."""
+  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> float | None:
+    """A decoding threshold chosen on dev (span NER, SQuAD 2.0's null-score threshold), or None."""
 
   def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> Any:
-    """One example's raw outputs -> its prediction."""
+    """One record's raw outputs and example (lists of them when `encode` gave several) -> its prediction."""
 
   def has_labels(self, records: Sequence[dict]) -> bool:
     """Whether a split can be scored (SST-2's test split has no labels)."""
@@ -94,7 +97,7 @@ class TaskFamily(Protocol):
     """A record to predict (no gold) completed with placeholder gold, so `encode` takes it."""
 
   def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
-    """What `launch.predict` returns for one input."""
+    """What `launch.predict` returns for one input (example and raw: lists when `encode` gave several)."""
 
   def conll(self, output: dict) -> str:
     """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (what tasks.scoring.score

@@ -29,10 +29,12 @@ from tasks.family import TaskFamily
 
 
 class Split(NamedTuple):
-  """One split: reader records (plain dicts, file order) and their encoded examples."""
+  """One split: reader records (plain dicts, file order) and their encoded examples; `groups` holds the examples of
+  each record (indices into `examples`) when a record is several examples (QA windows), None when it is one."""
   name: str
   records: list[dict]
   examples: list[dict]
+  groups: list[list[int]] | None = None
 
 
 class TaskData(NamedTuple):
@@ -61,8 +63,26 @@ def label_vocabulary(task: ml_collections.ConfigDict, train_records: Sequence[di
   return list(task.labels) or registry.family(task_mapping(task, ())).label_vocabulary(train_records)
 
 
+def split_of(name: str, family: TaskFamily, tokenizer, records: Sequence[dict]) -> Split:
+  """A split's records and examples (a record the family encodes as several examples: every one, grouped)."""
+  encoded = encode_records(family, tokenizer, records)
+  if all(isinstance(e, dict) for e in encoded):
+    return Split(name, list(records), encoded)
+  examples, groups = [], []
+  for windows in encoded:
+    groups.append(list(range(len(examples), len(examples) + len(windows))))
+    examples += windows
+  return Split(name, list(records), examples, groups)
+
+
 def encode(family: TaskFamily, tokenizer, records: Sequence[dict]) -> list[dict]:
-  """Every record of a split as an example; a label outside the task's labels is an error naming the record."""
+  """Every record of a split as its example(s), in order (a record's several examples one after the other)."""
+  return split_of("", family, tokenizer, records).examples
+
+
+def encode_records(family: TaskFamily, tokenizer, records: Sequence[dict]) -> list[dict | list[dict]]:
+  """Every record of a split as an example (or a list of them); a label outside the task's labels is an error naming
+  the record."""
   labels = family.task["labels"]
   index = {label: i for i, label in enumerate(labels)}
 
@@ -207,8 +227,8 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   for name, split_string in zip(records, (task.train_split, task.eval_split, task.test_split)):
     _check_records(family, dataset, split_string, records[name])  # Prepared splits: checked again (the task may
     _check_labels(dataset, split_string, records[name], allowed)   # differ from the one that prepared them).
-  train, dev, test = (Split(name, records[name], encode(family, tokenizer, records[name])) if name in records
-                      else None for name in ("train", "dev", "test"))
+  train, dev, test = (split_of(name, family, tokenizer, records[name]) if name in records else None
+                      for name in ("train", "dev", "test"))
   buckets = tuple(sorted({min(b, task.max_length) for b in config.data.buckets} | {task.max_length}))
   per_epoch = steps_per_epoch(len(train.examples), config.batch_size)
   epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs

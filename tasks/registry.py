@@ -5,7 +5,7 @@ import difflib
 from typing import Any, Mapping
 
 from encoder import errors
-from tasks import classification, regression, span_ner, tagging
+from tasks import classification, question_answering, regression, span_ner, tagging
 from tasks.family import TaskFamily
 
 FAMILIES: dict[str, type] = {
@@ -13,6 +13,7 @@ FAMILIES: dict[str, type] = {
     "regression": regression.Regression,  # A real-valued score per sentence (pair): SICK relatedness, STS-B.
     "tagging": tagging.Tagging,  # BIO/IO/BIOES tagging (NER) or plain tags (POS), greedy or CRF.
     "span_ner": span_ner.SpanNER,  # Span classification with NULL, flat or nested.
+    "question_answering": question_answering.QuestionAnswering,  # Extractive QA (SQuAD v1.1/v2.0) over windows.
 }
 
 

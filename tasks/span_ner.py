@@ -218,7 +218,7 @@ class SpanNER:
     """Probabilities over NULL + types per candidate span."""
     return jax.nn.softmax(predictions, axis=-1)
 
-  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> float:
+  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> float:
     """The acceptance threshold with the best dev F1 (used on test: chosen on dev, never on test)."""
     gold = [[(int(s), int(e) + 1, int(label)) for (s, e), label in zip(ex["span_words"], ex["span_labels"])
              if label > 0] for ex in examples]

@@ -156,7 +156,7 @@ class Tagging:
   def outputs(self, predictions: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Array:
     return decode(predictions, batch)
 
-  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
+  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
     return None
 
   def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> list[str]:

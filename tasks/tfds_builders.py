@@ -28,7 +28,8 @@ from configs import paths
 from encoder import errors
 from tasks import readers
 
-KINDS = {"tsv": "texts", "conll": "tagged_words", "conllu": "tagged_words", "spans": "spans"}  # Record shapes.
+# Record shapes of each reader format.
+KINDS = {"tsv": "texts", "conll": "tagged_words", "conllu": "tagged_words", "spans": "spans", "squad": "questions"}
 DEFAULT_CACHE_DIR = Path("~/.cache/encoderlab/tfds")
 
 
@@ -72,6 +73,12 @@ PRESETS: dict[str, DatasetConfig] = {c.name: c for c in (
                   description="SICK 3-way entailment (label) and 1-5 relatedness (score)",
                   files={"train": "sick/SICK_train.txt", "validation": "sick/SICK_trial.txt",
                          "test": "sick/SICK_test_annotated.txt"}),
+    # SQuAD v1.1: 44 train articles, the last 4 held out as the dev split (recipe choice); the official dev set is
+    # the test split, as in every SQuAD paper.
+    DatasetConfig(name="squad", format="squad", description="SQuAD v1.1 extractive QA (44 train articles)",
+                  files={"train": "squad_v1.1/train-44-articles.json",
+                         "validation": "squad_v1.1/train-44-articles.json", "test": "squad_v1.1/dev-v1.1.json"},
+                  split_options={"train": {"articles": ":40"}, "validation": {"articles": "40:"}}),
     _ud("ud_ewt_upos", "ud_english_ewt", "en_ewt"),
     _ud("ud_ewt_xpos", "ud_english_ewt", "en_ewt", "xpos"),
     _ud("ud_vi_vtb_upos", "ud_multilingual/UD_Vietnamese-VTB", "vi_vtb"),
@@ -103,6 +110,10 @@ def _features(kind: str) -> tfds.features.FeaturesDict:
     return tfds.features.FeaturesDict({"text_a": text, "text_b": text, "label": text, "score": text})
   if kind == "tagged_words":
     return tfds.features.FeaturesDict({"words": texts, "tags": texts, "doc_index": np.int32})
+  if kind == "questions":
+    return tfds.features.FeaturesDict({"id": text, "title": text, "question": text, "context": text,
+                                       "answers": tfds.features.Sequence({"text": text, "start": np.int32}),
+                                       "is_impossible": np.bool_})
   return tfds.features.FeaturesDict(
       {"words": texts, "spans": tfds.features.Sequence({"start": np.int32, "end": np.int32, "label": text})})
 
@@ -121,6 +132,11 @@ def _decode(kind: str, example: dict) -> dict:
     score = example["score"].decode()
     return ({key: example[key].decode() or None for key in ("text_a", "text_b", "label")}
             | ({"score": float(score)} if score else {}))
+  if kind == "questions":
+    answers = example["answers"]
+    return ({key: example[key].decode() for key in ("id", "title", "question", "context")}
+            | {"answers": [{"text": t.decode(), "start": int(s)} for t, s in zip(answers["text"], answers["start"])],
+               "is_impossible": bool(example["is_impossible"])})
   words = [word.decode() for word in example["words"]]
   if kind == "tagged_words":
     return {"words": words, "tags": [tag.decode() for tag in example["tags"]], "doc_index": int(example["doc_index"])}

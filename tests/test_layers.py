@@ -11,7 +11,7 @@ from tasks import registry
 
 REPO = Path(__file__).resolve().parents[1]
 FAMILY_FILES = {"tasks/registry.py", "tasks/classification.py", "tasks/regression.py", "tasks/tagging.py",
-                "tasks/span_ner.py"}
+                "tasks/span_ner.py", "tasks/question_answering.py"}
 
 
 def _modules(*packages: str) -> list[Path]:

@@ -134,8 +134,10 @@ def gold_text(task: str, source: Path) -> str:
   if task == "conll":  # word gold predicted -> word gold
     lines = source.read_text(encoding="utf-8").split("\n")
     return "\n".join(" ".join(line.split()[:-1]) for line in lines)
-  key = "label" if task == "labels" else "score"
   records = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+  if task == "squad":  # Questions as JSON lines of id and answers, what `score squad --gold` reads.
+    return "".join(json.dumps({"id": r["id"], "answers": r["answers"]}, ensure_ascii=False) + "\n" for r in records)
+  key = "label" if task == "labels" else "score"
   return "".join(f"{r[key]}\n" for r in records)
 
 

@@ -1,7 +1,8 @@
 """Readers for the fine-tuning and embedding formats: plain-dict records, with `path:line:` errors for malformed input.
 
 Records: classification {"text_a", "text_b", "label"}; tagging {"words", "tags", "doc_index"}; spans {"words",
-"spans": [{"start", "end", "label"}]} (token offsets, end exclusive). Contextual embeddings: WiC pairs, SemCor
+"spans": [{"start", "end", "label"}]} (token offsets, end exclusive); questions {"id", "title", "question", "context",
+"answers": [{"text", "start"}], "is_impossible"} (SQuAD JSON). Contextual embeddings: WiC pairs, SemCor
 sentences with sense keys, WordNet 3.0's index.sense and relations, the Raganato et al. (2017) WSD XML + gold keys.
 """
 
@@ -11,15 +12,16 @@ from tasks.readers.lines import ReaderError, numbered_lines
 from tasks.readers.raganato import read_all, read_dataset, read_key_file, read_raganato_xml
 from tasks.readers.semcor import read_semcor, read_semcor_file
 from tasks.readers.spans import read_spans_jsonl, spans_to_tagging, tagging_to_spans
+from tasks.readers.squad import read_squad
 from tasks.readers.tsv import read_tsv
 from tasks.readers.wic import WIC_POS, read_wic, read_wic_split, wic_files
 from tasks.readers.wordnet import WordNet, load_wordnet, parse_sense_key, read_index_sense
 
-READERS = {"conll": read_conll, "tsv": read_tsv, "conllu": read_conllu, "spans": read_spans_jsonl}
+READERS = {"conll": read_conll, "tsv": read_tsv, "conllu": read_conllu, "spans": read_spans_jsonl, "squad": read_squad}
 
 __all__ = [
     "CONLL2003_COLUMNS", "CONLLU_COLUMNS", "READERS", "ReaderError", "WIC_POS", "WordNet", "load_wordnet",
     "numbered_lines", "parse_sense_key", "read_all", "read_conll", "read_conllu", "read_dataset", "read_index_sense",
-    "read_key_file", "read_raganato_xml", "read_semcor", "read_semcor_file", "read_spans_jsonl", "read_tsv",
-    "read_wic", "read_wic_split", "spans_to_tagging", "tagging_to_spans", "wic_files",
+    "read_key_file", "read_raganato_xml", "read_semcor", "read_semcor_file", "read_spans_jsonl", "read_squad",
+    "read_tsv", "read_wic", "read_wic_split", "spans_to_tagging", "tagging_to_spans", "wic_files",
 ]

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tasks.scoring import metrics
+from tasks.scoring import metrics, squad
 
 Metric = Callable[[np.ndarray], np.ndarray]  # summed statistics [S, ...] -> metric values [S]
 TIE_TOLERANCE = 1e-12  # delta(x(i)) = 2 delta(x) exactly is common (discrete counts): count it despite rounding.
@@ -81,3 +81,11 @@ def pearson_bootstrap(gold: Sequence[float], pred_a: Sequence[float], pred_b: Se
   """Paired bootstrap on Pearson's r over examples (regression: one number per example)."""
   stats = [metrics.pearson_moments(gold, p) for p in (pred_a, pred_b)]
   return paired_bootstrap(*stats, metrics.pearson_from_moments, samples, seed)
+
+
+def squad_f1_bootstrap(golds: Sequence[Sequence[str]], pred_a: Sequence[str | None], pred_b: Sequence[str | None],
+                       samples: int = 10_000, seed: int = 0, version2: bool = False) -> BootstrapResult:
+  """Paired bootstrap on SQuAD's F1 (the mean of per-question F1) over questions."""
+  stats = [np.stack([squad.question_scores(golds, p, version2)[:, 1], np.ones(len(golds))], axis=1)
+           for p in (pred_a, pred_b)]
+  return paired_bootstrap(*stats, lambda summed: summed[:, 0] / summed[:, 1], samples, seed)

@@ -3,12 +3,15 @@
   python -m tasks.scoring.score conll  --gold FILE --pred FILE [--mode conlleval|strict] [--scheme IOB1|IOB2|IOE|BIOES]
   python -m tasks.scoring.score labels --gold FILE --pred FILE
   python -m tasks.scoring.score scores --gold FILE --pred FILE
+  python -m tasks.scoring.score squad  --gold dev-v1.1.json --pred predictions.json
   python -m tasks.scoring.score bootstrap --gold FILE --pred-a A --pred-b B [--samples 10000] [--seed 0]
-                                  [--task conll|labels|scores]
+                                  [--task conll|labels|scores|squad]
 
 CoNLL files: one token per line, the tag in the LAST whitespace-separated column, blank lines between
 sentences, `-DOCSTART-` lines skipped. Label files: one example per non-blank line, the label in the last
-column; score files (regression) the same with a number there. Every score (table and JSON) is a fraction in
+column; score files (regression) the same with a number there. SQuAD: the gold is SQuAD JSON (v1.1 or v2.0; or a
+run's predictions/<split>.jsonl), the predictions the official {question id: answer text} JSON (tasks.scoring.squad).
+Every score (table and JSON) is a fraction in
 [0, 1] (correlations in [-1, 1]; MSE in the data's units); the last printed line is one JSON object.
 
 Nothing is scored from a file that is not UTF-8, holds no sentences (labels), is misaligned with gold, or has a tag
@@ -21,7 +24,7 @@ import json
 from typing import Any, Sequence
 
 from encoder import errors
-from tasks.scoring import bootstrap, metrics, tag_schemes
+from tasks.scoring import bootstrap, metrics, squad, tag_schemes
 from tasks.readers.lines import ReaderError, numbered_lines
 
 Column = tuple[list[list[str]], list[list[int]]]  # (sentences of tags, their 1-based line numbers)
@@ -153,6 +156,14 @@ def regression_command(args: argparse.Namespace) -> dict[str, Any]:
   return dict(task="scores", **scores, examples=len(gold))
 
 
+def squad_command(args: argparse.Namespace) -> dict[str, Any]:
+  """`squad`: exact match and F1 as the official evaluation script defines them (as fractions)."""
+  ids, golds, version2 = squad.read_gold(args.gold)
+  result = squad.scores(golds, squad.read_predictions(args.pred, ids), version2)
+  print(f"exact_match {result['exact_match']:.4f}  f1 {result['f1']:.4f}")
+  return dict(task="squad", **result, questions=len(ids), version="2.0" if version2 else "1.1")
+
+
 def score_command(args: argparse.Namespace) -> dict[str, Any]:
   """`conll` / `labels`: print the table, return the summary."""
   gold, (pred,) = load(args, [args.pred], args.command)
@@ -172,10 +183,14 @@ def score_command(args: argparse.Namespace) -> dict[str, Any]:
 
 def bootstrap_command(args: argparse.Namespace) -> dict[str, Any]:
   """`bootstrap`: paired bootstrap p-value that A beats B (entity micro F1 for conll, accuracy for labels, Pearson's
-  r for scores)."""
+  r for scores, the mean per-question F1 for squad)."""
   if args.task == "scores":
     gold, (a, b) = load_scores(args.gold, [args.pred_a, args.pred_b])
     result, name = bootstrap.pearson_bootstrap(gold, a, b, args.samples, args.seed), "pearson"
+  elif args.task == "squad":
+    ids, golds, version2 = squad.read_gold(args.gold)
+    a, b = (squad.read_predictions(path, ids) for path in (args.pred_a, args.pred_b))
+    result, name = bootstrap.squad_f1_bootstrap(golds, a, b, args.samples, args.seed, version2), "f1"
   else:
     gold, (a, b) = load(args, [args.pred_a, args.pred_b], args.task)
   if args.task == "conll":
@@ -193,7 +208,7 @@ def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
   root = argparse.ArgumentParser(prog="python -m tasks.scoring.score", description=__doc__.split("\n")[0])
   commands = root.add_subparsers(dest="command", required=True)
-  for name in ("conll", "labels", "scores", "bootstrap"):
+  for name in ("conll", "labels", "scores", "squad", "bootstrap"):
     sub = commands.add_parser(name)
     sub.add_argument("--gold", required=True, help="gold file")
     if name == "bootstrap":
@@ -201,10 +216,10 @@ def parser() -> argparse.ArgumentParser:
       sub.add_argument("--pred-b", required=True, help="system B's predictions")
       sub.add_argument("--samples", type=int, default=10_000, help="bootstrap samples b")
       sub.add_argument("--seed", type=int, default=0, help="seed of the resampling")
-      sub.add_argument("--task", choices=("conll", "labels", "scores"), default="conll")
+      sub.add_argument("--task", choices=("conll", "labels", "scores", "squad"), default="conll")
     else:
       sub.add_argument("--pred", required=True, help="predictions, aligned line by line with gold")
-    if name not in ("labels", "scores"):
+    if name not in ("labels", "scores", "squad"):
       sub.add_argument("--mode", choices=("conlleval", "strict"), default="conlleval",
                        help="conlleval: lenient chunking (seqeval default); strict: only well-formed entities")
       sub.add_argument("--scheme", type=str.upper, default="IOB2", choices=sorted(tag_schemes.SCHEME_NAMES),
@@ -215,7 +230,7 @@ def parser() -> argparse.ArgumentParser:
 def score_files(argv: Sequence[str] | None = None) -> None:
   """Parses the command line, scores, prints the table and the JSON summary."""
   args = parser().parse_args(argv)
-  commands = {"bootstrap": bootstrap_command, "scores": regression_command}
+  commands = {"bootstrap": bootstrap_command, "scores": regression_command, "squad": squad_command}
   print(json.dumps(commands.get(args.command, score_command)(args)))
 
 

@@ -1,6 +1,7 @@
 """One training step against HuggingFace PyTorch BERT on the same weights and masks: the engine's loss and every
-parameter's gradient, MLM + NSP against BertForPreTraining, the classification and token-classification heads against
-BertFor{Sequence,Token}Classification, and MLM + SBO against a PyTorch restatement of the span boundary objective.
+parameter's gradient, MLM + NSP against BertForPreTraining, the classification, token-classification and
+question-answering heads against BertFor{Sequence,Token}Classification and BertForQuestionAnswering, and MLM + SBO
+against a PyTorch restatement of the span boundary objective.
 
 Gradients are compared tensor by tensor as max|ours - theirs| / max|theirs| (float32, dropout off).
 """
@@ -15,7 +16,7 @@ from encoder import hf_checkpoint as hf
 from launch import steps
 from launch.model import EncoderWithHeads
 from objectives import registry
-from tasks import classification, tagging
+from tasks import classification, question_answering, tagging
 from tests.conftest import require_package
 
 torch = require_package("torch")
@@ -246,3 +247,41 @@ def test_token_classification_step_equals_bert_for_token_classification(pretrain
   pooler = {name: ours.pop(name) for name in list(ours) if name.startswith("bert.pooler.")}  # Not in HF's model.
   assert all(not g.any() for g in pooler.values())
   _assert_same_gradients(ours, _torch_grads(theirs_model, theirs))
+
+
+def test_question_answering_step_equals_bert_for_question_answering(pretraining, batch):
+  """Start/end logits from qa_outputs [H, 2], loss (start CE + end CE) / 2: HF's own loss on full-length rows (HF puts
+  padding in the softmax, ours leaves it out), and on padded rows HF's logits with the padding masked."""
+  model, (cfg, params, _) = pretraining
+  theirs_model = _with_encoder(transformers.BertForQuestionAnswering, model)
+  objective = question_answering.QuestionAnswering({"max_length": L}).objective()
+  head = {"question_answering": {"qa_outputs": _linear(theirs_model.qa_outputs)}}
+  targets = {"start_position": np.array([3, 0, 2], np.int32), "end_position": np.array([6, 0, 4], np.int32)}
+  # Full rows: no padding token either (HF's embedding never updates the [PAD] row, padding_idx).
+  full = batch | targets | {"attention_segments": np.ones_like(batch["attention_segments"]),
+                            "input_ids": np.maximum(batch["input_ids"], 1)}
+  padded = batch | targets
+  for rows, hf_loss in ((full, None), (padded, "masked")):
+    loss, grads = _engine_step(cfg, [objective], {"encoder": params} | head, rows)
+    positions = {f"{side}_positions": torch.tensor(rows[f"{side}_position"], dtype=torch.long)
+                 for side in ("start", "end")}
+    if hf_loss is None:
+      theirs = theirs_model(**_torch_inputs(rows), **positions).loss
+    else:
+      out = theirs_model(**_torch_inputs(rows))
+      padding = torch.tensor(rows["attention_segments"] == 0)
+      theirs = sum(F.cross_entropy(logits.masked_fill(padding, -1e9), positions[f"{side}_positions"])
+                   for side, logits in (("start", out.start_logits), ("end", out.end_logits))) / 2
+    np.testing.assert_allclose(loss, theirs.item(), rtol=1e-5)
+    qa = grads["question_answering"]["qa_outputs"]
+    ours = _encoder_gradients(cfg, grads) | {"qa_outputs.weight": qa["kernel"].T, "qa_outputs.bias": qa["bias"]}
+    pooler = {name: ours.pop(name) for name in list(ours) if name.startswith("bert.pooler.")}  # Not in HF's model.
+    assert all(not g.any() for g in pooler.values())
+    torch_grads = _torch_grads(theirs_model, theirs)
+    # qa_outputs.bias and the last LayerNorm's bias get 0 in exact arithmetic (each row's softmax minus one-hot sums
+    # to 0 over positions), the last query bias ~1e-7 of the largest gradient: rounding noise, compared absolutely.
+    largest = max(float(np.abs(g).max()) for g in torch_grads.values())
+    tiny = [name for name, g in torch_grads.items() if np.abs(g).max() < RTOL * largest]
+    assert "qa_outputs.bias" in tiny
+    assert all(np.abs(ours.pop(n) - torch_grads.pop(n)).max() <= RTOL * largest for n in tiny)
+    _assert_same_gradients(ours, torch_grads)

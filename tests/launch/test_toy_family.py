@@ -82,7 +82,7 @@ class WordCount:
   def outputs(self, predictions: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
     return predictions
 
-  def tune(self, examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
+  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
     return None
 
   def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> float:

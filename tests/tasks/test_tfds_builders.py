@@ -109,4 +109,5 @@ def test_presets_read_the_first_record_of_every_split():
     for split, path in config.files.items():
       options = {**config.options, **config.split_options.get(split, {})}
       record = next(READERS[config.format](require_data(path), **options))
-      assert record["words"] if "words" in record else record["text_a"], (config.name, split)
+      text = record["words"] if "words" in record else record["question"] if "question" in record else record["text_a"]
+      assert text, (config.name, split)
