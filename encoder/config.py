@@ -14,12 +14,15 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 class EncoderConfig:
   """Shape and numerics of a bidirectional transformer encoder (BERT family)."""
   vocab_size: int = 30522  # Rows of the word-piece embedding table (configs: 0 = the tokenizer's vocabulary size).
-  hidden_size: int = 768  # Width d of every hidden state and embedding.
+  hidden_size: int = 768  # Width d of every hidden state (and of the embeddings unless embedding_size is set).
   num_layers: int = 12  # Transformer blocks.
   num_heads: int = 12  # Attention heads per block (hidden_size must be divisible by it).
   intermediate_size: int = 3072  # Width of each block's feedforward layer.
   max_positions: int = 512  # Rows of the learned position-embedding table: the longest input in tokens.
   type_vocab_size: int = 2  # Rows of the segment (token type) embedding table: sentence A / B.
+  # Width of the embedding tables (factorized embeddings, as ELECTRA-small and ALBERT): the embeddings are projected
+  # to hidden_size by a dense layer when it differs; 0 = hidden_size (BERT: no projection).
+  embedding_size: int = 0
   layer_norm_eps: float = 1e-12  # Epsilon of every LayerNorm.
   hidden_dropout: float = 0.1  # Dropout on the embeddings and on each sublayer's output, while training.
   attention_dropout: float = 0.1  # Dropout on the attention probabilities, while training.
@@ -48,6 +51,11 @@ class EncoderConfig:
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
 
+  @property
+  def embedding_width(self) -> int:
+    """Width of the embedding tables and of the tied vocabulary projection's input."""
+    return self.embedding_size or self.hidden_size
+
   def replace(self, **changes) -> "EncoderConfig":
     return dataclasses.replace(self, **changes)
 
@@ -56,7 +64,7 @@ def _size(layers, hidden, heads, **extra):
   return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, intermediate_size=4 * hidden, **extra)
 
 
-# Sizes from the spec (BERT-base/large, XLM-R large), the BERT miniatures (Turc et al., 2019) and MiniLM.
+# Sizes from the spec (BERT-base/large, XLM-R large), the BERT miniatures (Turc et al., 2019), MiniLM, ELECTRA-small.
 PRESETS: dict[str, dict] = {
     "tiny": _size(2, 128, 2),
     "mini": _size(4, 256, 4),
@@ -67,6 +75,7 @@ PRESETS: dict[str, dict] = {
     "xlmr-large": _size(24, 1024, 16, vocab_size=250002, max_positions=514, type_vocab_size=1,
                         layer_norm_eps=1e-5, pad_token_id=1),
     "minilm": _size(6, 384, 12),
+    "electra-small": _size(12, 256, 4, embedding_size=128),  # ELECTRA-small's discriminator (Clark et al., 2020).
 }
 
 

@@ -133,7 +133,7 @@ class Embeddings(nn.Module):
 
   def setup(self):
     cfg = self.cfg
-    embed = lambda n, name: nn.Embed(n, cfg.hidden_size, embedding_init=_init(cfg), dtype=cfg.param_dtype,
+    embed = lambda n, name: nn.Embed(n, cfg.embedding_width, embedding_init=_init(cfg), dtype=cfg.param_dtype,
                                      param_dtype=cfg.param_dtype, name=name)
     self.word_embeddings = embed(cfg.vocab_size, "word_embeddings")
     self.position_embeddings = embed(cfg.max_positions, "position_embeddings")
@@ -225,10 +225,16 @@ def remat_block(policy: str) -> type[nn.Module]:
 class Encoder(nn.Module):
   """BERT encoder: returns every layer's hidden states, the [CLS] vector and the pooled [CLS]."""
   cfg: EncoderConfig
+  # Another encoder's Embeddings, used instead of an own table (ELECTRA's generator shares the discriminator's);
+  # their width must be cfg.embedding_width.
+  shared_embeddings: Embeddings | None = None
 
   def setup(self):
     cfg = self.cfg
-    self.embeddings = Embeddings(cfg, name="embeddings")
+    if self.shared_embeddings is None:
+      self.embeddings = Embeddings(cfg, name="embeddings")
+    if cfg.embedding_width != cfg.hidden_size:  # Factorized embeddings (ELECTRA-small): [E] -> [H].
+      self.embeddings_project = _dense(cfg, cfg.hidden_size, "embeddings_project")
     block = remat_block(cfg.remat)
     self.layers = [block(cfg, name=f"layer_{i}") for i in range(cfg.num_layers)]
     if cfg.pre_layer_norm:
@@ -252,7 +258,9 @@ class Encoder(nn.Module):
     if attention_segments is None:
       attention_segments = (input_ids != self.cfg.pad_token_id).astype(jnp.int32)
     bias = attention_bias(attention_segments)
-    x = self.embeddings(input_ids, type_ids, positions, train)
+    x = self._embeddings()(input_ids, type_ids, positions, train)
+    if self.cfg.embedding_width != self.cfg.hidden_size:
+      x = per_token(self.embeddings_project, x)
     hidden_states = [x]
     for depth, layer in enumerate(self.layers, 1):
       x = layer(x, bias, train, last_positions if depth == len(self.layers) else None)
@@ -263,6 +271,9 @@ class Encoder(nn.Module):
     return EncoderOutput(hidden_states=tuple(hidden_states), cls=cls, pooled=jnp.tanh(self.pooler(cls)),
                          last_positions=last_positions)
 
+  def _embeddings(self) -> Embeddings:
+    return self.embeddings if self.shared_embeddings is None else self.shared_embeddings
+
   def attend(self, hidden: Array) -> Array:
-    """Logits over the vocabulary with the tied input embeddings: hidden [..., H] -> [..., vocab]."""
-    return self.embeddings.attend(hidden)
+    """Logits over the vocabulary with the tied input embeddings: hidden [..., E] -> [..., vocab]."""
+    return self._embeddings().attend(hidden)
