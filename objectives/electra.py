@@ -8,7 +8,7 @@ to the original counts as original. Loss = generator MLM + rtd_weight * RTD (bin
 mean over its own tokens. Fine-tuning starts from the discriminator (params/encoder).
 
 Parameter names follow HF's ElectraForMaskedLM / ElectraForPreTraining: generator/encoder (the generator's encoder
-without embeddings), generator/head/{dense, layer_norm, output_bias} (ElectraGeneratorPredictions + the tied
+without embeddings), generator/head (an MLM head as objectives/mlm.py's: ElectraGeneratorPredictions and the tied
 decoder's bias), discriminator/{dense, dense_prediction} (ElectraDiscriminatorPredictions).
 """
 
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from encoder.config import EncoderConfig
 from encoder.model import Encoder, per_token
-from objectives import layers
+from objectives import layers, mlm
 from objectives.objective import Objective
 
 GENERATOR_LOGITS = "electra_generator_logits"  # Batch key replace_inputs adds: generator logits [batch, P, vocab].
@@ -50,21 +50,6 @@ def scatter(ids: jax.Array, positions: jax.Array, values: jax.Array, weights: ja
   return jnp.asarray(ids).at[jnp.arange(ids.shape[0])[:, None], positions].set(values)
 
 
-class GeneratorHead(nn.Module):
-  """HF's ElectraGeneratorPredictions (dense to the embedding width, exact GELU, LayerNorm), then the tied decoder
-  (`attend`) plus an output bias."""
-  initializer_range: float = 0.02
-  layer_norm_eps: float = 1e-12
-
-  @nn.compact
-  def __call__(self, hidden: jax.Array, width: int, attend: Callable[[jax.Array], jax.Array]) -> jax.Array:
-    """hidden [batch, P, H_generator] -> logits [batch, P, vocab]."""
-    transform = lambda h: layers.dense_gelu_norm(
-        h, width, initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps,
-        approximate_gelu=False, dense_name="dense", norm_name="layer_norm")
-    return layers.output_bias(self, per_token(lambda h: attend(transform(h)), hidden))
-
-
 class Generator(nn.Module):
   """The generator encoder on the masked input (sharing `discriminator`'s embeddings) and its MLM head."""
   size: float = 0.25
@@ -82,8 +67,9 @@ class Generator(nn.Module):
     outputs = encoder(batch["input_ids"], batch.get("type_ids"), batch.get("positions"),
                       batch.get("attention_segments"), train=train,
                       last_positions=last if last.shape[1] < batch["input_ids"].shape[1] else None)
-    head = GeneratorHead(self.initializer_range, self.layer_norm_eps, name="head")
-    return head(outputs.at(positions), cfg.embedding_width, encoder.attend)
+    # HF's ElectraGeneratorPredictions: dense to the embedding width, exact GELU, LayerNorm; the tied decoder.
+    head = mlm.MaskedLMHead(self.initializer_range, self.layer_norm_eps, features=cfg.embedding_width, name="head")
+    return head(outputs, batch, encoder.attend)
 
 
 class DiscriminatorHead(nn.Module):
