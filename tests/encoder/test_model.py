@@ -1,4 +1,5 @@
-"""Encoder: parameter counts equal HF BertModel's; padding and packing never change an output."""
+"""Encoder: parameter counts equal HF BertModel's (ElectraModel's with factorized embeddings); padding and packing
+never change an output."""
 
 import jax
 import jax.numpy as jnp
@@ -13,15 +14,19 @@ TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, atten
 
 
 def _hf_parameter_count(cfg) -> int:
+  """BertModel's count; with factorized embeddings ElectraModel's plus the pooler ELECTRA lacks and we keep."""
   torch = require_package("torch")
   transformers = require_package("transformers")
-  hf_config = transformers.BertConfig(
-      vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-      num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
-      max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size)
+  shape = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+               num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+               max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size)
   with torch.device("meta"):  # Shapes only: no memory for the 560M-parameter preset.
-    model = transformers.BertModel(hf_config)
-  return sum(p.numel() for p in model.parameters())
+    if cfg.embedding_size:
+      model = transformers.ElectraModel(transformers.ElectraConfig(**shape, embedding_size=cfg.embedding_size))
+    else:
+      model = transformers.BertModel(transformers.BertConfig(**shape))
+  pooler = cfg.hidden_size * (cfg.hidden_size + 1) if cfg.embedding_size else 0
+  return sum(p.numel() for p in model.parameters()) + pooler
 
 
 def _parameter_count(cfg) -> int:
@@ -36,7 +41,9 @@ def test_parameter_count_equals_hf_bert(name):
   assert _parameter_count(cfg) == _hf_parameter_count(cfg)
 
 
-@pytest.mark.parametrize("name,millions", [("base", 110), ("large", 335), ("xlmr-large", 560), ("minilm", 22.7)])
+# ELECTRA-small: 13.5M as google/electra-small-discriminator holds them (the paper rounds to 14M).
+@pytest.mark.parametrize("name,millions", [("base", 110), ("large", 335), ("xlmr-large", 560), ("minilm", 22.7),
+                                           ("electra-small", 13.5)])
 def test_parameter_count_matches_published_sizes(name, millions):
   assert _parameter_count(preset(name)) / 1e6 == pytest.approx(millions, rel=0.02)
 
