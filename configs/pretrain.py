@@ -44,9 +44,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.masking.max_predictions = 20  # Fixed width P of masked_positions per row.
   config.masking.mode = "span" if "sbo" in names else "token"  # "token", "whole_word" or "span" (SpanBERT).
   config.masking.replacement = "unigram"  # Random replacements from the corpus unigram law or "uniform".
-  # Of the selected tokens: replaced by [MASK] (ELECTRA's code: 85%, the rest kept, no random tokens).
-  config.masking.mask_prob = 0.85 if "electra" in names else 0.8
-  config.masking.random_prob = 0.0 if "electra" in names else 0.1  # ... replaced by a random token (the rest kept).
+  config.masking.mask_prob = 0.85 if "electra" in names else 0.8  # Of the selected tokens: [MASK] (ELECTRA: 85%).
+  # Of the selected tokens: replaced by a random token (the rest are kept; ELECTRA's code: none).
+  config.masking.random_prob = 0.0 if "electra" in names else 0.1
 
   config.electra = ml_collections.ConfigDict()  # ELECTRA's generator and loss weight (objectives/electra.py).
   config.electra.generator_size = 0.25  # Generator hidden size, heads and feed-forward width / the discriminator's.
