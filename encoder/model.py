@@ -89,6 +89,15 @@ def dropout(x: Array, rate: float, key: Array | None, index: Array | None = None
   return jnp.where(keep, x * jnp.asarray(1.0 / (1.0 - rate), x.dtype), jnp.zeros((), x.dtype))
 
 
+def hash_uniform(key: Array, shape: tuple[int, ...]) -> Array:
+  """float32 uniforms in (0, 1) of `shape` (size < 2^32), 24 random bits each, from the counter-based hash `dropout`
+  draws its masks with: fused into the surrounding elementwise code, ~3x cheaper than jax.random.uniform's threefry
+  bits on this CPU (ELECTRA's generator samples over the vocabulary with it)."""
+  seeds = jax.random.bits(key, (2,), jnp.uint32)
+  bits = _mix32(_mix32(flat_index(shape) ^ seeds[0]) + seeds[1])
+  return ((bits >> 8).astype(jnp.float32) + 0.5) * (1.0 / (1 << 24))
+
+
 def flat_index(shape: tuple[int, ...], positions: Array | None = None, axis: int = 1) -> Array:
   """uint32 row-major index of every element of an array of `shape`, taken at `positions` [batch, R] along `axis`."""
   index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from encoder.config import EncoderConfig
-from encoder.model import Encoder, per_token
+from encoder.model import Encoder, hash_uniform, per_token
 from objectives import layers, mlm
 from objectives.objective import Objective
 
@@ -48,6 +48,15 @@ def scatter(ids: jax.Array, positions: jax.Array, values: jax.Array, weights: ja
   positions = positions.astype(jnp.int32)
   values = jnp.where(weights > 0, values.astype(ids.dtype), layers.gather(ids[..., None], positions)[..., 0])
   return jnp.asarray(ids).at[jnp.arange(ids.shape[0])[:, None], positions].set(values)
+
+
+def sample(key: jax.Array, logits: jax.Array) -> jax.Array:
+  """One token id per row of logits [..., V], drawn from softmax(logits) by the Gumbel-max trick (the argmax of
+  logits + Gumbel noise), the noise from encoder.model.hash_uniform (cheaper than jax.random.categorical's)."""
+  noisy = logits - jnp.log(-jnp.log(hash_uniform(key, logits.shape)))
+  vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  first_max = jnp.where(noisy >= noisy.max(axis=-1, keepdims=True), vocab, logits.shape[-1]).min(axis=-1)
+  return jnp.minimum(first_max, logits.shape[-1] - 1)  # A max over the vocabulary, not a slow variadic argmax.
 
 
 class Generator(nn.Module):
@@ -104,7 +113,7 @@ class ElectraHead(nn.Module):
     dropout stream; evaluation: a fixed key, so evaluation is deterministic) and the generator's logits added."""
     logits = self.generator(batch, encoder, train)
     key = self.make_rng("dropout") if train else jax.random.PRNGKey(0)
-    sampled = jax.random.categorical(key, jax.lax.stop_gradient(logits))  # [batch, P]: no gradient to the generator.
+    sampled = sample(key, jax.lax.stop_gradient(logits))  # [batch, P]: no gradient reaches the generator through it.
     ids = scatter(batch["input_ids"], batch["masked_positions"], sampled, batch["masked_weights"])
     return batch | {"input_ids": ids, GENERATOR_LOGITS: logits}
 

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import safetensors.numpy
+import scipy.stats
 import torch
 import transformers
 
@@ -109,6 +110,16 @@ def test_logits_and_loss_match_transformers(checkpoint, ours, rows, length, leng
   reference = generator.loss.item() + RTD_WEIGHT * discriminator.loss.item()
   np.testing.assert_allclose(float(loss), reference, rtol=1e-5)
   assert float(metrics["rtd_loss"][1]) == valid.sum() and float(metrics["generator_mlm_loss"][1]) == real.sum()
+
+
+def test_samples_follow_the_generators_distribution():
+  """40,000 draws (one per key) from 6 logits: frequencies pass a chi-square test against softmax(logits)."""
+  logits = jnp.array([2.0, 1.0, 0.0, -1.0, 0.5, -3.0])
+  keys = jax.random.split(jax.random.key(0), 40_000)
+  draws = np.asarray(jax.jit(jax.vmap(lambda k: electra.sample(k, logits[None])[0]))(keys))
+  counts = np.bincount(draws, minlength=6)
+  probs = np.exp(np.asarray(logits, np.float64)) / np.exp(np.asarray(logits, np.float64)).sum()
+  assert scipy.stats.chisquare(counts, probs * len(draws)).pvalue > 1e-3
 
 
 def test_a_sampled_original_counts_as_original():
