@@ -43,7 +43,7 @@ def objective_options(config: ml_collections.ConfigDict, name: str) -> dict[str,
 
 
 def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
-  """Masked-LM (and NSP/SBO) pretraining on config.data's corpus."""
+  """Pretraining (MLM, NSP, SBO, ELECTRA) on config.data's corpus."""
   data = input_pipeline.load_data(config, Path(config.data.cache_dir or workdir / "cache"))
   objectives = tuple(registry.build(name, objective_options(config, name)) for name in config.objectives.split("+"))
   batches = lambda start: input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
