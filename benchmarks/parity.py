@@ -9,6 +9,11 @@ Prints a table and, as its last line, one JSON object:
                             recipe at 6 layers, hidden 256: global attention in layers 0 and 3, a 128-token window in
                             the others, so tokens more than 64 apart do not see each other there), the same lines
   modernbert_roundtrip_bitwise  that checkpoint imported and exported again: every tensor bit for bit
+  electra_max_abs_diff      ELECTRA (objectives/electra.py) on random weights (ELECTRA-small's shape: 12 layers, E=128,
+                            H=256, generator 1/4) imported from HF, fp32, the same padded text batches masked 15%:
+                            our generator's MLM logits vs ElectraForMaskedLM, our discriminator's vs
+                            ElectraForPreTraining fed the replacements we sampled (the larger of the two)
+  electra_loss_rel_diff     |our ELECTRA loss - HF's| / HF's, HF's = its generator MLM loss + 50 x its RTD loss
 Usage: python -m benchmarks.parity [--text FILE] [--lines 256] [--max-length 128] [--batch 32]
 """
 
@@ -27,10 +32,12 @@ from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegac
 
 from configs import paths
 from encoder import Encoder
-from encoder.hf_checkpoint import load_hf_checkpoint, save_hf_checkpoint
+from encoder.hf_checkpoint import GENERATOR_DIRECTORY, load_hf_checkpoint, save_hf_checkpoint
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from encoder import errors
+from launch.model import EncoderWithHeads
+from objectives import electra
 from tasks.readers.lines import numbered_lines
 
 
@@ -85,6 +92,78 @@ def modernbert_parity(directory: Path, sequences: list[list[int]], vocab_size: i
     real = mask.astype(bool)
     diff = max([diff] + [float(np.abs(np.asarray(a) - b)[real].max()) for a, b in zip(apply(ids), theirs)])
   return diff, bitwise
+
+
+def random_electra(directory: Path, vocab_size: int) -> tuple:
+  """HF ElectraForPreTraining + ElectraForMaskedLM (in generator/) of ELECTRA-small's shape with random weights
+  (std 0.05), the generator's embeddings the discriminator's, saved in `directory`."""
+  torch.manual_seed(0)
+  shape = dict(vocab_size=vocab_size, embedding_size=128, hidden_size=256, num_hidden_layers=12, num_attention_heads=4,
+               intermediate_size=1024, max_position_embeddings=512)
+  models = []
+  for cls, config in ((transformers.ElectraForPreTraining, shape),
+                      (transformers.ElectraForMaskedLM, shape | dict(hidden_size=64, num_attention_heads=1,
+                                                                     intermediate_size=256))):
+    model = cls(transformers.ElectraConfig(**config, attn_implementation="eager")).eval()
+    with torch.no_grad():
+      for param in model.parameters():
+        param.normal_(0.0, 0.05)
+    models.append(model)
+  discriminator, generator = models
+  generator.electra.embeddings.load_state_dict(discriminator.electra.embeddings.state_dict())
+  discriminator.save_pretrained(directory)
+  generator.save_pretrained(directory / GENERATOR_DIRECTORY)
+  return discriminator, generator
+
+
+def mask_rows(ids: np.ndarray, mask: np.ndarray, mask_id: int, width: int, seed: int) -> dict[str, np.ndarray]:
+  """Our masked batch of padded rows: 15% of each row's non-special tokens (at most `width`) become [MASK]."""
+  rng = np.random.default_rng(seed)
+  rows = ids.shape[0]
+  batch = {"input_ids": ids.copy(), "type_ids": np.zeros_like(ids), "attention_segments": mask,
+           "positions": np.broadcast_to(np.arange(ids.shape[1], dtype=np.int32), ids.shape).copy(),
+           "masked_positions": np.zeros((rows, width), np.int32), "masked_ids": np.zeros((rows, width), np.int32),
+           "masked_weights": np.zeros((rows, width), np.float32)}
+  for row in range(rows):
+    candidates = np.arange(1, mask[row].sum() - 1)
+    k = min(width, max(1, round(0.15 * len(candidates))))
+    chosen = np.sort(rng.choice(candidates, k, replace=False))
+    batch["masked_positions"][row, :k], batch["masked_ids"][row, :k] = chosen, ids[row, chosen]
+    batch["masked_weights"][row, :k] = 1.0
+    batch["input_ids"][row, chosen] = mask_id
+  return batch
+
+
+def electra_parity(batches: list[tuple[np.ndarray, np.ndarray]], mask_id: int, vocab_size: int) -> dict[str, float]:
+  """Max |ours - HF| of the generator and discriminator logits and the relative loss difference (module docstring)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    discriminator, generator = random_electra(Path(tmp), vocab_size)
+    cfg, params, heads = load_hf_checkpoint(tmp)
+  objective = electra.build({"rtd_weight": 50.0})
+  model = EncoderWithHeads(cfg, (objective,))
+  apply = jax.jit(lambda p, b: model.apply({"params": p}, b, train=False)["electra"])
+  params = {"encoder": params, **heads}
+  diffs = {"generator": 0.0, "discriminator": 0.0, "loss_rel": 0.0}
+  for index, (ids, mask) in enumerate(batches):
+    batch = mask_rows(ids, mask, mask_id, 20, seed=index)
+    predictions = jax.device_get(apply(params, batch))
+    real, valid = batch["masked_weights"] > 0, mask > 0
+    labels = np.full(ids.shape, -100)
+    for row in range(ids.shape[0]):
+      labels[row, batch["masked_positions"][row][real[row]]] = batch["masked_ids"][row][real[row]]
+    long = lambda a: torch.tensor(np.asarray(a), dtype=torch.long)
+    with torch.no_grad():
+      gen = generator(input_ids=long(batch["input_ids"]), attention_mask=long(mask), labels=long(labels))
+      disc = discriminator(input_ids=long(predictions["input_ids"]), attention_mask=long(mask),
+                           labels=long(predictions["input_ids"] != ids))
+    gen_logits = np.take_along_axis(gen.logits.numpy(), batch["masked_positions"][..., None], axis=1)
+    diffs["generator"] = max(diffs["generator"], float(np.abs(predictions["generator"] - gen_logits)[real].max()))
+    diffs["discriminator"] = max(diffs["discriminator"],
+                                 float(np.abs(predictions["discriminator"] - disc.logits.numpy())[valid].max()))
+    reference = gen.loss.item() + 50.0 * disc.loss.item()
+    loss = float(objective.loss(predictions, batch)[0])
+    diffs["loss_rel"] = max(diffs["loss_rel"], abs(loss - reference) / abs(reference))
+  return diffs
 
 
 def main() -> None:
@@ -145,12 +224,19 @@ def main() -> None:
     print(f"{'embeddings' if layer == 0 else f'layer {layer}':<14}{diff:>18.3e}")
   print(f"tokenizer: {identical}/{len(lines)} lines identical to BertTokenizerLegacy")
   print(f"round trip: weights max diff {weight_diff:.3e}, outputs max diff {output_diff:.3e}")
+  electra_diffs = electra_parity([pad_batch(truncated[start:start + args.batch], ours.pad_id)
+                                  for start in range(0, len(truncated), args.batch)], ours.mask_id, cfg.vocab_size)
+  print("ELECTRA-small shape, random weights: max |ours - HF| generator logits "
+        f"{electra_diffs['generator']:.3e}, discriminator logits {electra_diffs['discriminator']:.3e}; "
+        f"loss relative diff {electra_diffs['loss_rel']:.3e}")
   print(f"forward seconds: ours (jit, incl. compile) {ours_seconds:.2f}, HF PyTorch {ref_seconds:.2f}")
   print(f"ModernBERT switches vs ModernBertModel (random weights): max diff {modernbert_diff:.3e}, import -> export "
         f"{'bitwise' if modernbert_bitwise else 'NOT bitwise'}")
   print(json.dumps({"max_abs_diff": float(per_layer.max()), "tokens_identical_fraction": tokens_identical_fraction,
                     "roundtrip_max_abs_diff": max(weight_diff, output_diff), "lines": len(lines),
-                    "modernbert_max_abs_diff": modernbert_diff, "modernbert_roundtrip_bitwise": modernbert_bitwise}))
+                    "modernbert_max_abs_diff": modernbert_diff, "modernbert_roundtrip_bitwise": modernbert_bitwise,
+                    "electra_max_abs_diff": max(electra_diffs["generator"], electra_diffs["discriminator"]),
+                    "electra_loss_rel_diff": electra_diffs["loss_rel"]}))
 
 
 if __name__ == "__main__":

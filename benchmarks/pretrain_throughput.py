@@ -38,9 +38,15 @@ runs in the same rounds (`bert_step_s`, `arch_speedup` = its step time / the var
 BertForPreTraining computes another model, is not run. Its FLOPs count a gated feed-forward's third matrix; local
 attention layers compute every score, so they count them all (launch.flops).
 
+--electra also times ELECTRA's step (objectives=electra: the generator at --generator-size of the encoder's width,
+sampling, replaced-token detection; objectives/electra.py) and an MLM-only step on the same encoder and batch, in the
+same rounds: `electra_vs_mlm` is the ratio of their median step times (ELECTRA's step cost relative to MLM's).
+
   python -m benchmarks.pretrain_throughput [--size minilm] [--arch bert] [--seq 128] [--batch 32] [--rounds 5]
       [--steps 2] [--gelu exact|tanh] [--precision P] [--peak-tflops T] [--no-hf] [--no-f32]
+      [--electra [--generator-size 0.25]]
   python -m benchmarks.pretrain_throughput --size base --seq 128 --batch 256 --precision bfloat16   # accelerators
+  python -m benchmarks.pretrain_throughput --size electra-small --electra --no-hf --no-dense   # ELECTRA vs MLM
 Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).
 """
 
@@ -62,7 +68,7 @@ from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from encoder import errors
 from launch import flops, host_memory, optimizer, steps, xla_flags
-from launch.model import EncoderWithHeads
+from launch.model import EncoderWithHeads, term_weights
 from objectives import masking, registry
 from tasks.readers.lines import numbered_lines
 
@@ -145,19 +151,23 @@ def hf_labels(batch: dict[str, np.ndarray]) -> np.ndarray:
   return labels
 
 
-def step_fns(cfg, num_steps: int) -> steps.StepFns:
-  """MLM + NSP heads on the encoder `cfg`, AdamW with a warmup of a tenth of `num_steps`: the engine's step pieces."""
-  objectives = [registry.build("mlm", {"hidden_act": cfg.hidden_act}), registry.build("nsp")]
+def step_fns(cfg, num_steps: int, names: tuple[str, ...] = ("mlm", "nsp"),
+             generator_size: float = 0.25) -> steps.StepFns:
+  """The `names` objectives' heads (default MLM + NSP) on the encoder `cfg`, AdamW with a warmup of a tenth of
+  `num_steps`: the engine's step pieces."""
+  options = {"hidden_act": cfg.hidden_act, "embedding_size": cfg.embedding_size, "generator_size": generator_size}
+  objectives = [registry.build(name, options) for name in names]
   tx = optimizer.make_optimizer(common.optimizer_config(warmup_steps=max(num_steps // 10, 1)), num_steps)
   return steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
-                       weights={"mlm": 1.0, "nsp": 1.0}, tx=tx)
+                       weights=term_weights(objectives, dict.fromkeys(names, 1.0)), tx=tx)
 
 
 class OurStep:
   """The engine's jitted train step on one batch; `__call__` runs one step and waits for it."""
 
-  def __init__(self, cfg, batch: dict[str, np.ndarray], num_steps: int, seed: int = 0):
-    fns = step_fns(cfg, num_steps)
+  def __init__(self, cfg, batch: dict[str, np.ndarray], num_steps: int, seed: int = 0,
+               names: tuple[str, ...] = ("mlm", "nsp"), generator_size: float = 0.25):
+    fns = step_fns(cfg, num_steps, names, generator_size)
     self.batch = jax.device_put(batch)
     self.state = jax.jit(functools.partial(steps.init_state, fns, seed=seed))(self.batch)
     self.acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), self.state,
@@ -241,6 +251,10 @@ def main() -> None:
   parser.add_argument("--no-dense", action="store_true", help="skip our dense-head variant")
   parser.add_argument("--no-f32", action="store_true",
                       help="with --precision bfloat16: skip our float32 step (bf16_speedup is then null)")
+  parser.add_argument("--electra", action="store_true",
+                      help="also time ELECTRA's step and an MLM-only step (electra_vs_mlm: their step-time ratio)")
+  parser.add_argument("--generator-size", type=float, default=0.25,
+                      help="with --electra: the generator's width / the encoder's (the paper's 1/4 by default)")
   args = parser.parse_args()
 
   if args.precision == "float32":
@@ -258,9 +272,15 @@ def main() -> None:
   tokens = args.batch * args.length
   total_steps = 2 + args.rounds * args.steps
 
+  if cfg.embedding_width != cfg.hidden_size and not args.no_hf:
+    raise SystemExit(f"--size {args.size} has factorized embeddings, which HF's BERT lacks: pass --no-hf")
   runners = {"ours": OurStep(cfg, batch, total_steps)}
   if args.arch != "bert":
     runners["ours_bert"] = OurStep(plain, batch, total_steps)
+  if args.electra:
+    runners["ours_mlm"] = OurStep(cfg, batch, total_steps, names=("mlm",))
+    runners["ours_electra"] = OurStep(cfg, batch, total_steps, names=("electra",),
+                                      generator_size=args.generator_size)
   if dtype == jnp.bfloat16 and not args.no_f32:
     runners["ours_f32"] = OurStep(cfg.replace(dtype=jnp.float32), batch, total_steps)
   if not args.no_dense:
@@ -318,6 +338,10 @@ def main() -> None:
       "note": "HF projects onto the vocabulary at every position, ours at the masked ones only (DESIGN); "
               "tokens_per_s_dense_head is ours with the dense projection",
   }
+  if args.electra:
+    result.update(mlm_step_s=round(step_s["ours_mlm"], 3), electra_step_s=round(step_s["ours_electra"], 3),
+                  electra_vs_mlm=round(step_s["ours_electra"] / step_s["ours_mlm"], 3),
+                  generator_size=args.generator_size)
   if dtype == jnp.bfloat16:
     f32 = "ours_f32" in step_s
     result.update(bf16_step_s=round(step_s["ours"], 3), f32_step_s=round(step_s["ours_f32"], 3) if f32 else None,

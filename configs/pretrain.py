@@ -1,8 +1,9 @@
-"""Pretraining (MLM, NSP, SpanBERT's SBO) on raw text.
+"""Pretraining (MLM, NSP, SpanBERT's SBO, ELECTRA) on raw text.
 
   python -m launch.main --config configs/pretrain.py:size=mini,objectives=mlm+nsp --workdir runs/mini
   python -m launch.main --config configs/pretrain.py:size=mini,arch=modernbert --workdir runs/mini_modern
   python -m launch.main --config configs/pretrain.py:runlocal --workdir /tmp/smoke   # tiny model, a few seconds
+  python -m launch.main --config configs/pretrain.py:size=electra-small,objectives=electra --workdir runs/electra
   python -m launch.main --config configs/pretrain.py:init=hf:all-MiniLM-L6-v2,steps=500 \
       --config.data.train_files=my_domain.txt --workdir runs/adapted   # continued (domain-adaptive) pretraining
 
@@ -45,8 +46,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.masking.max_predictions = 20  # Fixed width P of masked_positions per row.
   config.masking.mode = "span" if "sbo" in names else "token"  # "token", "whole_word" or "span" (SpanBERT).
   config.masking.replacement = "unigram"  # Random replacements from the corpus unigram law or "uniform".
-  config.masking.mask_prob = 0.8  # Of the selected tokens: replaced by [MASK].
-  config.masking.random_prob = 0.1  # Of the selected tokens: replaced by a random token (the rest are kept).
+  config.masking.mask_prob = 0.85 if "electra" in names else 0.8  # Of the selected tokens: [MASK] (ELECTRA: 85%).
+  # Of the selected tokens: replaced by a random token (the rest are kept; ELECTRA's code: none).
+  config.masking.random_prob = 0.0 if "electra" in names else 0.1
+
+  config.electra = ml_collections.ConfigDict()  # ELECTRA's generator and loss weight (objectives/electra.py).
+  config.electra.generator_size = 0.25  # Generator hidden size, heads and feed-forward width / the discriminator's.
+  config.electra.generator_layers = 0  # Generator depth (0 = the discriminator's, as in the paper).
+  config.electra.rtd_weight = 50.0  # lambda: loss = generator MLM + lambda * replaced-token detection.
 
   config.optimizer = common.optimizer_config()  # AdamW/LAMB, warmup + linear decay (configs/common.py).
   common.engine_config(config, steps=arg.steps)

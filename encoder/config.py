@@ -16,12 +16,15 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 class EncoderConfig:
   """Shape and numerics of a bidirectional transformer encoder (BERT family)."""
   vocab_size: int = 30522  # Rows of the word-piece embedding table (configs: 0 = the tokenizer's vocabulary size).
-  hidden_size: int = 768  # Width d of every hidden state and embedding.
+  hidden_size: int = 768  # Width d of every hidden state (and of the embeddings unless embedding_size is set).
   num_layers: int = 12  # Transformer blocks.
   num_heads: int = 12  # Attention heads per block (hidden_size must be divisible by it).
   intermediate_size: int = 3072  # Width of each block's feedforward layer.
   max_positions: int = 512  # The longest input in tokens (rows of the learned position table when "absolute").
   type_vocab_size: int = 2  # Rows of the segment (token type) embedding table: sentence A / B (0: no table).
+  # Width of the embedding tables (factorized embeddings, as ELECTRA-small and ALBERT): the embeddings are projected
+  # to hidden_size by a dense layer when it differs; 0 = hidden_size (BERT: no projection).
+  embedding_size: int = 0
   layer_norm_eps: float = 1e-12  # Epsilon of every LayerNorm.
   hidden_dropout: float = 0.1  # Dropout on the embeddings and on each sublayer's output, while training.
   attention_dropout: float = 0.1  # Dropout on the attention probabilities, while training.
@@ -78,6 +81,11 @@ class EncoderConfig:
     """Whether block `layer` (from 0) attends to the whole sequence rather than a local window."""
     return self.local_attention_window == 0 or layer % self.global_attention_every == 0
 
+  @property
+  def embedding_width(self) -> int:
+    """Width of the embedding tables and of the tied vocabulary projection's input."""
+    return self.embedding_size or self.hidden_size
+
   def replace(self, **changes) -> "EncoderConfig":
     return dataclasses.replace(self, **changes)
 
@@ -103,7 +111,7 @@ ARCHITECTURES: dict[str, dict] = {
                        embedding_norm=True, type_vocab_size=0, local_attention_window=128, global_attention_every=3,
                        hidden_dropout=0.0, attention_dropout=0.0, layer_norm_eps=1e-5),
 }
-# Sizes from the spec (BERT-base/large, XLM-R large), the BERT miniatures (Turc et al., 2019) and MiniLM.
+# Sizes from the spec (BERT-base/large, XLM-R large), the BERT miniatures (Turc et al., 2019), MiniLM, ELECTRA-small.
 PRESETS: dict[str, dict] = {
     "tiny": _size(2, 128, 2),
     "mini": _size(4, 256, 4),
@@ -119,6 +127,7 @@ PRESETS: dict[str, dict] = {
                              max_positions=8192, pad_token_id=50283),
     "modernbert-large": _size(28, 1024, 16, **ARCHITECTURES["modernbert"], intermediate_size=2624, vocab_size=50368,
                               max_positions=8192, pad_token_id=50283),
+    "electra-small": _size(12, 256, 4, embedding_size=128),  # ELECTRA-small's discriminator (Clark et al., 2020).
 }
 
 

@@ -1,9 +1,14 @@
-"""HuggingFace BERT and ModernBERT checkpoints <-> our encoder: config.json + model.safetensors in, the same files out.
+"""HuggingFace BERT, ModernBERT and ELECTRA checkpoints <-> our encoder: config.json + model.safetensors in, the same
+files out.
 
 Reads and writes safetensors only (never pickles), maps HF tensor names to our parameter tree (fused QKV,
 [in, out] kernels) and back, bit for bit, so `transformers.BertModel.from_pretrained` loads what we export. A
 ModernBERT checkpoint (model_type "modernbert") is our encoder with the `modernbert` switches (encoder.config
 ARCHITECTURES); which HF layout an EncoderConfig exports to is `hf_layout(cfg)`.
+ELECTRA (model_type "electra": factorized embeddings, no pooler) comes as two directories, as Google released it:
+the discriminator (ElectraForPreTraining) and, in its `generator/` subdirectory, the generator (ElectraForMaskedLM)
+whose embeddings are the discriminator's; they become our encoder and the "electra" head's tree
+(objectives/electra.py). An ElectraForMaskedLM alone imports as an encoder with an MLM head.
 """
 
 import contextlib
@@ -33,10 +38,12 @@ IGNORED_TENSORS = ("embeddings.position_ids",)  # A constant buffer (0..max_posi
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 _HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
 _POOLERLESS = ("BertForTokenClassification",)  # Task classes built without BertModel's pooler.
-PRETRAINING_HEADS = ("mlm", "nsp")  # The pretraining heads HF's BERT classes hold (our objective names).
+PRETRAINING_HEADS = ("mlm", "nsp", "electra")  # The pretraining heads HF's classes hold (our objective names).
 # Which HF class a checkpoint is, from the heads it carries.
 _ARCHITECTURES = {(): "BertModel", ("mlm",): "BertForMaskedLM", ("mlm", "nsp"): "BertForPreTraining",
-                  ("nsp",): "BertForNextSentencePrediction"}
+                  ("nsp",): "BertForNextSentencePrediction", ("electra",): "ElectraForPreTraining"}
+_ELECTRA_ARCHITECTURES = {(): "ElectraModel", ("mlm",): "ElectraForMaskedLM", ("electra",): "ElectraForPreTraining"}
+GENERATOR_DIRECTORY = "generator"  # ELECTRA's generator (ElectraForMaskedLM) beside its discriminator.
 _CONVERT_HINT = ("convert it once with `transformers`: AutoModel.from_pretrained(dir).save_pretrained(dir, "
                  "safe_serialization=True) (use the class named in config.json's architectures to keep its heads)")
 
@@ -58,7 +65,8 @@ class CorruptCheckpointError(CheckpointError):
 
 
 class UnsupportedArchitectureError(CheckpointError):
-  """Not a BERT encoder we can represent (model_type, position embeddings, activation, decoder, untied head)."""
+  """Not a BERT/ELECTRA encoder we can represent (model_type, position embeddings, activation, decoder, untied
+  head)."""
 
 
 class MissingTensorError(CheckpointError):
@@ -98,14 +106,17 @@ def _norm(path, hf, width):
           _Tensor(path + ("bias",), (width,), (hf + ".bias",), (width,), "copy")]
 
 
-def _encoder_tensors(cfg: EncoderConfig) -> list[_Tensor]:
-  """Every leaf of Encoder(cfg)'s params, in HF BertModel names (no "bert." prefix)."""
-  H, A, D = cfg.hidden_size, cfg.num_heads, cfg.head_dim
-  tensors = (_embed(("embeddings", "word_embeddings"), "embeddings.word_embeddings", cfg.vocab_size, H)
-             + _embed(("embeddings", "position_embeddings"), "embeddings.position_embeddings", cfg.max_positions, H)
+def _encoder_tensors(cfg: EncoderConfig, pooler: bool = True) -> list[_Tensor]:
+  """Every leaf of Encoder(cfg)'s params, in HF BertModel / ElectraModel names (no "bert."/"electra." prefix);
+  pooler=False leaves the pooler out (ELECTRA has none)."""
+  H, A, D, E = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.embedding_width
+  tensors = (_embed(("embeddings", "word_embeddings"), "embeddings.word_embeddings", cfg.vocab_size, E)
+             + _embed(("embeddings", "position_embeddings"), "embeddings.position_embeddings", cfg.max_positions, E)
              + _embed(("embeddings", "token_type_embeddings"), "embeddings.token_type_embeddings",
-                      cfg.type_vocab_size, H)
-             + _norm(("embeddings", "layer_norm"), "embeddings.LayerNorm", H))
+                      cfg.type_vocab_size, E)
+             + _norm(("embeddings", "layer_norm"), "embeddings.LayerNorm", E))
+  if E != H:
+    tensors += _dense(("embeddings_project",), "embeddings_project", E, H)
   for i in range(cfg.num_layers):
     ours, hf = f"layer_{i}", f"encoder.layer.{i}"
     qkv = tuple(f"{hf}.attention.self.{part}" for part in ("query", "key", "value"))
@@ -120,15 +131,24 @@ def _encoder_tensors(cfg: EncoderConfig) -> list[_Tensor]:
                 + _dense((ours, "mlp", "intermediate"), f"{hf}.intermediate.dense", H, cfg.intermediate_size)
                 + _dense((ours, "mlp", "output"), f"{hf}.output.dense", cfg.intermediate_size, H)
                 + _norm((ours, "output_layer_norm"), f"{hf}.output.LayerNorm", H))
-  return tensors + _dense(("pooler",), "pooler.dense", H, H)
+  return tensors + (_dense(("pooler",), "pooler.dense", H, H) if pooler else [])
 
 
-def _head_tensors(cfg: EncoderConfig) -> dict[str, list[_Tensor]]:
-  """BertForPreTraining's heads: MLM (transform dense + LayerNorm, output bias; decoder tied) and NSP."""
-  H = cfg.hidden_size
+def _head_tensors(cfg: EncoderConfig, electra: bool = False) -> dict[str, list[_Tensor]]:
+  """BertForPreTraining's heads: MLM (transform dense + LayerNorm, output bias; decoder tied) and NSP; or ELECTRA's:
+  ElectraForMaskedLM's generator head as "mlm", ElectraForPreTraining's discriminator head as "electra"."""
+  H, E, V = cfg.hidden_size, cfg.embedding_width, cfg.vocab_size
+  if electra:
+    mlm = (_dense(("mlm", "transform"), "generator_predictions.dense", H, E)
+           + _norm(("mlm", "layer_norm"), "generator_predictions.LayerNorm", E)
+           + [_Tensor(("mlm", "output_bias"), (V,), ("generator_lm_head.bias",), (V,), "copy")])
+    return {"mlm": mlm, "electra": (_dense(("electra", "discriminator", "dense"), "discriminator_predictions.dense",
+                                           H, H)
+                                    + _dense(("electra", "discriminator", "dense_prediction"),
+                                             "discriminator_predictions.dense_prediction", H, 1))}
   mlm = (_dense(("mlm", "transform"), "cls.predictions.transform.dense", H, H)
          + _norm(("mlm", "layer_norm"), "cls.predictions.transform.LayerNorm", H)
-         + [_Tensor(("mlm", "output_bias"), (cfg.vocab_size,), ("cls.predictions.bias",), (cfg.vocab_size,), "copy")])
+         + [_Tensor(("mlm", "output_bias"), (V,), ("cls.predictions.bias",), (V,), "copy")])
   return {"mlm": mlm, "nsp": _dense(("nsp",), "cls.seq_relationship", H, 2)}
 
 
@@ -247,15 +267,17 @@ def _put(tree: dict, path: tuple[str, ...], leaf: np.ndarray) -> None:
 
 
 def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
-  """EncoderConfig from a parsed HF config.json; anything but a post-LN absolute-position BERT is refused."""
+  """EncoderConfig from a parsed HF config.json; anything but a post-LN absolute-position BERT or ELECTRA is
+  refused."""
   def unsupported(field, why):
     return UnsupportedArchitectureError(f"{source}: field {field!r} = {hf_config.get(field)!r}: {why}; only BERT "
-                                        "encoders (model_type 'bert', e.g. BertModel/BertForPreTraining) and "
-                                        "ModernBERT ('modernbert') import")
+                                        "encoders (model_type 'bert', e.g. BertModel/BertForPreTraining), ELECTRA "
+                                        "('electra') and ModernBERT ('modernbert') import")
   if hf_config.get("model_type") == "modernbert":
     return _modernbert_config_from_hf(hf_config, source)
-  if hf_config.get("model_type") != "bert":
-    raise unsupported("model_type", "not a BERT or ModernBERT checkpoint (RoBERTa/XLM-R/DistilBERT use other layouts)")
+  if hf_config.get("model_type") not in ("bert", "electra"):
+    raise unsupported("model_type", "not a BERT, ELECTRA or ModernBERT checkpoint (RoBERTa/XLM-R/DistilBERT use "
+                      "other layouts)")
   if hf_config.get("position_embedding_type", "absolute") != "absolute":
     raise unsupported("position_embedding_type", "only learned absolute positions are implemented")
   if hf_config.get("hidden_act", "gelu") not in _ACTIVATIONS:
@@ -266,8 +288,10 @@ def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
   fields = dict(vocab_size="vocab_size", hidden_size="hidden_size", num_layers="num_hidden_layers",
                 num_heads="num_attention_heads", intermediate_size="intermediate_size")
   optional = dict(max_positions=("max_position_embeddings", 512), type_vocab_size=("type_vocab_size", 2),
-                  pad_token_id=("pad_token_id", 0))
+                  pad_token_id=("pad_token_id", 0), embedding_size=("embedding_size", 0))
   values = _integer_fields(hf_config, source, fields, optional)
+  if values["embedding_size"] == values["hidden_size"]:
+    values["embedding_size"] = 0  # Not factorized: no projection.
   try:
     return EncoderConfig(
         **values, layer_norm_eps=float(hf_config.get("layer_norm_eps", 1e-12)),
@@ -369,22 +393,32 @@ def _modernbert_config_to_hf(cfg: EncoderConfig, architecture: str) -> dict[str,
 
 
 def config_to_hf(cfg: EncoderConfig, architecture: str = "BertModel") -> dict[str, Any]:
-  """The config.json dict that transformers' BertConfig (ModernBertConfig for `hf_layout` "modernbert") reads back
-  as `cfg`."""
-  if hf_layout(cfg) == "modernbert":
+  """The config.json dict that transformers' BertConfig (ModernBertConfig for `hf_layout` "modernbert", ElectraConfig
+  for an Electra* architecture) reads back as `cfg`."""
+  electra = architecture.startswith("Electra")
+  if cfg.embedding_width != cfg.hidden_size and not electra:
+    raise UnsupportedArchitectureError(f"embedding_size={cfg.embedding_size} (factorized embeddings) has no place in "
+                                       "HuggingFace's BERT and ModernBERT classes; only ELECTRA pretraining runs "
+                                       "(objectives=electra) export them, in ELECTRA's layout")
+  layout = hf_layout(cfg)
+  if electra and layout != "bert":
+    raise UnsupportedArchitectureError(f"{architecture} is a BERT-layout encoder; this one has ModernBERT's switches")
+  if layout == "modernbert":
     return _modernbert_config_to_hf(cfg, architecture)
   return {
-      "architectures": [architecture], "model_type": "bert", "vocab_size": cfg.vocab_size,
+      "architectures": [architecture], "model_type": "electra" if electra else "bert", "vocab_size": cfg.vocab_size,
       "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_layers, "num_attention_heads": cfg.num_heads,
       "intermediate_size": cfg.intermediate_size, "hidden_act": _HF_ACTIVATION[cfg.hidden_act],
       "hidden_dropout_prob": cfg.hidden_dropout, "attention_probs_dropout_prob": cfg.attention_dropout,
       "max_position_embeddings": cfg.max_positions, "type_vocab_size": cfg.type_vocab_size,
       "initializer_range": cfg.initializer_range, "layer_norm_eps": cfg.layer_norm_eps,
       "pad_token_id": cfg.pad_token_id, "position_embedding_type": "absolute", "is_decoder": False,
-      "add_cross_attention": False, "tie_word_embeddings": True, "dtype": np.dtype(cfg.param_dtype).name}
+      "add_cross_attention": False, "tie_word_embeddings": True, "dtype": np.dtype(cfg.param_dtype).name,
+      **({"embedding_size": cfg.embedding_width} if electra else {})}
 
 
-def _read_config(directory: Path) -> EncoderConfig:
+def _read_config(directory: Path) -> tuple[EncoderConfig, bool]:
+  """(the EncoderConfig of directory's config.json, whether it is an ELECTRA checkpoint)."""
   path = directory / CONFIG_FILE
   if not path.is_file():
     raise MissingConfigError(f"{path} not found: a HuggingFace checkpoint directory needs {CONFIG_FILE} beside "
@@ -399,7 +433,7 @@ def _read_config(directory: Path) -> EncoderConfig:
                                  f"{err.start}") from err
   if not isinstance(hf_config, dict):
     raise CorruptCheckpointError(f"{path}: expected a JSON object, found a {type(hf_config).__name__}")
-  return config_from_hf(hf_config, str(path))
+  return config_from_hf(hf_config, str(path)), hf_config["model_type"] == "electra"
 
 
 def checked_config(directory: str | os.PathLike) -> EncoderConfig:
@@ -408,7 +442,7 @@ def checked_config(directory: str | os.PathLike) -> EncoderConfig:
   directory = Path(directory)
   if not directory.is_dir():
     raise MissingConfigError(f"{directory} is not a directory: expected a HuggingFace checkpoint directory")
-  cfg = _read_config(directory)
+  cfg, _ = _read_config(directory)
   _weight_files(directory)
   return cfg
 
@@ -454,9 +488,9 @@ def _read_tensors(files: list[Path]) -> tuple[dict[str, np.ndarray], dict[str, s
 
 
 def _canonical(name: str) -> str:
-  """Drop BertFor*'s "bert." (ModernBertFor*'s "model.") prefix and rename TF-era LayerNorm gamma/beta to
-  weight/bias."""
-  name = name.removeprefix("bert.").removeprefix("model.")
+  """Drop BertFor*'s "bert." (ModernBertFor*'s "model.", ElectraFor*'s "electra.") prefix and rename TF-era LayerNorm
+  gamma/beta to weight/bias."""
+  name = name.removeprefix("bert.").removeprefix("model.").removeprefix("electra.")
   stem, _, leaf = name.rpartition(".")
   if stem.endswith("LayerNorm") and leaf in ("gamma", "beta"):
     return f"{stem}.{'weight' if leaf == 'gamma' else 'bias'}"
@@ -486,11 +520,12 @@ def _gather(tensors: list[_Tensor], found: dict, origin: dict, cfg: EncoderConfi
 
 def _tied_decoder(found: dict, origin: dict) -> None:
   """Check HF's tied MLM decoder (weight = word embeddings, bias = predictions.bias) and drop it."""
-  weight = found.pop("cls.predictions.decoder.weight", None)
-  if weight is not None and not np.array_equal(weight, found.get("embeddings.word_embeddings.weight")):
-    raise UnsupportedArchitectureError(
-        f"tensor {origin['cls.predictions.decoder.weight']} differs from the word embeddings: an untied MLM decoder "
-        "is not supported (our MLM head reuses the input embeddings)")
+  for name in ("cls.predictions.decoder.weight", "generator_lm_head.weight"):
+    weight = found.pop(name, None)
+    if weight is not None and not np.array_equal(weight, found.get("embeddings.word_embeddings.weight")):
+      raise UnsupportedArchitectureError(
+          f"tensor {origin[name]} differs from the word embeddings: an untied MLM decoder is not supported (our MLM "
+          "head reuses the input embeddings)")
   bias = found.pop("cls.predictions.decoder.bias", None)
   if bias is None:
     return
@@ -504,12 +539,15 @@ def _tied_decoder(found: dict, origin: dict) -> None:
 
 def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool = False
                        ) -> tuple[EncoderConfig, dict, dict]:
-  """(cfg, params, heads) from an HF BERT directory: Encoder(cfg).apply({"params": params}, ...) runs it.
+  """(cfg, params, heads) from an HF BERT or ELECTRA directory: Encoder(cfg).apply({"params": params}, ...) runs it.
 
   heads: {"mlm": {"transform": {kernel, bias}, "layer_norm": {scale, bias}, "output_bias"},
   "nsp": {kernel, bias}} with whichever pretraining heads the checkpoint has ({} for a bare BertModel); the MLM
   decoder is tied to the word embeddings. Leaves are numpy arrays. init_missing_pooler: a checkpoint without the
-  pooler (BertForMaskedLM) gets a zero pooler instead of raising MissingTensorError.
+  pooler (BertForMaskedLM) gets a zero pooler instead of raising MissingTensorError. ELECTRA (no pooler: always a
+  zero one): ElectraForMaskedLM's head is "mlm"; ElectraForPreTraining's is {"electra": {"discriminator": ...,
+  "generator": {"encoder": its encoder without the shared embeddings, "head": its "mlm"}}}, the generator read from
+  the `generator/` subdirectory when there is one.
   """
   directory = Path(directory)
   if directory.is_file():
@@ -518,29 +556,30 @@ def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool =
                + (f" ({_CONVERT_HINT})" if kind is PickledCheckpointError else ""))
   if not directory.is_dir():
     raise MissingConfigError(f"{directory} is not a directory: expected a HuggingFace checkpoint directory")
-  cfg = _read_config(directory)
+  cfg, electra = _read_config(directory)
   files = _weight_files(directory)
   source = str(files[0]) if len(files) == 1 else str(directory / INDEX_FILE)
   found, origin = _read_tensors(files)
   if hf_layout(cfg) == "modernbert":
     params, heads = _gather_modernbert(cfg, found, origin, source)
   else:
-    params, heads = _gather_bert(cfg, found, origin, source, init_missing_pooler)
+    params, heads = _gather_bert(cfg, found, origin, source, init_missing_pooler, electra)
   if found:
     names = sorted(origin[name] for name in found)
     raise UnexpectedTensorError(f"{source}: unexpected tensor(s) {', '.join(names[:5])}"
                                 f"{f' (and {len(names) - 5} more)' if len(names) > 5 else ''}: not part of a BERT "
-                                "(ModernBERT) encoder or its MLM/NSP (MLM) pretraining heads (task heads are not "
-                                "imported)")
+                                "(ELECTRA, ModernBERT) encoder or its pretraining heads (task heads are not imported)")
+  if "electra" in heads and (directory / GENERATOR_DIRECTORY).is_dir():
+    heads["electra"]["generator"] = _generator(directory / GENERATOR_DIRECTORY, params["embeddings"])
   return cfg, params, heads
 
 
-def _gather_bert(cfg: EncoderConfig, found: dict, origin: dict, source: str, init_missing_pooler: bool
-                 ) -> tuple[dict, dict]:
-  """(params, heads) popped from a BERT checkpoint's tensors (`load_hf_checkpoint`)."""
+def _gather_bert(cfg: EncoderConfig, found: dict, origin: dict, source: str, init_missing_pooler: bool,
+                 electra: bool) -> tuple[dict, dict]:
+  """(params, heads) popped from a BERT or ELECTRA checkpoint's tensors (`load_hf_checkpoint`)."""
   encoder_tensors = _encoder_tensors(cfg)
   pooler = [t for t in encoder_tensors if t.path[0] == "pooler"]
-  zero_pooler = init_missing_pooler and not any(name in found for t in pooler for name in t.hf_names)
+  zero_pooler = electra or init_missing_pooler and not any(name in found for t in pooler for name in t.hf_names)
   if zero_pooler:
     encoder_tensors = [t for t in encoder_tensors if t.path[0] != "pooler"]
   _tied_decoder(found, origin)
@@ -549,7 +588,7 @@ def _gather_bert(cfg: EncoderConfig, found: dict, origin: dict, source: str, ini
     for t in pooler:
       _put(params, t.path, np.zeros(t.shape, cfg.param_dtype))
   heads = {}
-  for head, tensors in _head_tensors(cfg).items():
+  for head, tensors in _head_tensors(cfg, electra).items():
     if any(name in found for t in tensors for name in t.hf_names):
       heads.update(_gather(tensors, found, origin, cfg, source))
   return params, heads
@@ -575,19 +614,54 @@ def _gather_modernbert(cfg: EncoderConfig, found: dict, origin: dict, source: st
   return params, _gather(head, found, origin, cfg, source)
 
 
-def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None) -> dict[str, np.ndarray]:
+def _generator(directory: Path, embeddings: Mapping) -> dict:
+  """ELECTRA's generator (an ElectraForMaskedLM directory) as the "electra" head's generator tree; its embeddings
+  must be the discriminator's (ELECTRA shares them)."""
+  _, params, heads = load_hf_checkpoint(directory)
+  if "mlm" not in heads:
+    raise MissingTensorError(f"{directory}: the ELECTRA generator has no generator_predictions / generator_lm_head "
+                             "(expected an ElectraForMaskedLM checkpoint)")
+  for path, ours, theirs in _leaves(embeddings, params["embeddings"]):
+    if ours.shape != theirs.shape or not np.array_equal(ours, theirs):
+      raise UnsupportedArchitectureError(f"{directory}: embeddings/{path} differs from the discriminator's; ELECTRA's "
+                                         "generator shares the discriminator's embeddings")
+  return {"encoder": {k: v for k, v in params.items() if k != "embeddings"}, "head": heads["mlm"]}
+
+
+def _leaves(a: Mapping, b: Mapping, prefix: str = ""):
+  """(path, a's leaf, b's leaf) of two trees with the same keys."""
+  for key, value in a.items():
+    if isinstance(value, Mapping):
+      yield from _leaves(value, b[key], f"{prefix}{key}/")
+    else:
+      yield f"{prefix}{key}", np.asarray(value), np.asarray(b[key])
+
+
+def generator_config(cfg: EncoderConfig, generator: Mapping) -> EncoderConfig:
+  """The EncoderConfig of an "electra" head's generator tree, from its shapes and the discriminator's `cfg`."""
+  qkv = np.shape(generator["encoder"]["layer_0"]["attention"]["qkv"]["kernel"])  # [hidden, 3, heads, head_dim]
+  intermediate = np.shape(generator["encoder"]["layer_0"]["mlp"]["intermediate"]["kernel"])[1]
+  layers = sum(1 for key in generator["encoder"] if key.startswith("layer_"))
+  return cfg.replace(hidden_size=qkv[0], num_heads=qkv[2], intermediate_size=intermediate, num_layers=layers,
+                     embedding_size=cfg.embedding_width)
+
+
+def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None,
+             electra: bool = False) -> dict[str, np.ndarray]:
   """{HF tensor name: array} for our params (+ heads, then with BertForPreTraining's "bert." prefix, or
-  ModernBertForMaskedLM's "model.": its head's all-zero dense bias and, bias-free, its LayerNorm bias left out)."""
+  ModernBertForMaskedLM's "model.": its head's all-zero dense bias and, bias-free, its LayerNorm bias left out);
+  electra: ELECTRA's names ("electra." prefix, no pooler; heads "mlm" as the generator's, "electra" the
+  discriminator's)."""
   heads = heads or {}
   modernbert = hf_layout(cfg) == "modernbert"
   exportable = ("mlm",) if modernbert else PRETRAINING_HEADS
   unknown = sorted(set(heads) - set(exportable))
   if unknown:
     raise UnexpectedTensorError(f"heads has unknown entries {unknown}; only {exportable} export")
-  prefix = ("model." if modernbert else "bert.") if heads else ""
-  head_tensors = (_modernbert_head_tensors if modernbert else _head_tensors)(cfg)
+  prefix = ("model." if modernbert else "electra." if electra else "bert.") if heads else ""
+  head_tensors = _modernbert_head_tensors(cfg) if modernbert else _head_tensors(cfg, electra)
   state = {}
-  for t in _modernbert_tensors(cfg) if modernbert else _encoder_tensors(cfg):
+  for t in _modernbert_tensors(cfg) if modernbert else _encoder_tensors(cfg, pooler=not electra):
     leaf = _get(params, t.path, "params")
     if leaf.shape != t.shape:
       raise ShapeMismatchError(f"params/{'/'.join(t.path)} has shape {leaf.shape}, expected {t.shape} for the config")
@@ -610,12 +684,18 @@ def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None) 
   return state
 
 
-def architecture_of(heads: Iterable[str], layout: str = "bert") -> str:
+def architecture_of(heads: Iterable[str], layout: str = "bert", electra: bool = False) -> str:
   """The HF class of a checkpoint with these pretraining heads (PRETRAINING_HEADS) in `layout` (`hf_layout`), e.g.
-  BertForPreTraining, ModernBertForMaskedLM."""
+  BertForPreTraining, ModernBertForMaskedLM; electra: ELECTRA's classes (ElectraModel, ElectraForMaskedLM,
+  ElectraForPreTraining)."""
   if layout == "modernbert":
     return "ModernBertForMaskedLM" if tuple(heads) == ("mlm",) else "ModernBertModel"
-  return _ARCHITECTURES[tuple(sorted(heads))]
+  key = tuple(sorted(heads))
+  architectures = _ELECTRA_ARCHITECTURES if electra else _ARCHITECTURES
+  if key not in architectures:
+    raise UnexpectedTensorError(f"no HuggingFace class holds the heads {list(key)} together (known: "
+                                f"{', '.join(f'{list(k)} -> {v}' for k, v in architectures.items())})")
+  return architectures[key]
 
 
 def linear_to_hf(name: str, dense: Mapping) -> dict[str, np.ndarray]:
@@ -627,23 +707,32 @@ def linear_to_hf(name: str, dense: Mapping) -> dict[str, np.ndarray]:
 
 def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params: Mapping,
                        heads: Mapping | None = None, tokenizer_files: Iterable[str | os.PathLike] | None = None,
-                       *, task_head: tuple[str, Mapping[str, np.ndarray], Mapping[str, Any]] | None = None) -> Path:
+                       *, task_head: tuple[str, Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
+                       electra: bool | None = None) -> Path:
   """Write config.json + model.safetensors (+ copies of tokenizer_files, e.g. vocab.txt, tokenizer.json).
 
   The result loads with transformers' BertModel.from_pretrained (BertForPreTraining/BertForMaskedLM when heads are
-  given), or ModernBertModel (ModernBertForMaskedLM) for an encoder of `hf_layout` "modernbert". task_head (BERT
-  only): (architecture, {HF tensor name: array}, config.json fields), a fine-tuned head in a BertFor* class (e.g.
+  given), or ModernBertModel (ModernBertForMaskedLM) for an encoder of `hf_layout` "modernbert". electra (default:
+  whether heads has "electra"): ELECTRA's layout, ElectraForPreTraining with the discriminator head, and the
+  generator of heads["electra"] (if any) as ElectraForMaskedLM in `generator/`. task_head (BERT only):
+  (architecture, {HF tensor name: array}, config.json fields), a fine-tuned head in a BertFor* class (e.g.
   ("BertForTokenClassification", {"classifier.weight": ..., ...}, {"id2label": ...})); the encoder's tensors then get
   that class's "bert." prefix. Every file is written to a temporary name first and renamed into
   place only once all are complete.
   """
   directory = Path(directory)
   heads = dict(heads or {})
-  state = hf_state(cfg, params, heads)
+  electra = "electra" in heads if electra is None else electra
+  state = hf_state(cfg, params, heads, electra)
   layout = hf_layout(cfg)
-  hf_config = config_to_hf(cfg, architecture_of(heads, layout))
+  hf_config = config_to_hf(cfg, architecture_of(heads, layout, electra))
   if layout == "modernbert" and heads:
     hf_config["classifier_bias"] = "head.dense.bias" in state
+  generator = heads.get("electra", {}).get("generator")
+  if generator is not None:
+    save_hf_checkpoint(directory / GENERATOR_DIRECTORY, generator_config(cfg, generator),
+                       {"embeddings": params["embeddings"], **generator["encoder"]}, {"mlm": generator["head"]},
+                       tokenizer_files, electra=True)
   if task_head is not None:
     if heads:
       raise CheckpointError("a checkpoint holds either pretraining heads or one task head, not both")

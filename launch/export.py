@@ -5,7 +5,8 @@
 
 Writes config.json, model.safetensors and the run's tokenizer files (tokenizer.json / vocab.txt with their
 tokenizer_config.json) into --out, which must not exist or be empty. A pretraining run's MLM and NSP heads go into
-BertForPreTraining (MLM only: BertForMaskedLM); a fine-tuned head into the class its task family names
+BertForPreTraining (MLM only: BertForMaskedLM); an ELECTRA run's discriminator into ElectraForPreTraining and its
+generator into --out/generator as ElectraForMaskedLM; a fine-tuned head into the class its task family names
 (`TaskFamily.hf_head`: BertForSequenceClassification with id2label, BertForTokenClassification). What no HF class
 computes (SBO, a CRF, word shapes, span NER, a classifier on the raw [CLS]) is saved beside as head.safetensors with
 head.json saying what it is and why HF cannot load it, and one line on stderr says so. A run of the ModernBERT
@@ -55,11 +56,13 @@ def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
 
 
 def pretraining_heads(params: dict[str, Any]) -> tuple[dict, dict, str]:
-  """(the heads HF's BertForPreTraining holds, the other heads, why those are not loadable) of a pretraining run."""
-  heads = {name: tree for name, tree in params.items() if name in hf_checkpoint.PRETRAINING_HEADS}
+  """(the heads HF's BertForPreTraining (an ELECTRA run: ElectraForPreTraining) holds, the other heads, why those are
+  not loadable) of a pretraining run."""
+  holds = ("electra",) if "electra" in params else hf_checkpoint.PRETRAINING_HEADS
+  heads = {name: tree for name, tree in params.items() if name in holds}
   rest = {name: tree for name, tree in params.items() if name not in heads and name != "encoder"}
   note = (f"pretraining head(s) {sorted(rest)} (e.g. SpanBERT's span boundary objective) have no place in HF's "
-          "BERT classes, which hold only the MLM and NSP heads") if rest else ""
+          "BERT classes, which hold only the MLM and NSP heads (ELECTRA's: the discriminator's)") if rest else ""
   return heads, rest, note
 
 
@@ -101,7 +104,7 @@ def export(workdir: str | Path, out: str | Path, checkpoint: str = "best") -> tu
     task_head = (architecture, head.tensors, head.config) if head.architecture else None
   else:
     heads, beside, note = pretraining_heads(params)
-    architecture = hf_checkpoint.architecture_of(heads)
+    architecture = hf_checkpoint.architecture_of(heads, electra="electra" in heads)
   hf_checkpoint.save_hf_checkpoint(out, cfg, params["encoder"], heads, tokenizer_files(config.data.tokenizer),
                                    task_head=task_head)
   if beside:

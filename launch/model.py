@@ -12,7 +12,7 @@ import ml_collections
 
 from encoder.config import EncoderConfig, from_fields
 from encoder.model import Encoder
-from objectives.objective import Metrics, Objective
+from objectives.objective import Metrics, Objective, loss_terms
 
 ENCODER_INPUTS = ("input_ids", "type_ids", "positions", "attention_segments")
 
@@ -30,10 +30,13 @@ class EncoderWithHeads(nn.Module):
   @nn.compact
   def __call__(self, batch: dict[str, jax.Array], train: bool = False) -> dict[str, Any]:
     encoder = Encoder(self.cfg, name="encoder")
+    heads = {o.name: o.head.clone(parent=self, name=o.name) for o in self.objectives}
+    for o in self.objectives:
+      if o.replaces_inputs:  # ELECTRA: the generator's samples replace the masked tokens.
+        batch = heads[o.name].replace_inputs(batch, encoder, train)
     outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train, last_positions=last_positions(
         self.objectives, batch))
-    return {o.name: o.head.clone(parent=self, name=o.name)(outputs, batch, encoder.attend, train)
-            for o in self.objectives}
+    return {name: head(outputs, batch, encoder.attend, train) for name, head in heads.items()}
 
 
 def last_positions(objectives: Sequence[Objective], batch: dict[str, jax.Array]) -> jax.Array | None:
@@ -48,18 +51,26 @@ def last_positions(objectives: Sequence[Objective], batch: dict[str, jax.Array])
 
 def objective_metrics(objectives: Sequence[Objective], predictions: dict[str, Any],
                       batch: dict[str, jax.Array]) -> Metrics:
-  """Every objective's (sum, count) metrics; each must report its loss as `<name>_loss` = (sum, count) (the engine
-  normalizes by the global count, so the loss is exact however the batch is split over devices and micro-batches)."""
+  """Every objective's (sum, count) metrics; each must report each loss term t (`loss_terms`) as `<t>_loss` =
+  (sum, count) (the engine normalizes by the global count, so the loss is exact however the batch is split over
+  devices and micro-batches)."""
   metrics = {}
   for objective in objectives:
     _, objective_metrics_ = objective.loss(predictions[objective.name], batch)
-    if f"{objective.name}_loss" not in objective_metrics_:
-      raise ValueError(f"objective {objective.name!r} must return a '{objective.name}_loss' (sum, count) metric; "
-                       f"it returned {sorted(objective_metrics_)}")
+    missing = [f"{term}_loss" for term in loss_terms(objective) if f"{term}_loss" not in objective_metrics_]
+    if missing:
+      raise ValueError(f"objective {objective.name!r} must return {missing} (sum, count) metrics; it returned "
+                       f"{sorted(objective_metrics_)}")
     metrics.update(objective_metrics_)
   return metrics
 
 
+def term_weights(objectives: Sequence[Objective], weights: dict[str, float]) -> dict[str, float]:
+  """{loss term: weight}: each objective's weight times its terms' own (`loss_terms`)."""
+  return {term: weights[o.name] * w for o in objectives for term, w in loss_terms(o).items()}
+
+
 def weighted_loss(weights: dict[str, float], sums: dict[str, Any], counts: dict[str, Any]) -> jax.Array:
-  """Total loss sum_o w_o * sums[o] / counts[o]: each objective's mean over its (global) count, weighted."""
+  """Total loss sum_t w_t * sums[t] / counts[t] over loss terms: each term's mean over its (global) count,
+  weighted."""
   return sum(w * sums[name] / jnp.maximum(counts[name], 1.0) for name, w in weights.items())

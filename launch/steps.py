@@ -1,6 +1,6 @@
 """The train state and the pure train/eval steps: state, batch, metric sums -> new state, new metric sums.
 
-The loss of a step is sum_o w_o * S_o / C_o with S_o, C_o the sum and count of objective o's per-token losses over
+The loss of a step is sum_t w_t * S_t / C_t with S_t, C_t the sum and count of loss term t's per-token losses over
 the whole global batch, all devices and micro-batches together: the counts are computed first (from the batch
 alone), so every device and micro-batch adds its exact share and gradients are summed. Data-parallel jit, pmap and
 gradient accumulation therefore give the large-batch gradient up to float rounding.
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from launch.model import EncoderWithHeads, objective_metrics, weighted_loss
-from objectives.objective import Objective
+from objectives.objective import Objective, loss_terms
 
 NO_STEP = 2**31 - 1  # `nonfinite_step` while every step was finite.
 
@@ -35,7 +35,7 @@ class StepFns:
   """What a step needs besides state and batch (static under jit)."""
   model: EncoderWithHeads = flax.struct.field(pytree_node=False)
   objectives: Sequence[Objective] = flax.struct.field(pytree_node=False)
-  weights: dict = flax.struct.field(pytree_node=False)
+  weights: dict = flax.struct.field(pytree_node=False)  # {loss term: weight} (launch.model.term_weights).
   tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)
   # Per-parameter bools like the params, False for frozen ones (fine-tuning regimes); None: every parameter trains.
   trainable: Any = flax.struct.field(pytree_node=False, default=None)
@@ -68,13 +68,13 @@ def _add(acc: dict[str, jax.Array], metrics: dict[str, jax.Array]) -> dict[str, 
 
 
 def _loss_counts(fns: StepFns, params: Any, micro_batches: dict[str, jax.Array]) -> dict[str, jax.Array]:
-  """{objective: count of its per-token losses} over all micro-batches, from the batch alone (the objectives' losses
+  """{loss term: count of its per-token losses} over all micro-batches, from the batch alone (the objectives' losses
   on dummy predictions: counts depend only on the batch's weights; XLA drops the unused arithmetic)."""
   first = jax.tree.map(lambda x: x[0], micro_batches)
   shapes = jax.eval_shape(lambda: fns.model.apply({"params": params}, first, train=False))
   dummy = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-  counts = jax.vmap(lambda micro: {o.name: objective_metrics([o], dummy, micro)[f"{o.name}_loss"][1]
-                                   for o in fns.objectives})(micro_batches)
+  counts = jax.vmap(lambda micro: {term: objective_metrics([o], dummy, micro)[f"{term}_loss"][1]
+                                   for o in fns.objectives for term in loss_terms(o)})(micro_batches)
   return jax.tree.map(lambda c: c.sum(0), counts)
 
 
@@ -103,7 +103,7 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
       params = jax.tree.map(lambda p, t: p if t else jax.lax.stop_gradient(p), params, fns.trainable)
     predictions = fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key})
     metrics = objective_metrics(fns.objectives, predictions, micro)
-    share = weighted_loss(fns.weights, {o.name: metrics[f"{o.name}_loss"][0] for o in fns.objectives}, counts)
+    share = weighted_loss(fns.weights, {term: metrics[f"{term}_loss"][0] for term in fns.weights}, counts)
     share = share * jnp.where(state.step == nan_step, jnp.nan, 1.0)  # config.debug_nan_step (never when -1).
     return share, _pairs(metrics | _padding(micro))
 

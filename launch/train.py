@@ -29,7 +29,7 @@ from encoder import errors, files
 from encoder.files import Path
 from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, warm_start, workload)
-from launch.model import EncoderWithHeads, encoder_config, last_positions
+from launch.model import EncoderWithHeads, encoder_config, last_positions, term_weights
 from launch.progress import Progress
 from tasks import evaluation, regimes
 
@@ -108,8 +108,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     scales = regimes.update_scales(abstract_params, num_layers=cfg.num_layers, regime=config.regime,
                                    top_k=config.top_k, layer_decay=config.layer_decay)
   trainable = None if scales is None or min(jax.tree.leaves(scales)) > 0 else jax.tree.map(lambda s: s > 0, scales)
-  fns = steps.StepFns(model, work.objectives, work.weights, optimizer.make_optimizer(config.optimizer, total_steps,
-                                                                                     scales), trainable)
+  fns = steps.StepFns(model, work.objectives, term_weights(work.objectives, work.weights),
+                      optimizer.make_optimizer(config.optimizer, total_steps, scales), trainable)
   mesh = sharding.make_mesh(config.mesh_model)
   replicated = NamedSharding(mesh, P())
 

@@ -35,10 +35,17 @@ def is_finetuning(config: ml_collections.ConfigDict) -> bool:
   return isinstance(config.get("task"), ml_collections.ConfigDict)
 
 
+def objective_options(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
+  """What objective `name` is built from: config.model's fields, and those of a config block named after it (e.g.
+  config.electra) when the config has one."""
+  block = config.get(name)
+  return config.model.to_dict() | (block.to_dict() if isinstance(block, ml_collections.ConfigDict) else {})
+
+
 def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
-  """Masked-LM (and NSP/SBO) pretraining on config.data's corpus."""
+  """Pretraining (MLM, NSP, SBO, ELECTRA) on config.data's corpus."""
   data = input_pipeline.load_data(config, files.path(config.data.cache_dir or workdir / "cache"))
-  objectives = tuple(registry.build(name, config.model) for name in config.objectives.split("+"))
+  objectives = tuple(registry.build(name, objective_options(config, name)) for name in config.objectives.split("+"))
   batches = lambda start: input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
                                                        seed=config.seed, start_step=start,
                                                        prefetch=config.data.prefetch)

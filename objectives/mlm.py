@@ -20,6 +20,7 @@ class MaskedLMHead(nn.Module):
   initializer_range: float = 0.02
   layer_norm_eps: float = 1e-12
   approximate_gelu: bool = False
+  features: int = 0  # Width of the transform: the embeddings' (factorized: ELECTRA's generator, ALBERT); 0 = hidden.
 
   @nn.compact
   def __call__(self, outputs, batch: dict[str, jax.Array], attend: Callable[[jax.Array], jax.Array],
@@ -27,7 +28,7 @@ class MaskedLMHead(nn.Module):
     """-> logits [batch, P, vocab] at batch["masked_positions"] [batch, P]."""
     hidden = outputs.at(batch["masked_positions"])  # [batch, P, H]
     transform = lambda h: layers.dense_gelu_norm(
-        h, h.shape[-1], initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps,
+        h, self.features or h.shape[-1], initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps,
         approximate_gelu=self.approximate_gelu, dense_name="transform", norm_name="layer_norm")
     return layers.output_bias(self, per_token(lambda h: attend(transform(h)), hidden))
 
@@ -38,8 +39,10 @@ def mlm_loss(logits: jax.Array, batch: dict[str, jax.Array]):
 
 
 def build(config: Mapping[str, Any] | None = None) -> Objective:
-  """Objective "mlm" from a config block (optional keys: initializer_range, layer_norm_eps, hidden_act)."""
+  """Objective "mlm" from a config block (optional keys: initializer_range, layer_norm_eps, hidden_act,
+  embedding_size)."""
   head = MaskedLMHead(initializer_range=layers.option(config, "initializer_range", 0.02),
                       layer_norm_eps=layers.option(config, "layer_norm_eps", 1e-12),
-                      approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh")
+                      approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh",
+                      features=layers.option(config, "embedding_size", 0))
   return Objective(name="mlm", head=head, loss=mlm_loss, reads=lambda batch: batch["masked_positions"])

@@ -4,7 +4,7 @@ An objective is a head (a linen module applied to the encoder's output and the b
 predictions. Metrics are (sum, count) pairs so they aggregate exactly across devices, steps and hosts.
 """
 
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -26,12 +26,25 @@ class Objective(NamedTuple):
   train_copies: training batches repeat each example this many times, copies adjacent ([a, a, b, b, ...]), so the
     loss can compare predictions under different dropout masks (R-Drop); the batch's `train_copy` [batch] then
     says which copy each row is. Evaluation batches hold each example once and no `train_copy`.
+  terms: {term: weight}: the objective's loss is sum_t w_t * (mean of its metric `{t}_loss`), each term averaged
+    over its own (sum, count), e.g. ELECTRA's generator MLM + 50 * replaced-token detection; None: the one term
+    `{name}_loss` with weight 1 (`loss_terms`).
+  replaces_inputs: the head rewrites the encoder's input before the encoder runs (ELECTRA's generator puts its
+    samples in the masked positions): EncoderWithHeads first calls head.replace_inputs(batch, encoder, train) ->
+    batch, and the encoder and every head read the batch it returns.
   """
   name: str
   head: nn.Module
   loss: Callable[[Any, dict[str, jax.Array]], tuple[jax.Array, Metrics]]
   reads: Callable[[dict[str, jax.Array]], jax.Array] | None = None
   train_copies: int = 1
+  terms: Mapping[str, float] | None = None
+  replaces_inputs: bool = False
+
+
+def loss_terms(objective: Objective) -> dict[str, float]:
+  """{term: weight} of the objective's loss: `terms`, or {name: 1.0}."""
+  return dict(objective.terms) if objective.terms is not None else {objective.name: 1.0}
 
 
 def cls_only(batch: dict[str, jax.Array]) -> jax.Array:

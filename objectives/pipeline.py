@@ -194,6 +194,9 @@ def corpus_unigram_probs(examples: PackedExamples, tokenizer: Any) -> np.ndarray
 # Which packing and masking each objective needs (validate).
 _NEEDS_PACKING = {"nsp": "nsp_pairs"}
 _NEEDS_MASKING = {"sbo": "span"}
+# Objectives that cannot share a batch: ELECTRA's generator already predicts the masked tokens, and its samples replace
+# them in the encoder's input, so MLM/SBO heads on the discriminator would predict from the samples.
+_EXCLUDES = {"electra": ("mlm", "sbo")}
 
 
 def validate(objectives: Sequence[str], packing: str, masking_mode: str | None = None) -> None:
@@ -204,6 +207,10 @@ def validate(objectives: Sequence[str], packing: str, masking_mode: str | None =
   if packing not in PACKINGS:
     raise ValueError(f"packing {packing!r} is not one of {PACKINGS}")
   for name in objectives:
+    clash = sorted(set(_EXCLUDES.get(name, ())) & set(objectives))
+    if clash:
+      raise ValueError(f"objective {name!r} cannot be combined with {clash}: its generator predicts the masked tokens "
+                       f"and its samples replace them in the encoder's input; drop {clash}")
     needed = _NEEDS_PACKING.get(name)
     if needed and packing != needed:
       raise ValueError(f"objective {name!r} needs packing={needed!r} (sentence pairs with nsp_label), but the config "

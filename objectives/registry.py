@@ -2,10 +2,11 @@
 
 from typing import Any, Callable, Mapping
 
-from objectives import mlm, nsp, sbo
+from objectives import electra, mlm, nsp, sbo
 from objectives.objective import Objective
 
 OBJECTIVES: dict[str, Callable[[Mapping[str, Any] | None], Objective]] = {
+    "electra": electra.build,
     "mlm": mlm.build,
     "nsp": nsp.build,
     "sbo": sbo.build,

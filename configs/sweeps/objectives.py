@@ -1,5 +1,5 @@
-"""Which pretraining objectives help? MLM, MLM+NSP, MLM+SBO and MLM+NSP+SBO pretrained on WikiText-2 with the same
-steps, batch and row length, each then fine-tuned on SICK (NLI) and CoNLL-2003 (NER, BIO tagging) with 2 seeds.
+"""Which pretraining objectives help? MLM, MLM+NSP, MLM+SBO, MLM+NSP+SBO and ELECTRA pretrained on WikiText-2 with the
+same steps, batch and row length, each then fine-tuned on SICK (NLI) and CoNLL-2003 (NER, BIO tagging) with 2 seeds.
 
   python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/objectives  # 2 cores
   python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=base --root runs/obj_base --print
@@ -8,18 +8,20 @@ steps, batch and row length, each then fine-tuned on SICK (NLI) and CoNLL-2003 (
 String arguments: budget: "small" (mini encoder L4/H256, 1,000 steps of batch 32; the 2-core CPU), "base" (base
 encoder L12/H768, 10,000 steps of batch 256; accelerators) or "tiny" (a 2x64 encoder, 20 steps, fine-tuning on
 slices: checks the chain in a few minutes). NSP rows are sentence pairs (packing nsp_pairs), the others packed full
-sentences; SBO brings SpanBERT's span masking (configs/pretrain.py). Fine-tuning trains every layer (regime full):
-the presets' top_k=6 assumes MiniLM's 6 layers.
+sentences; SBO brings SpanBERT's span masking, ELECTRA its generator (1/4 of the encoder's width) and replaced-token
+detection, fine-tuned from the discriminator (configs/pretrain.py). Same steps is not the same compute: an ELECTRA
+step also runs the generator (benchmarks.pretrain_throughput --objectives electra measures the ratio). Fine-tuning
+trains every layer (regime full): the presets' top_k=6 assumes MiniLM's 6 layers.
 """
 
 from configs import common
 from configs.sweeps.points import grid, seeds
 from encoder.errors import ConfigError
 
-OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sbo", "mlm+nsp+sbo")
+OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sbo", "mlm+nsp+sbo", "electra")
 TASKS = ("sick", "conll2003")
 SEEDS = (0, 1)
-# Pretraining: the config-file size and the engine fields shared by the four objectives (the same compute budget).
+# Pretraining: the config-file size and the engine fields shared by the objectives (the same steps and batch).
 PRETRAIN = {
     "tiny": ("tiny", {"num_train_steps": 20, "batch_size": 8, "optimizer.learning_rate": 1e-3,
                       "optimizer.warmup_steps": 4, "log_every_steps": 5, "eval_every_steps": 10, "eval_steps": 2,
@@ -44,7 +46,7 @@ FINETUNE = {
 
 
 def get_sweep(arg: str | None = None) -> dict:
-  """4 pretraining points, each followed by 2 tasks x 2 seeds of fine-tuning (20 runs)."""
+  """5 pretraining points, each followed by 2 tasks x 2 seeds of fine-tuning (25 runs)."""
   budget = common.parse_arg(arg, budget="small").budget
   if budget not in PRETRAIN:
     raise ConfigError(f"configs/sweeps/objectives.py: budget={budget!r}; expected one of {', '.join(PRETRAIN)}")

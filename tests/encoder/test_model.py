@@ -1,4 +1,5 @@
-"""Encoder: parameter counts equal HF BertModel's (ModernBertModel's); padding and packing never change an output."""
+"""Encoder: parameter counts equal HF BertModel's (ModernBertModel's; ElectraModel's with factorized embeddings);
+padding and packing never change an output."""
 
 import jax
 import jax.numpy as jnp
@@ -13,21 +14,23 @@ TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, atten
 
 
 def _hf_parameter_count(cfg) -> int:
-  """Parameters of HF's BertModel for `cfg`, or of ModernBertModel (from our exported config.json) plus our pooler,
-  which ModernBERT lacks."""
+  """Parameters of HF's BertModel for `cfg`, of ModernBertModel (from our exported config.json) plus our pooler,
+  which ModernBERT lacks, or with factorized embeddings of ElectraModel plus the pooler ELECTRA lacks."""
   torch = require_package("torch")
   transformers = require_package("transformers")
-  if cfg.position_embedding == "rotary":
-    from encoder.hf_checkpoint import config_to_hf
-    hf_config, model_class = transformers.ModernBertConfig(**config_to_hf(cfg)), transformers.ModernBertModel
-  else:
-    hf_config, model_class = transformers.BertConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
-        max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size), transformers.BertModel
+  shape = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+               num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+               max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size)
   with torch.device("meta"):  # Shapes only: no memory for the 560M-parameter preset.
-    model = model_class(hf_config)
-  pooler = cfg.hidden_size**2 if cfg.position_embedding == "rotary" else 0
+    if cfg.position_embedding == "rotary":
+      from encoder.hf_checkpoint import config_to_hf
+      model = transformers.ModernBertModel(transformers.ModernBertConfig(**config_to_hf(cfg)))
+    elif cfg.embedding_size:
+      model = transformers.ElectraModel(transformers.ElectraConfig(**shape, embedding_size=cfg.embedding_size))
+    else:
+      model = transformers.BertModel(transformers.BertConfig(**shape))
+  pooler = (cfg.hidden_size**2 if cfg.position_embedding == "rotary" else
+            cfg.hidden_size * (cfg.hidden_size + 1) if cfg.embedding_size else 0)
   return sum(p.numel() for p in model.parameters()) + pooler
 
 
@@ -43,8 +46,10 @@ def test_parameter_count_equals_hf_bert(name):
   assert _parameter_count(cfg) == _hf_parameter_count(cfg)
 
 
+# ELECTRA-small: 13.5M as google/electra-small-discriminator holds them (the paper rounds to 14M).
 @pytest.mark.parametrize("name,millions", [("base", 110), ("large", 335), ("xlmr-large", 560), ("minilm", 22.7),
-                                           ("modernbert-base", 149), ("modernbert-large", 395)])
+                                           ("modernbert-base", 149), ("modernbert-large", 395),
+                                           ("electra-small", 13.5)])
 def test_parameter_count_matches_published_sizes(name, millions):
   assert _parameter_count(preset(name)) / 1e6 == pytest.approx(millions, rel=0.02)
 

@@ -236,6 +236,9 @@ def test_validate_and_bad_inputs(tmp_path, tokenizer, text_file):
     pipeline.validate(["sbo"], "segments", "token")
   with pytest.raises(ValueError, match="unknown objective"):
     pipeline.validate(["mlm", "rtd"], "segments")
+  pipeline.validate(["electra", "nsp"], "nsp_pairs")
+  with pytest.raises(ValueError, match=r"objective 'electra' cannot be combined with \['mlm'\]"):
+    pipeline.validate(["mlm", "electra"], "full_sentences")
   with pytest.raises(ValueError, match="packing 'docs'"):
     pipeline.pretraining_examples(files=[text_file], tokenizer=tokenizer, max_length=64, packing="docs")
   short = tmp_path / "short.txt"

@@ -59,8 +59,8 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
   points = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=small")), "runs/obj")
   pretraining = [p for p in points if p.parent is None]
   assert [p.name for p in pretraining] == ["objectives-mlm", "objectives-mlm+nsp", "objectives-mlm+sbo",
-                                           "objectives-mlm+nsp+sbo"]
-  assert len(points) == 4 + 4 * 2 * 2
+                                           "objectives-mlm+nsp+sbo", "objectives-electra"]
+  assert len(points) == 5 + 5 * 2 * 2
   steps = {p.overrides["num_train_steps"] for p in pretraining}
   batches = {p.overrides["batch_size"] for p in pretraining}
   assert steps == {1000} and batches == {32}  # The same compute budget for every objective combination.
@@ -180,7 +180,7 @@ def test_report_of_the_sweep(swept, tmp_path):
   values = [results[n]["test"]["pearson"] for n in ("seed-0", "seed-1")]
   assert base["values"] == values and base["mean"] == pytest.approx(np.mean(values))
   assert base["std"] == pytest.approx(np.std(values, ddof=1))
-  assert f"| base (baseline) | 2/2 | " in (tmp_path / "report" / "report.md").read_text()
+  assert "| base (baseline) | 2/2 | " in (tmp_path / "report" / "report.md").read_text()
   assert FAILING not in table["groups"]  # It never wrote config.json: listed below the tables with its error.
   assert summary["unfinished"] == {FAILING: next(r for r in swept[3] if r["name"] == FAILING)["status"] + ": " +
                                    next(r for r in swept[3] if r["name"] == FAILING)["error"]}

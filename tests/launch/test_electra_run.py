@@ -1,0 +1,86 @@
+"""objectives=electra through launch.main: a tiny run (factorized embeddings) trains, checkpoints and resumes bitwise
+after a SIGTERM (benchmarks.determinism's runs), exports as ElectraForPreTraining + ElectraForMaskedLM whose
+discriminator logits are ours, and a fine-tuning run starts from its discriminator."""
+
+import jax
+import numpy as np
+import pytest
+
+from benchmarks import determinism
+from configs import finetune
+from encoder import hf_checkpoint
+from encoder.config import from_fields
+from encoder.model import Encoder
+from launch import export, predict, train
+from objectives import electra
+from tests.conftest import require_data
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+CONFIG = "configs/pretrain.py:runlocal,objectives=electra"
+FACTORIZED = ("--config.model.embedding_size=32",)  # The runlocal model's hidden size is 64.
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  """(root, cache): root/reference is an uninterrupted 20-step run."""
+  require_data("wikitext-2/raw/wiki.valid.raw")
+  root = tmp_path_factory.mktemp("electra")
+  determinism.run(root / "reference", FACTORIZED, cache=root / "cache", config=CONFIG)
+  return root, root / "cache"
+
+
+def test_trains_and_resumes_bitwise(runs):
+  root, cache = runs
+  logged = {key: determinism.logged(root / "reference", f"train/{key}") for key in ("loss", "rtd_loss")}
+  assert np.isfinite(logged["loss"]).all() and logged["loss"][-1] < logged["loss"][0]
+  workdir = root / "sigterm"
+  stopped = determinism.run(workdir, FACTORIZED + ("--config.debug_kill_at_step=13",
+                                                   "--config.debug_kill_signal=SIGTERM"), cache=cache, config=CONFIG)
+  assert "SIGTERM: saved step 13" in stopped.stdout + stopped.stderr
+  resumed = determinism.run(workdir, FACTORIZED, cache=cache, config=CONFIG)
+  assert "resuming from checkpoint step 13" in resumed.stdout
+  final = determinism.final_params(workdir)
+  assert any(name.startswith("electra/generator/") for name in final)
+  assert determinism.params_equal(final, determinism.final_params(root / "reference"))
+
+
+def test_exports_discriminator_and_generator(runs, tmp_path):
+  root, _ = runs
+  out = tmp_path / "out"
+  assert export.export(root / "reference", out, "latest") == ("ElectraForPreTraining", "")
+  config = predict.run_config(root / "reference", "")
+  _, params = predict.restore_params(root / "reference", config, "latest")
+  cfg, _, heads = hf_checkpoint.load_hf_checkpoint(out)
+  assert cfg == from_fields(config.model.to_dict(), cfg.vocab_size) and cfg.embedding_size == 32
+  rng = np.random.default_rng(0)
+  ids = np.concatenate([np.full((2, 1), 101), rng.integers(1000, 20000, (2, 11))], axis=1)
+  ids[1, 8:] = 0
+  mask = (ids != 0).astype(np.int64)
+  hidden = Encoder(cfg).apply({"params": params["encoder"]}, ids, attention_segments=mask).last
+  ours = electra.DiscriminatorHead().apply({"params": params["electra"]["discriminator"]}, hidden)
+  discriminator = transformers.ElectraForPreTraining.from_pretrained(out).eval()
+  with torch.no_grad():
+    theirs = discriminator(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+  assert np.abs(np.asarray(ours) - theirs)[mask > 0].max() <= 1e-4
+  generator = transformers.ElectraForMaskedLM.from_pretrained(out / "generator")
+  assert generator.config.hidden_size == 16 and generator.config.embedding_size == 32  # 1/4 of 64; shared width.
+  without_pooler = lambda tree: {k: v for k, v in tree.items() if k != "pooler"}  # HF's ELECTRA has no pooler.
+  assert jax.tree.all(jax.tree.map(np.array_equal, without_pooler(heads["electra"]["generator"]["encoder"]),
+                                   without_pooler(jax.tree.map(np.asarray, params["electra"]["generator"]["encoder"]))))
+
+
+def test_finetuning_starts_from_the_discriminator(runs, tmp_path):
+  require_data("sick/SICK_train.txt")
+  root, _ = runs
+  config = finetune.get_config(f"task=sick,runlocal,init=run:{root / 'reference'}")
+  with config.unlocked():
+    config.optimizer.learning_rate = 0.0  # One step leaves the initial parameters as they were.
+    config.num_train_steps = 1
+    config.measure_mfu = False
+  assert config.model.embedding_size == 32
+  train.train_and_evaluate(config, tmp_path)
+  start = {k: v for k, v in determinism.final_params(root / "reference").items() if k.startswith("encoder/")}
+  tuned = {k: v for k, v in determinism.final_params(tmp_path).items() if k.startswith("encoder/")}
+  assert determinism.params_equal(start, tuned)
