@@ -198,3 +198,29 @@ def test_report_of_the_sweep(swept, tmp_path):
   expected = json.loads(command.stdout.splitlines()[-1])
   assert test["p_value"] == expected["p_value"] and test["delta"] == expected["delta"]
   assert test["split"] == "test" and test["seed"] == 0 and 0 < expected["p_value"] < 1
+
+
+@pytest.mark.parametrize("budget", ["small", "base"])
+def test_architecture_sweep_points_cost_the_same_flops(budget):
+  """Every switch set pretrains with the same steps and batch, and the gated feed-forwards are narrowed so that each
+  point's encoder training FLOPs per row are BERT's (launch.flops) to within the rounding of the width."""
+  from configs import pretrain  # pylint: disable=import-outside-toplevel
+  from launch import flops  # pylint: disable=import-outside-toplevel
+  from launch.model import encoder_config  # pylint: disable=import-outside-toplevel
+  points = sweep.expand(sweep.load_sweep(str(REPO / f"configs/sweeps/architecture.py:budget={budget}")), "r")
+  pretraining = [p for p in points if p.parent is None]
+  assert [p.name.split("_model")[0] for p in pretraining] == [
+      f"arch-{a}" for a in ("bert", "pre_ln", "rope", "geglu", "swiglu", "no_bias", "local_global", "modernbert")]
+  assert len(points) == 8 + 8 * 2 * 2
+  cost = {}
+  for point in pretraining:
+    config = pretrain.get_config(point.config.partition(":")[2]).unlock()
+    config.update_from_flattened_dict(point.overrides)
+    cfg = encoder_config(config.model, 30522)
+    cost[point.name] = flops.encoder_train_flops(cfg, 1, config.data.max_length)
+    assert (config.num_train_steps, config.batch_size, config.objectives) == (
+        {"small": 1000, "base": 10_000}[budget], {"small": 32, "base": 256}[budget], "mlm")
+  bert = cost["arch-bert"]
+  assert all(abs(c / bert - 1) < 0.01 for c in cost.values()), cost
+  gated = next(p for p in pretraining if p.name.startswith("arch-geglu"))
+  assert gated.overrides["model.intermediate_size"] == {"small": 680, "base": 2048}[budget]
