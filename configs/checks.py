@@ -2,6 +2,7 @@
 and a workdir whose saved model config differs from the one asked for."""
 
 import ast
+import dataclasses
 import difflib
 import importlib.util
 import json
@@ -11,12 +12,15 @@ from typing import Any, Sequence
 
 import ml_collections
 
+from encoder.config import EncoderConfig
 from encoder.errors import ConfigError
 
 # Fields whose change makes an existing checkpoint unusable (the parameter tree or its meaning changes).
 MODEL_FIELDS = ("model", "objectives", "task")
 # ... except these, which change how a step computes, not what it learns (a run may resume with another value).
 RESUMABLE_MODEL_FIELDS = ("model.remat",)
+# What an encoder field added since a run was saved means in that run: the code before the field behaved as its default.
+ENCODER_DEFAULTS = {f"model.{field.name}": field.default for field in dataclasses.fields(EncoderConfig)}
 
 
 def load_python_file(path: str, module_name: str) -> ModuleType:
@@ -125,8 +129,11 @@ def to_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def incompatible_fields(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-  """Dotted MODEL_FIELDS keys whose saved value differs from the wanted one ('model.hidden_size: 64 -> 128')."""
+  """Dotted MODEL_FIELDS keys whose saved value differs from the wanted one ('model.hidden_size: 64 -> 128'). A key
+  the saved config lacks (a field added since the run was saved) is compatible at its default: an encoder field at
+  EncoderConfig's, a task field at the config's own (new fields default to the earlier behaviour)."""
   flat = lambda d: leaf_paths(ml_collections.ConfigDict({k: d.get(k) for k in MODEL_FIELDS if k in d}))
   old, new = flat(saved), flat(wanted)
+  added = {key for key in set(new) - set(old) if new[key] == ENCODER_DEFAULTS.get(key, new[key])}
   return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(set(old) | set(new))
-          if old.get(key) != new.get(key) and key not in RESUMABLE_MODEL_FIELDS]
+          if old.get(key) != new.get(key) and key not in RESUMABLE_MODEL_FIELDS and key not in added]

@@ -105,3 +105,16 @@ def test_every_config_field_has_a_comment():
 
 def test_model_config_comes_from_presets():
   assert common.model_config("base").intermediate_size == PRESETS["base"]["intermediate_size"]
+
+
+def test_fields_added_since_a_run_was_saved_are_compatible_at_their_defaults(config):
+  """A run saved before a field existed resumes when the field keeps the behaviour the run had (its default)."""
+  wanted = checks.to_dict(config)
+  saved = checks.to_dict(config)
+  for field in ("embedding_size", "position_embedding", "use_bias"):
+    del saved["model"][field]
+  saved["task"] = {"name": "x"}
+  wanted["task"] = {"name": "x", "positive_label": ""}
+  assert checks.incompatible_fields(saved, wanted) == []
+  wanted["model"]["embedding_size"] = 32  # Not the default: the saved run had no projection.
+  assert checks.incompatible_fields(saved, wanted) == ["model.embedding_size: None -> 32"]
