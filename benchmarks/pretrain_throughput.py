@@ -28,8 +28,8 @@ is JAX's float32 default (full float32 on CPU, TF32 on recent NVIDIA GPUs; the r
 full float32 matmuls, `bfloat16` is mixed precision (our EncoderConfig.dtype, HF under torch.autocast; float32 params).
 With `bfloat16` our float32 step (JAX's default float32 arithmetic) runs in the same rounds too, unless --no-f32
 (`f32_step_s` beside `bf16_step_s`, `bf16_speedup` their ratio), and both matmul ceilings are measured
-(`f32_ceiling_gflops`, `bf16_ceiling_gflops`): bf16 can pay only where the second is well above the first. On a CPU without bf16 matrix
-instructions HF is not run under autocast (`ratio` null, `bf16_reference` says why:
+(`f32_ceiling_gflops`, `bf16_ceiling_gflops`): bf16 can pay only where the second is well above the first. On a
+CPU without bf16 matrix instructions HF is not run under autocast (`ratio` null, `bf16_reference` says why:
 benchmarks.torch_device.autocast_skip_reason) and `bf16_speedup` is the figure to read.
 
 --arch NAME sets one of encoder.config.ARCHITECTURES' switch sets on the size (rope, geglu, swiglu, no_bias,
