@@ -76,6 +76,13 @@ def accuracy_bootstrap(gold: Sequence[Sequence[str]], pred_a: Sequence[Sequence[
   return paired_bootstrap(*stats, metrics.accuracy_from_counts, samples, seed)
 
 
+def positive_f1_bootstrap(gold: Sequence[str], pred_a: Sequence[str], pred_b: Sequence[str], positive: str,
+                          samples: int = 10_000, seed: int = 0) -> BootstrapResult:
+  """Paired bootstrap on the positive class's F1 over examples (one label per example; GLUE's MRPC F1)."""
+  stats = [metrics.positive_counts(gold, p, positive) for p in (pred_a, pred_b)]
+  return paired_bootstrap(*stats, metrics.micro_f1, samples, seed)
+
+
 def pearson_bootstrap(gold: Sequence[float], pred_a: Sequence[float], pred_b: Sequence[float],
                       samples: int = 10_000, seed: int = 0) -> BootstrapResult:
   """Paired bootstrap on Pearson's r over examples (regression: one number per example)."""

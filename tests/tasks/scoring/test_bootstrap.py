@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 from seqeval.metrics import f1_score
+from sklearn.metrics import f1_score as sk_f1
 
 from tasks.scoring import bootstrap, metrics
 from tests.conftest import conll_tags
@@ -53,6 +54,22 @@ def test_pearson_p_value_equals_a_plain_loop_over_scipy_with_the_same_draws():
   observed = r(a, np.arange(n)) - r(b, np.arange(n))
   deltas = np.array([r(a, idx) - r(b, idx) for idx in draws])
   result = bootstrap.pearson_bootstrap(gold, a, b, samples=samples, seed=7)
+  assert abs(result.delta - observed) < 1e-12
+  assert result.p_value == np.mean(deltas >= 2 * observed - 1e-12)
+  assert 0 < result.p_value < 1
+
+
+def test_positive_f1_p_value_equals_a_plain_loop_over_scikit_learn_with_the_same_draws():
+  rng = random.Random(3)
+  gold = [rng.choice("0111") for _ in range(80)]
+  a = [g if rng.random() < 0.85 else rng.choice("01") for g in gold]
+  b = [g if rng.random() < 0.75 else rng.choice("01") for g in gold]
+  samples, n = 300, len(gold)
+  draws = np.random.default_rng(7).integers(0, n, size=(samples, n))
+  f1 = lambda pred, idx: sk_f1([gold[i] for i in idx], [pred[i] for i in idx], pos_label="1", zero_division=0)
+  observed = f1(a, range(n)) - f1(b, range(n))
+  deltas = np.array([f1(a, idx) - f1(b, idx) for idx in draws])
+  result = bootstrap.positive_f1_bootstrap(gold, a, b, "1", samples=samples, seed=7)
   assert abs(result.delta - observed) < 1e-12
   assert result.p_value == np.mean(deltas >= 2 * observed - 1e-12)
   assert 0 < result.p_value < 1
