@@ -117,3 +117,20 @@ def test_real_conll_clearly_better_system_is_significant_and_fast():
   assert seconds < 10  # ~0.2 s on 2 shared cores; generous for a loaded machine.
   reverse = bootstrap.paired_bootstrap(*stats[::-1], metrics.micro_f1, samples=2_000, seed=0)
   assert reverse.delta == -result.delta and reverse.p_value > 0.99  # B does not beat A.
+
+
+def test_example_statistics_score_what_the_metrics_score():
+  gold, pred = ["1", "0", "1", "1"], ["1", "1", "0", "1"]
+  stats, metric = bootstrap.example_statistics("labels", "accuracy", gold, pred)
+  assert stats.shape == (4, 2) and metric(stats.sum(axis=0)) == 0.5
+  stats, metric = bootstrap.example_statistics("labels", "f1", gold, pred, positive="1")
+  assert stats.shape == (4, 3) and abs(metric(stats.sum(axis=0)) - sk_f1(gold, pred, pos_label="1")) < 1e-12
+  tags = ([["B-PER", "I-PER", "O"], ["O"]], [["B-PER", "O", "O"], ["B-LOC"]])
+  stats, metric = bootstrap.example_statistics("conll", "f1", *tags)
+  assert stats.shape == (2, 3) and abs(metric(stats.sum(axis=0)) - f1_score(*tags)) < 1e-12
+  stats, metric = bootstrap.example_statistics("conll", "accuracy", *tags)
+  assert metric(stats.sum(axis=0)) == 0.5  # 2 of 4 tags.
+  stats, metric = bootstrap.example_statistics("scores", "pearson", [1.0, 2.0, 3.0], [1.0, 3.0, 2.0])
+  assert abs(metric(stats.sum(axis=0)) - 0.5) < 1e-12
+  for kind, name in (("scores", "spearman"), ("labels", "macro_f1"), ("labels", "f1"), ("squad", "f1")):
+    assert bootstrap.example_statistics(kind, name, gold, pred) is None  # No additive statistics: no p-value.
