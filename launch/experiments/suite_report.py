@@ -142,7 +142,7 @@ def build(paths: Sequence[str | Path], samples: int = DEFAULT_SAMPLES) -> dict[s
   shared = [t for t in tasks if all(t in r for r in rows)]
   out = {"paths": [str(p) for p in paths], "tasks": tasks, "rows": rows, "shared": shared,
          "averages": [suite_average(r, shared) for r in rows],
-         "not_run": [t for t in suite.TASKS if t not in tasks]}
+         "not_run": [t for t in suite.TASKS if t not in tasks], "unfinished": report.unfinished_points(paths)}
   if len(suites) == 2:
     out["comparison"] = {t: compare_task(suites[0][t], suites[1][t], samples) for t in shared}
   return out
@@ -184,6 +184,9 @@ def markdown(numbers: dict[str, Any]) -> str:
   if numbers["not_run"]:
     parts += ["", f"Not run: {', '.join(numbers['not_run'])} (no finished runs; a preset that does not exist yet is "
               "left out of the sweep)."]
+  if numbers["unfinished"]:
+    parts += ["", "Not finished (sweep.jsonl; not in the table):", ""]
+    parts += [f"- {name}: {why}" for name, why in numbers["unfinished"].items()]
   return "\n".join(parts) + "\n"
 
 

@@ -88,6 +88,8 @@ def suites(tmp_path_factory):
     preds = {t: [_predict(t, gold[t], rng, noise) for _ in seeds] for t in tasks}
     values = {t: [_write_run(root, t, s, gold[t], p) for s, p in zip(seeds, preds[t])] for t in tasks}
     made[name] = (root, preds, values)
+  (made["a"][0] / "sweep.jsonl").write_text(json.dumps({"name": "task-ud_pos_seed-0", "status": "failed",
+                                                        "returncode": 1, "error": "error: out of memory"}) + "\n")
   return gold, made
 
 
@@ -104,6 +106,7 @@ def test_one_suite_gives_per_task_medians_and_their_mean(suites, tmp_path):
   assert "squad" in numbers["not_run"] and "comparison" not in numbers
   text = (tmp_path / "suite.md").read_text()
   assert "| **suite average** (4 tasks) |" in text and "Not run: " in text and "squad" in text
+  assert "- task-ud_pos_seed-0: failed: error: out of memory" in text  # The sweep's failed point is listed.
 
 
 def test_two_suites_compared_task_by_task_as_a_plain_bootstrap_loop(suites, tmp_path):
