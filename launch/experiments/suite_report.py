@@ -5,7 +5,8 @@ average, and with a second suite the two checkpoints compared task by task with 
   python -m launch.experiments.suite_report runs/suite_minilm runs/suite_mini --out runs/suite_report   # A vs B
 
 A path is a sweep root (or any directory of fine-tuning workdirs). Its finished runs are grouped by task: the preset
-named in the point's config spec (`task=mrpc`, sweep_point.json), else the kind of run (family and dataset). A run's
+named in the point's config spec (`task=mrpc`, sweep_point.json), else the kind of run (family and dataset; such
+runs are not matched to the suite's presets, so no "not run" list). A run's
 score is results.json's value of its task's metric (config.task.metric, the one that picks the best checkpoint) on
 test, or on dev where the preset has no test split (SST-2). The suite average is the mean over tasks of the medians
 (of the tasks both checkpoints ran, when there are two). The p-value is `tasks.scoring.bootstrap.
@@ -129,7 +130,8 @@ def compare_task(runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[str, An
   a_leads = out["delta"] >= 0
   result = bootstrap.median_over_seeds_bootstrap(*((stats_a, stats_b) if a_leads else (stats_b, stats_a)), metric,
                                                  samples=samples, seed=seed)
-  out.update(p_value=result.p_value, better="A" if a_leads else "B", samples=samples)
+  out.update(p_value=result.p_value, better="A" if out["delta"] > 0 else "B" if out["delta"] < 0 else "tie",
+             samples=samples)
   return out
 
 
@@ -142,7 +144,8 @@ def build(paths: Sequence[str | Path], samples: int = DEFAULT_SAMPLES) -> dict[s
   shared = [t for t in tasks if all(t in r for r in rows)]
   out = {"paths": [str(p) for p in paths], "tasks": tasks, "rows": rows, "shared": shared,
          "averages": [suite_average(r, shared) for r in rows],
-         "not_run": [t for t in suite.TASKS if t not in tasks], "unfinished": report.unfinished_points(paths)}
+         "not_run": [t for t in suite.TASKS if t not in tasks] if set(tasks) & set(suite.TASKS) else [],
+         "unfinished": report.unfinished_points(paths)}
   if len(suites) == 2:
     out["comparison"] = {t: compare_task(suites[0][t], suites[1][t], samples) for t in shared}
   return out
@@ -152,6 +155,10 @@ def _cell(row: dict[str, Any] | None) -> str:
   if row is None:
     return "–"
   return f"{row['median']:.2f} ({', '.join(f'{v:.2f}' for v in row['values'])})"
+
+
+def _winner(better: str) -> str:
+  return "tie" if better == "tie" else f"{better} better"
 
 
 def markdown(numbers: dict[str, Any]) -> str:
@@ -174,7 +181,7 @@ def markdown(numbers: dict[str, Any]) -> str:
     if two:
       c = numbers["comparison"].get(task)
       cells += ["–", "–"] if c is None else [
-          f"{c['delta']:+.2f}", c["note"] or f"{c['p_value']:.4f} ({c['better']} better)"]
+          f"{c['delta']:+.2f}", c["note"] or f"{c['p_value']:.4f} ({_winner(c['better'])})"]
     parts.append("| " + " | ".join(cells) + " |")
   averages = [f"{a:.2f}" if a is not None else "–" for a in numbers["averages"]]
   delta = (f"{numbers['averages'][0] - numbers['averages'][1]:+.2f}" if two and None not in numbers["averages"]
