@@ -27,6 +27,9 @@ UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART
 TASK_PRESETS: dict[str, dict] = {
     "sst2": dict(name="classification", dataset="sst2", test_split="", metric="accuracy", max_length=64,
                  epochs=3, learning_rate=1e-4, layer_decay=0.8),
+    # MRPC: the GLUE pair, accuracy and the paraphrase class's F1; the best checkpoint by dev F1.
+    "mrpc": dict(name="classification", dataset="mrpc", metric="f1", positive_label="1", max_length=128, epochs=3,
+                 learning_rate=1e-4),
     "sick": dict(name="classification", dataset="sick", metric="accuracy", max_length=128, epochs=4,
                  learning_rate=1e-4, regime="top_k", top_k=6),  # Every MiniLM layer trains; the embeddings stay.
     "sick_relatedness": dict(name="regression", dataset="sick", metric="pearson", max_length=128, epochs=4,
@@ -87,6 +90,8 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   # Classification: also regress each example's score (the dataset's score column, e.g. SICK relatedness) from the
   # same vector, adding this weight times its squared error to the loss; 0 = off.
   task.score_weight = preset.get("score_weight", 0.0)
+  # Classification: the positive label, whose F1 is also scored, as "f1" (GLUE's MRPC/QQP F1); "" = none.
+  task.positive_label = preset.get("positive_label", "")
   task.metric = preset.get("metric", "accuracy")  # The dev metric that picks the best checkpoint (higher is better).
   return task
 
@@ -153,10 +158,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task.span_hidden = 32
     config.task.max_question_length = 12  # QA: windows of 32 hold 17 context subwords, 8 apart.
     config.task.doc_stride = 8
-    config.top_k = min(config.top_k, config.model.num_layers)
     config.data.buckets = (16, 32)
     config.epochs = 2
     config.batch_size = 16
     config.optimizer.learning_rate = 1e-3
     config.log_every_steps = 2
+  # A preset's top_k counts MiniLM's 6 layers: a shallower model (runlocal's, or another init) trains all of its own.
+  config.top_k = min(config.top_k, config.model.num_layers)
   return config.lock()

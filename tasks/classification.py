@@ -203,13 +203,22 @@ class SentenceFamily:
 
 
 class Classification(SentenceFamily):
-  """Sentence(-pair) classification: a label per example, scored by accuracy and macro-F1."""
+  """Sentence(-pair) classification: a label per example, scored by accuracy and macro-F1, and with
+  `positive_label` by that class's F1 ("f1", GLUE's paraphrase F1)."""
   name = "classification"
   bootstrap = ("labels", "labels")
 
   def uses_scores(self) -> bool:
     """Whether the task also regresses the records' scores (`score_weight`)."""
     return bool(self.task.get("score_weight"))
+
+  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
+    """As SentenceFamily's; a positive_label that is not one of the task's labels is a ConfigError."""
+    positive = self.task.get("positive_label")
+    if positive and positive not in self.task["labels"]:
+      raise errors.ConfigError(f"config.task.positive_label={positive!r} is not one of the task's labels "
+                               f"{list(self.task['labels'])}")
+    return super().train_fields(train_records)
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
     return sorted({r["label"] for r in train_records})
@@ -235,8 +244,12 @@ class Classification(SentenceFamily):
     return all(r.get("label") is not None for r in records)
 
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
-    result = metrics.label_scores([r["label"] for r in records], list(predictions))
-    return {"accuracy": result["accuracy"], "macro_f1": result["macro"]["f1"]}
+    gold = [r["label"] for r in records]
+    result = metrics.label_scores(gold, list(predictions))
+    scores = {"accuracy": result["accuracy"], "macro_f1": result["macro"]["f1"]}
+    if positive := self.task.get("positive_label"):
+      scores["f1"] = float(metrics.micro_f1(metrics.positive_counts(gold, list(predictions), positive).sum(axis=0)))
+    return scores
 
   def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
     probabilities = np.exp(raw.astype(np.float64) - raw.max())

@@ -134,6 +134,14 @@ def label_counts(gold: Sequence[str], pred: Sequence[str]) -> tuple[list[str], n
   return labels, counts
 
 
+def positive_counts(gold: Sequence[str], pred: Sequence[str], positive: str) -> np.ndarray:
+  """Per-example [N, (tp, pred, gold)] counts of one label, the positive class: `micro_f1` of their sum is its F1
+  (scikit-learn's f1_score(average='binary', pos_label=positive); GLUE's MRPC/QQP F1)."""
+  check_paired([gold], [pred])
+  gold_is, pred_is = np.asarray(gold) == positive, np.asarray(pred) == positive
+  return np.stack([gold_is & pred_is, pred_is, gold_is], axis=-1).astype(np.int64).reshape(-1, 3)
+
+
 def macro_f1(counts: np.ndarray) -> np.ndarray:
   """Unweighted mean over labels of per-label F1, from counts [..., labels, 3] (scikit-learn's average='macro')."""
   return prf(counts)[2].mean(axis=-1)

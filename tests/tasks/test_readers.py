@@ -322,6 +322,22 @@ def test_sick_counts_labels_and_crlf_stripped():
   assert len(relatedness) == 500 and min(relatedness) == 1.0 and max(relatedness) == 5.0
 
 
+def test_mrpc_counts_bom_stripped_and_unbalanced_quotes_read_verbatim():
+  options = dict(text_a="#1 String", text_b="#2 String", label="Quality", label_names=("0", "1"))
+  counts = {"train": (3668, 2474), "dev": (408, 279), "test": (1725, 1147)}  # SOURCE.md: pairs, paraphrases.
+  for split, (pairs, paraphrases) in counts.items():
+    path = require_data(f"mrpc/{split}.tsv")
+    assert path.read_bytes().startswith(b"\xef\xbb\xbfQuality\t")  # The traps are there: a byte-order mark, and
+    records = list(read_tsv(path, **options))  # the header is found only without it.
+    assert (len(records), sum(r["label"] == "1" for r in records)) == (pairs, paraphrases)
+  train = list(read_tsv(require_data("mrpc/train.tsv"), **options))
+  raw = require_data("mrpc/train.tsv").read_text(encoding="utf-8-sig").splitlines()[56].split("\t")  # Line 57.
+  assert raw[3].count('"') == 1  # One unbalanced quote: a CSV reader with quoting on would swallow lines after it.
+  assert train[55] == {"text_a": raw[3], "text_b": raw[4], "label": "1"}
+  assert train[55]["text_a"].endswith('many years to come."')
+  assert sum(r["text_a"].count('"') % 2 + r["text_b"].count('"') % 2 for r in train) > 0
+
+
 UD_COUNTS = {"ud_english_ewt/en_ewt-ud": ((12544, 2001, 2077), (204577, 25147, 25094)),
              "ud_multilingual/UD_Vietnamese-VTB/vi_vtb-ud": ((1400, 1123, 800), (20215, 26162, 11692)),
              "ud_multilingual/UD_French-Sequoia/fr_sequoia-ud": ((2231, 412, 456), (50502, 9999, 10044)),

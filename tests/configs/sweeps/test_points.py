@@ -18,7 +18,7 @@ def test_grid_product_and_seeds():
 
 def test_sweep_files_do_not_import_the_engine():
   code = ("import sys, importlib; [importlib.import_module(f'configs.sweeps.{m}') for m in "
-          "('example', 'objectives', 'sick_recipes', 'architecture')]; "
+          "('example', 'objectives', 'sick_recipes', 'architecture', 'suite')]; "
           "print(sorted(m for m in sys.modules if m.split('.')[0] == 'launch'))")
   done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
   assert done.stdout.strip() == "[]"

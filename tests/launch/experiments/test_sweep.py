@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from configs import finetune
+from configs.sweeps import objectives
 from encoder import errors
 from encoder.errors import ConfigError
 from launch.experiments import report, sweep
@@ -60,17 +62,19 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
   pretraining = [p for p in points if p.parent is None]
   assert [p.name for p in pretraining] == ["objectives-mlm", "objectives-mlm+nsp", "objectives-mlm+sbo",
                                            "objectives-mlm+nsp+sbo", "objectives-electra"]
-  assert len(points) == 5 + 5 * 2 * 2
+  assert objectives.TASKS == ("sick", "conll2003", "squad")
+  tasks = [t for t in objectives.TASKS if t in finetune.TASK_PRESETS]
+  runs = 2 * len(tasks)
+  assert len(points) == 5 + 5 * runs
   steps = {p.overrides["num_train_steps"] for p in pretraining}
   batches = {p.overrides["batch_size"] for p in pretraining}
   assert steps == {1000} and batches == {32}  # The same compute budget for every objective combination.
   for i, parent in enumerate(pretraining):
-    children = points[5 * i + 1:5 * i + 5]  # Each pretraining point is followed by its fine-tunings.
-    assert [c.parent for c in children] == [parent.name] * 4
-    assert {c.name for c in children} == {f"{parent.name}__task-{t}_seed-{s}" for t in ("sick", "conll2003")
-                                          for s in (0, 1)}
+    children = points[(runs + 1) * i + 1:(runs + 1) * (i + 1)]  # Each pretraining point is followed by its runs.
+    assert [c.parent for c in children] == [parent.name] * runs
+    assert {c.name for c in children} == {f"{parent.name}__task-{t}_seed-{s}" for t in tasks for s in (0, 1)}
     assert all(f"init=run:runs/obj/{parent.name}" in c.config for c in children)
-    assert {c.group for c in children} == {f"{parent.name}__task-sick", f"{parent.name}__task-conll2003"}
+    assert {c.group for c in children} == {f"{parent.name}__task-{t}" for t in tasks}
   base = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=base")), "r")
   assert base[0].config == "configs/pretrain.py:size=base,objectives=mlm"
   with pytest.raises(ConfigError, match="budget='huge'"):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.stats
 from seqeval.metrics import f1_score
+from sklearn.metrics import f1_score as sk_f1
 
 from tasks.scoring import bootstrap, metrics
 from tests.conftest import conll_tags
@@ -58,6 +59,22 @@ def test_pearson_p_value_equals_a_plain_loop_over_scipy_with_the_same_draws():
   assert 0 < result.p_value < 1
 
 
+def test_positive_f1_p_value_equals_a_plain_loop_over_scikit_learn_with_the_same_draws():
+  rng = random.Random(3)
+  gold = [rng.choice("0111") for _ in range(80)]
+  a = [g if rng.random() < 0.85 else rng.choice("01") for g in gold]
+  b = [g if rng.random() < 0.75 else rng.choice("01") for g in gold]
+  samples, n = 300, len(gold)
+  draws = np.random.default_rng(7).integers(0, n, size=(samples, n))
+  f1 = lambda pred, idx: sk_f1([gold[i] for i in idx], [pred[i] for i in idx], pos_label="1", zero_division=0)
+  observed = f1(a, range(n)) - f1(b, range(n))
+  deltas = np.array([f1(a, idx) - f1(b, idx) for idx in draws])
+  result = bootstrap.positive_f1_bootstrap(gold, a, b, "1", samples=samples, seed=7)
+  assert abs(result.delta - observed) < 1e-12
+  assert result.p_value == np.mean(deltas >= 2 * observed - 1e-12)
+  assert 0 < result.p_value < 1
+
+
 def test_one_extra_correct_example_gives_the_binomial_p_value():
   # A is right on exactly one more of n examples: delta(x(i)) = k/n with k ~ Binomial(n, 1/n) draws of that
   # example, so p = P(k >= 2) = 1 - (1 - 1/n)^n - (1 - 1/n)^(n - 1).
@@ -100,3 +117,20 @@ def test_real_conll_clearly_better_system_is_significant_and_fast():
   assert seconds < 10  # ~0.2 s on 2 shared cores; generous for a loaded machine.
   reverse = bootstrap.paired_bootstrap(*stats[::-1], metrics.micro_f1, samples=2_000, seed=0)
   assert reverse.delta == -result.delta and reverse.p_value > 0.99  # B does not beat A.
+
+
+def test_example_statistics_score_what_the_metrics_score():
+  gold, pred = ["1", "0", "1", "1"], ["1", "1", "0", "1"]
+  stats, metric = bootstrap.example_statistics("labels", "accuracy", gold, pred)
+  assert stats.shape == (4, 2) and metric(stats.sum(axis=0)) == 0.5
+  stats, metric = bootstrap.example_statistics("labels", "f1", gold, pred, positive="1")
+  assert stats.shape == (4, 3) and abs(metric(stats.sum(axis=0)) - sk_f1(gold, pred, pos_label="1")) < 1e-12
+  tags = ([["B-PER", "I-PER", "O"], ["O"]], [["B-PER", "O", "O"], ["B-LOC"]])
+  stats, metric = bootstrap.example_statistics("conll", "f1", *tags)
+  assert stats.shape == (2, 3) and abs(metric(stats.sum(axis=0)) - f1_score(*tags)) < 1e-12
+  stats, metric = bootstrap.example_statistics("conll", "accuracy", *tags)
+  assert metric(stats.sum(axis=0)) == 0.5  # 2 of 4 tags.
+  stats, metric = bootstrap.example_statistics("scores", "pearson", [1.0, 2.0, 3.0], [1.0, 3.0, 2.0])
+  assert abs(metric(stats.sum(axis=0)) - 0.5) < 1e-12
+  for kind, name in (("scores", "spearman"), ("labels", "macro_f1"), ("labels", "f1"), ("squad", "f1")):
+    assert bootstrap.example_statistics(kind, name, gold, pred) is None  # No additive statistics: no p-value.

@@ -9,6 +9,7 @@ import scipy.stats
 from seqeval.metrics import accuracy_score, classification_report, f1_score, precision_score, recall_score
 from seqeval.scheme import IOB1, IOB2, IOBES, IOE2
 from sklearn.metrics import accuracy_score as sk_accuracy
+from sklearn.metrics import f1_score as sk_f1
 from sklearn.metrics import precision_recall_fscore_support
 
 from tasks.scoring import metrics
@@ -142,6 +143,21 @@ def test_label_scores_equal_scikit_learn():
   assert abs(ours["accuracy"] - sk_accuracy(gold, pred)) < TOL
   _, counts = metrics.label_counts(gold, pred)
   assert abs(metrics.macro_f1(counts.sum(axis=0)) - macro[2]) < TOL
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_positive_class_f1_equals_scikit_learn(seed):
+  rng = random.Random(seed)
+  gold = [rng.choice("01") for _ in range(rng.randint(1, 300))]
+  pred = [g if rng.random() < 0.7 else rng.choice("012") for g in gold]
+  if seed == 3:
+    pred = ["0"] * len(gold)  # The positive class never predicted: F1 0 (scikit-learn's zero_division=0).
+  counts = metrics.positive_counts(gold, pred, "1")
+  assert counts.shape == (len(gold), 3)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    expected = sk_f1(gold, pred, labels=["1"], average=None, zero_division=0)[0]  # Class "1"'s own F1.
+  assert abs(float(metrics.micro_f1(counts.sum(axis=0))) - expected) < TOL
 
 
 @pytest.fixture(scope="module")

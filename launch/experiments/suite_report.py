@@ -1,0 +1,233 @@
+"""The checkpoint suite's report (configs/sweeps/suite.py): per task the median over seeds of its metric, the suite
+average, and with a second suite the two checkpoints compared task by task with paired-bootstrap p-values.
+
+  python -m launch.experiments.suite_report runs/suite_minilm                       # one checkpoint
+  python -m launch.experiments.suite_report runs/suite_minilm runs/suite_mini --out runs/suite_report   # A vs B
+
+A path is a sweep root (or any directory of fine-tuning workdirs). Its finished runs are grouped by task: the preset
+named in the point's config spec (`task=mrpc`, sweep_point.json), else the kind of run (family and dataset; such
+runs are not matched to the suite's presets, so no "not run" list). A run's
+score is results.json's value of its task's metric (config.task.metric, the one that picks the best checkpoint) on
+test, or on dev where the preset has no test split (SST-2). The suite average is the mean over tasks of the medians
+(of the tasks both checkpoints ran, when there are two). The p-value is `tasks.scoring.bootstrap.
+median_over_seeds_bootstrap` on the runs' prediction files: every seed's predictions scored on the same resampled
+test set, the median over seeds of each checkpoint compared, tested in the direction of the observed difference (that
+the better one's lead is not chance). Writes OUT/suite.md and OUT/suite.json (every number); OUT defaults to
+PATH/suite_report for one path, else suite_report.
+"""
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from configs.sweeps import suite
+from encoder import errors
+from launch.experiments import report
+from launch.experiments.sweep import POINT_FILE
+from tasks import registry
+from tasks.readers.lines import numbered_lines
+from tasks.scoring import bootstrap
+
+DEFAULT_SAMPLES = 10_000
+
+
+def task_key(run: dict[str, Any]) -> str:
+  """The preset a run fine-tuned (`task=` of its sweep point's config spec), else its kind ('tagging on conll2003')."""
+  point = Path(run["workdir"]) / POINT_FILE
+  spec = json.loads(point.read_text(encoding="utf-8")).get("config", "") if point.is_file() else ""
+  arguments = dict(item.partition("=")[::2] for item in spec.partition(":")[2].split(",") if item)
+  return arguments.get("task") or run["kind"]
+
+
+def task_runs(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+  """{task: its finished fine-tuning runs, by seed} of a suite directory."""
+  tasks: dict[str, list[dict[str, Any]]] = {}
+  for run in map(report.load_run, report.find_workdirs([path])):
+    if run["task"] and run["finished"]:
+      tasks.setdefault(task_key(run), []).append(run)
+  return {task: sorted(runs, key=lambda r: r["seed"]) for task, runs in tasks.items()}
+
+
+def scored_split(run: dict[str, Any]) -> str:
+  """'test' where the run has test scores, else 'dev'."""
+  return "test" if any(key.startswith("test ") for key in run["scores"]) else "dev"
+
+
+def summarize(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+  """One task's row: its metric, split, seeds, per-seed scores (percent, results.json) and their median."""
+  metric, split = runs[0]["task"]["metric"], scored_split(runs[0])
+  values = [run["scores"][f"{split} {metric}"] for run in runs]
+  return {"metric": metric, "split": split, "seeds": [run["seed"] for run in runs], "values": values,
+          "median": statistics.median(values)}
+
+
+def suite_average(rows: dict[str, dict[str, Any]], tasks: Sequence[str]) -> float | None:
+  """The mean over `tasks` of their medians (None without tasks)."""
+  return statistics.fmean(rows[t]["median"] for t in tasks) if tasks else None
+
+
+def _conll_columns(path: Path) -> tuple[list[list[str]], list[list[str]]]:
+  """(gold, predicted) tags per sentence of a prediction .conll file (word ... gold predicted)."""
+  gold, pred, sentence = [], [], []
+  for _, line in numbered_lines(path):
+    fields = line.split()
+    if fields:
+      sentence.append(fields)
+    elif sentence:
+      gold.append([f[-2] for f in sentence])
+      pred.append([f[-1] for f in sentence])
+      sentence = []
+  if sentence:
+    gold.append([f[-2] for f in sentence])
+    pred.append([f[-1] for f in sentence])
+  return gold, pred
+
+
+def run_statistics(run: dict[str, Any], split: str) -> tuple[Any, np.ndarray, bootstrap.Metric] | None:
+  """(the split's gold, the run's per-example statistics, the metric of their sums) from its prediction files, for
+  its task's metric; None where the family or metric has no additive statistics (`bootstrap.example_statistics`)."""
+  task = run["task"]
+  family = registry.FAMILIES.get(task["name"])
+  kind = family.bootstrap[0] if family is not None and family.bootstrap else None
+  directory = Path(run["workdir"]) / "predictions"
+  if kind == "conll":
+    if not (directory / f"{split}.conll").is_file():
+      return None
+    gold, pred = _conll_columns(directory / f"{split}.conll")
+  elif kind in ("labels", "scores"):
+    rows = [json.loads(line) for line in (directory / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
+    gold = [r["label" if kind == "labels" else "score"] for r in rows]
+    pred = [r["prediction"] for r in rows]
+  else:
+    return None
+  found = bootstrap.example_statistics(kind, task["metric"], gold, pred, positive=task.get("positive_label") or None,
+                                       mode=task.get("score_mode", "conlleval"), scheme=task.get("scheme") or None)
+  return None if found is None else (gold, *found)
+
+
+def compare_task(runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[str, Any]], samples: int,
+                 seed: int = 0) -> dict[str, Any]:
+  """A vs B on one task: medians, their difference (points) and the bootstrap p-value that the better one wins."""
+  row_a, row_b = summarize(runs_a), summarize(runs_b)
+  out = {"median_a": row_a["median"], "median_b": row_b["median"], "delta": row_a["median"] - row_b["median"],
+         "p_value": None, "better": None, "note": ""}
+  if (row_a["metric"], row_a["split"]) != (row_b["metric"], row_b["split"]):
+    out["note"] = f"not comparable: {row_a['split']} {row_a['metric']} vs {row_b['split']} {row_b['metric']}"
+    return out
+  found = [[run_statistics(run, row_a["split"]) for run in runs] for runs in (runs_a, runs_b)]
+  if any(f is None for side in found for f in side):
+    out["note"] = f"no per-example statistics for {row_a['metric']} of this task: no p-value"
+    return out
+  gold = found[0][0][0]
+  if any(f[0] != gold for side in found for f in side):
+    raise errors.UserError(f"{runs_b[0]['workdir']}: its gold {row_a['split']} examples differ from "
+                           f"{runs_a[0]['workdir']}'s; a bootstrap needs runs scored on the same examples")
+  (stats_a, stats_b), metric = ([f[1] for f in side] for side in found), found[0][0][2]
+  a_leads = out["delta"] >= 0
+  result = bootstrap.median_over_seeds_bootstrap(*((stats_a, stats_b) if a_leads else (stats_b, stats_a)), metric,
+                                                 samples=samples, seed=seed)
+  out.update(p_value=result.p_value, better="A" if out["delta"] > 0 else "B" if out["delta"] < 0 else "tie",
+             samples=samples)
+  return out
+
+
+def build(paths: Sequence[str | Path], samples: int = DEFAULT_SAMPLES) -> dict[str, Any]:
+  """The report's numbers: per suite the task rows and the average; with two suites, the comparison."""
+  suites = [task_runs(path) for path in paths]
+  tasks = list(dict.fromkeys([t for t in suite.TASKS if any(t in s for s in suites)]
+                             + [t for s in suites for t in s]))  # The suite's order, then any other task.
+  rows = [{task: summarize(runs) for task, runs in s.items()} for s in suites]
+  shared = [t for t in tasks if all(t in r for r in rows)]
+  out = {"paths": [str(p) for p in paths], "tasks": tasks, "rows": rows, "shared": shared,
+         "averages": [suite_average(r, shared) for r in rows],
+         "not_run": [t for t in suite.TASKS if t not in tasks] if set(tasks) & set(suite.TASKS) else [],
+         "unfinished": report.unfinished_points(paths)}
+  if len(suites) == 2:
+    out["comparison"] = {t: compare_task(suites[0][t], suites[1][t], samples) for t in shared}
+  return out
+
+
+def _cell(row: dict[str, Any] | None) -> str:
+  if row is None:
+    return "–"
+  return f"{row['median']:.2f} ({', '.join(f'{v:.2f}' for v in row['values'])})"
+
+
+def _winner(better: str) -> str:
+  return "tie" if better == "tie" else f"{better} better"
+
+
+def markdown(numbers: dict[str, Any]) -> str:
+  """The report as markdown: one row per task, then the suite average."""
+  rows, paths, two = numbers["rows"], numbers["paths"], "comparison" in numbers
+  names = ["A", "B"][:len(paths)] if two else ["score"]
+  parts = ["# Checkpoint suite", "", *(f"- {name}: `{path}`" for name, path in zip(names, paths)), "",
+           "Per task: the median over seeds of its metric (percent, results.json; test, dev where the preset has "
+           "none), the seeds' scores in brackets. Suite average: the mean of the task medians"
+           + (" over the tasks both ran. p: paired bootstrap over the scored examples (median over seeds of each side "
+              "scored on the same resamples) that the better checkpoint's lead is not chance." if two else ".")
+           , ""]
+  head = ["task", "metric", "seeds"] + [f"{n} median (seeds)" for n in names] + (["A − B", "p"] if two else [])
+  parts += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for task in numbers["tasks"]:
+    first = next(r[task] for r in rows if task in r)
+    cells = [task, f"{first['split']} {first['metric']}", " / ".join(str(len(r[task]["seeds"])) if task in r else "0"
+                                                                     for r in rows)]
+    cells += [_cell(r.get(task)) for r in rows]
+    if two:
+      c = numbers["comparison"].get(task)
+      cells += ["–", "–"] if c is None else [
+          f"{c['delta']:+.2f}", c["note"] or f"{c['p_value']:.4f} ({_winner(c['better'])})"]
+    parts.append("| " + " | ".join(cells) + " |")
+  averages = [f"{a:.2f}" if a is not None else "–" for a in numbers["averages"]]
+  delta = (f"{numbers['averages'][0] - numbers['averages'][1]:+.2f}" if two and None not in numbers["averages"]
+           else "–")
+  parts.append(f"| **suite average** ({len(numbers['shared'])} tasks) | | | " + " | ".join(averages)
+               + (f" | {delta} | |" if two else " |"))
+  if numbers["not_run"]:
+    parts += ["", f"Not run: {', '.join(numbers['not_run'])} (no finished runs; a preset that does not exist yet is "
+              "left out of the sweep)."]
+  if numbers["unfinished"]:
+    parts += ["", "Not finished (sweep.jsonl; not in the table):", ""]
+    parts += [f"- {name}: {why}" for name, why in numbers["unfinished"].items()]
+  return "\n".join(parts) + "\n"
+
+
+def write(paths: Sequence[str | Path], out: str | Path, samples: int = DEFAULT_SAMPLES) -> dict[str, Any]:
+  """Writes OUT/suite.md and OUT/suite.json; returns the numbers."""
+  if not 1 <= len(paths) <= 2:
+    raise errors.UserError(f"expected one suite directory, or two to compare, got {len(paths)}")
+  numbers = build(paths, samples)
+  if not numbers["tasks"]:
+    raise errors.UserError(f"{', '.join(map(str, paths))}: no finished fine-tuning run found")
+  out = Path(out)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "suite.md").write_text(markdown(numbers), encoding="utf-8")
+  (out / "suite.json").write_text(json.dumps(numbers, indent=1) + "\n", encoding="utf-8")
+  return numbers
+
+
+def suite_main(argv: Sequence[str] | None = None) -> None:
+  """Parses the command line, writes the report, prints it."""
+  parser = argparse.ArgumentParser(prog="python -m launch.experiments.suite_report",
+                                   description=__doc__.split("\n")[0])
+  parser.add_argument("paths", nargs="+", help="a suite's sweep root, or two (A then B) to compare")
+  parser.add_argument("--out", help="output directory (default: <path>/suite_report for one path, else suite_report)")
+  parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="bootstrap samples")
+  args = parser.parse_args(argv)
+  out = Path(args.out or (Path(args.paths[0]) / "suite_report" if len(args.paths) == 1 else "suite_report"))
+  write(args.paths, out, args.samples)
+  print((out / "suite.md").read_text(encoding="utf-8"), end="")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  """`suite_main` with user errors as one line `error: ...`."""
+  errors.run(suite_main, argv)
+
+
+if __name__ == "__main__":
+  main()
