@@ -12,8 +12,8 @@ Then, where the modules exist, each section on the same Embedder: anisotropy of 
 lines, last layer) raw and standardized (tasks.embeddings.anisotropy, standardize), WiC dev accuracy
 (tasks.embeddings.wic), WSD ALL F1 and MFS (tasks.embeddings.wsd) and the sense picture of "die"
 (tasks.embeddings.picture). With --reference, WiC and WSD score HF's vectors too, with the same methods and choices
-(benchmarks.embeddings_reference.HFEmbedder; `hf_` keys): the reference figures of docs/wsd.md and
-docs/wic_anisotropy.md.
+(benchmarks.embeddings_reference.HFEmbedder, which pools by the mean: WSD's grid without first-subword pooling;
+`hf_` keys): the reference figures of docs/wsd.md and docs/wic_anisotropy.md.
 
   python -m benchmarks.embeddings [--reference] [--limit N] [--rounds 2] [--skip throughput,wic,...]
 Last line: one JSON object (anisotropy_raw, anisotropy_standardized, wic_dev_accuracy, wsd_all_f1, wsd_mfs_f1,
@@ -141,11 +141,12 @@ def wic_section(embedder: Embedder) -> dict:
   return {"wic_dev_accuracy": report["dev_accuracy"], "wic": {k: v for k, v in report.items() if k != "table"}}
 
 
-def wsd_section(embedder: Embedder, cache_dir: Path, init: str) -> dict:
+def wsd_section(embedder: Embedder, cache_dir: Path, init: str, poolings: Sequence[str] | None = None) -> dict:
   """WSD ALL F1 of the method chosen on SemEval-2007 and of the most-frequent-sense baseline
-  (tasks.embeddings.wsd.evaluate_wsd; SemCor's sense sums cached under cache_dir)."""
+  (tasks.embeddings.wsd.evaluate_wsd; SemCor's sense sums cached under cache_dir; every pooling unless given)."""
   from tasks.embeddings import wsd  # pylint: disable=import-outside-toplevel
-  report = wsd.evaluate_wsd(embedder, paths.data_dir(), cache_dir=cache_dir, cache_key=init, log=print)
+  report = wsd.evaluate_wsd(embedder, paths.data_dir(), cache_dir=cache_dir, cache_key=init, log=print,
+                            **({"poolings": poolings} if poolings else {}))
   kept = ("chosen", "scores", "pos", "se07_f1", "mfs", "coverage", "chosen_coverage", "plain_1nn_last_f1")
   return {"wsd_all_f1": report["all_f1"], "wsd_mfs_f1": report["mfs_f1"], "wsd": {k: report[k] for k in kept}}
 
@@ -210,7 +211,8 @@ def main() -> None:  # No launch.host_memory.retain_freed_memory(): one malloc a
       "wic": ("tasks.embeddings.wic", lambda: wic_section(embedder) | (
           prefixed("hf_", wic_section(hf_embedder())) if hf_dir else {})),
       "wsd": ("tasks.embeddings.wsd", lambda: wsd_section(embedder, args.cache, args.init) | (
-          prefixed("hf_", wsd_section(hf_embedder(), args.cache, f"hf-reference-{args.init}")) if hf_dir else {})),
+          prefixed("hf_", wsd_section(hf_embedder(), args.cache, f"hf-reference-{args.init}", ("mean",)))
+          if hf_dir else {})),  # HFEmbedder pools by the mean only: HF's choice is among the mean-pooled methods.
       "picture": ("tasks.embeddings.picture", lambda: picture_section(embedder)),
   }
   missing = []
