@@ -14,7 +14,7 @@ projection at all 4,096 positions, ours only at the ~600 masked ones (DESIGN, "P
 ratio comes from that algorithmic choice.
 
 Useful FLOPs per step (`useful_flops`), forward + backward = 3x the forward's 2 FLOPs per multiply-add:
-  launch.flops.encoder_train_flops                      encoder matmuls at every token + attention QK^T and AV,
+  encoder.flops.encoder_train_flops                     encoder matmuls at every token + attention QK^T and AV,
                                                         the last block's only at [CLS] and the masked tokens
   + 6 * (H^2 + H V) * masked                            MLM transform + tied vocabulary projection, masked tokens only
   + 6 * (H^2 + 2 H) * rows                              pooler + NSP classifier on [CLS]
@@ -36,7 +36,7 @@ benchmarks.torch_device.autocast_skip_reason) and `bf16_speedup` is the figure t
 local_global, pre_ln, modernbert: that recipe's dropout 0 included); the plain (BERT) encoder of the same size then
 runs in the same rounds (`bert_step_s`, `arch_speedup` = its step time / the variant's) and HF, whose
 BertForPreTraining computes another model, is not run. Its FLOPs count a gated feed-forward's third matrix; local
-attention layers compute every score, so they count them all (launch.flops).
+attention layers compute every score, so they count them all (encoder.flops).
 
 --electra also times ELECTRA's step (objectives=electra: the generator at --generator-size of the encoder's width,
 sampling, replaced-token detection; objectives/electra.py) and an MLM-only step on the same encoder and batch, in the
@@ -67,6 +67,7 @@ from encoder.config import ARCHITECTURES, PRESETS, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from encoder import errors
+from encoder import flops as encoder_flops
 from launch import flops, host_memory, optimizer, steps, xla_flags
 from launch.model import EncoderWithHeads, term_weights
 from objectives import masking, registry
@@ -81,10 +82,10 @@ PEAK_TFLOPS = {"NVIDIA H100 80GB HBM3": (989.0, 494.0), "NVIDIA H200": (989.0, 4
 
 
 def useful_flops(cfg, rows: int, length: int, masked: int) -> float:
-  """Training FLOPs of one step that do useful work (module docstring): the encoder's (launch.flops) plus the heads'."""
+  """Training FLOPs of one step that do useful work (module docstring): the encoder's (encoder.flops) plus the heads'."""
   h, v = cfg.hidden_size, cfg.vocab_size
-  return (flops.encoder_train_flops(cfg, rows, length, last_rows=1 + masked / rows) + 6.0 * (h * h + h * v) * masked
-          + 6.0 * (h * h + 2 * h) * rows)
+  return (encoder_flops.encoder_train_flops(cfg, rows, length, last_rows=1 + masked / rows)
+          + 6.0 * (h * h + h * v) * masked + 6.0 * (h * h + 2 * h) * rows)
 
 
 def nsp_batch(text: Path, tokenizer, rows: int, length: int, seed: int) -> dict[str, np.ndarray]:

@@ -1,15 +1,4 @@
-"""Model FLOPs per step and the measured matmul ceiling, for MFU (DESIGN, "Performance notes": count first).
-
-Training FLOPs of the encoder, forward + backward = 3x the forward's 2 FLOPs per multiply-add:
-  6 * [layers * (4 H^2 + 2 H I)] * rows * length     the layers' matmuls (QKV, attention output, FFN) at every token
-                                                       (3 H I for a gated FFN: GeGLU/SwiGLU's input, gate and output)
-  + 12 * layers * H * length^2 * rows                  attention QK^T and AV (local layers too: the encoder computes
-                                                       every score and masks those outside the window)
-When the last block runs only at the rows the heads read (Encoder's last_positions), that block counts its keys and
-values at every token and the rest of its work (queries, QK^T and AV, output, FFN) at those rows alone.
-Lookup tables cost no FLOPs; heads are left out (the engine's MFU is slightly conservative; the throughput benchmark
-adds its heads' FLOPs on top).
-"""
+"""The measured matmul ceiling MFU divides by (encoder.flops counts the FLOPs; DESIGN, "Performance notes")."""
 
 import time
 
@@ -17,19 +6,6 @@ import jax
 import jax.numpy as jnp
 
 from encoder import matmul
-from encoder.config import EncoderConfig
-
-
-def encoder_train_flops(cfg: EncoderConfig, rows: int, length: int, last_rows: float | None = None) -> float:
-  """Forward + backward FLOPs of the encoder layers for `rows` sequences of `length` tokens, the last block at
-  `last_rows` rows per sequence when given (module docstring)."""
-  h = cfg.hidden_size
-  feed_forward = (3 if cfg.gated_feed_forward else 2) * h * cfg.intermediate_size
-  per_token = 4 * h * h + feed_forward + 2 * h * length  # Multiply-adds per token and layer.
-  per_sequence = cfg.num_layers * per_token * length
-  if last_rows is not None:  # Keys and values (2 H^2) stay at every token.
-    per_sequence -= (per_token - 2 * h * h) * (length - last_rows)
-  return 6.0 * per_sequence * rows
 
 
 def matmul_ceiling(size: int | None = None, repeats: int = 5, dtype=jnp.float32) -> float:

@@ -26,11 +26,13 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from encoder import errors, files
+from encoder import flops as encoder_flops
 from encoder.files import Path
 from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, warm_start, workload)
 from launch.model import EncoderWithHeads, encoder_config, last_positions, term_weights
 from launch.progress import Progress
+from objectives import objective
 from tasks import evaluation, regimes
 
 
@@ -179,8 +181,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   eval_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.eval_step, fns), state.params, example))
   writer = metrics_writer.MetricsWriter(workdir)
   last = last_positions(work.objectives, example)  # The last block's rows, when the heads name theirs.
-  flops_per_step = flops.encoder_train_flops(cfg, config.batch_size, work.tokens_per_example,
-                                             None if last is None else last.shape[1])
+  flops_per_step = encoder_flops.step_flops(cfg, config.batch_size, work.tokens_per_example,
+                                            None if last is None else last.shape[1],
+                                            objective.extra_encoders(work.objectives, cfg))
   ceiling = flops.matmul_ceiling(dtype=cfg.dtype) if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
   eval_batch = config.batch_size // accum

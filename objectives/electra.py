@@ -151,10 +151,11 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
   """Objective "electra" (optional keys: generator_size, generator_layers, rtd_weight, initializer_range,
   layer_norm_eps, hidden_act)."""
   rtd_weight = float(layers.option(config, "rtd_weight", 50.0))
-  head = ElectraHead(generator_size=float(layers.option(config, "generator_size", 0.25)),
-                     generator_layers=int(layers.option(config, "generator_layers", 0)),
+  size, depth = float(layers.option(config, "generator_size", 0.25)), int(layers.option(config, "generator_layers", 0))
+  head = ElectraHead(generator_size=size, generator_layers=depth,
                      initializer_range=layers.option(config, "initializer_range", 0.02),
                      layer_norm_eps=layers.option(config, "layer_norm_eps", 1e-12),
                      approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh")
   return Objective(name="electra", head=head, loss=electra_loss(rtd_weight),
-                   terms={"generator_mlm": 1.0, "rtd": rtd_weight}, replaces_inputs=True)
+                   terms={"generator_mlm": 1.0, "rtd": rtd_weight}, replaces_inputs=True,
+                   encoders=lambda cfg: (generator_config(cfg, size, depth),))

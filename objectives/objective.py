@@ -4,11 +4,13 @@ An objective is a head (a linen module applied to the encoder's output and the b
 predictions. Metrics are (sum, count) pairs so they aggregate exactly across devices, steps and hosts.
 """
 
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from encoder.config import EncoderConfig
 
 # {"accuracy": (sum of correct, count), ...}: averaged as sum(sums) / sum(counts) by the engine.
 Metrics = dict[str, tuple[jax.Array, jax.Array]]
@@ -32,6 +34,8 @@ class Objective(NamedTuple):
   replaces_inputs: the head rewrites the encoder's input before the encoder runs (ELECTRA's generator puts its
     samples in the masked positions): EncoderWithHeads first calls head.replace_inputs(batch, encoder, train) ->
     batch, and the encoder and every head read the batch it returns.
+  encoders: encoder config -> the configs of further encoders the head runs over every token of every row (ELECTRA's
+    generator), counted in the step's FLOPs (encoder.flops.step_flops); None: none.
   """
   name: str
   head: nn.Module
@@ -40,11 +44,17 @@ class Objective(NamedTuple):
   train_copies: int = 1
   terms: Mapping[str, float] | None = None
   replaces_inputs: bool = False
+  encoders: Callable[[EncoderConfig], tuple[EncoderConfig, ...]] | None = None
 
 
 def loss_terms(objective: Objective) -> dict[str, float]:
   """{term: weight} of the objective's loss: `terms`, or {name: 1.0}."""
   return dict(objective.terms) if objective.terms is not None else {objective.name: 1.0}
+
+
+def extra_encoders(objectives: Sequence[Objective], cfg: EncoderConfig) -> tuple[EncoderConfig, ...]:
+  """The configs of the encoders the objectives' heads run besides the model's (`encoders`), for FLOP counts."""
+  return tuple(e for o in objectives if o.encoders for e in o.encoders(cfg))
 
 
 def cls_only(batch: dict[str, jax.Array]) -> jax.Array:

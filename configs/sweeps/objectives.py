@@ -10,14 +10,19 @@ String arguments: budget: "small" (mini encoder L4/H256, 1,000 steps of batch 32
 encoder L12/H768, 10,000 steps of batch 256; accelerators) or "tiny" (a 2x64 encoder, 20 steps, fine-tuning on
 slices: checks the chain in a few minutes). NSP rows are sentence pairs (packing nsp_pairs), the others packed full
 sentences; SBO brings SpanBERT's span masking, ELECTRA its generator (1/4 of the encoder's width) and replaced-token
-detection, fine-tuned from the discriminator (configs/pretrain.py). Same steps is not the same compute: an ELECTRA
-step also runs the generator (benchmarks.pretrain_throughput --objectives electra measures the ratio). Fine-tuning
-trains every layer (regime full): the presets' top_k=6 assumes MiniLM's 6 layers.
+detection, fine-tuned from the discriminator (configs/pretrain.py). Equal compute: an ELECTRA step also runs its
+generator, so ELECTRA's point trains fewer steps, those whose FLOPs equal MLM's (`equal_flops_steps`: encoder.flops as
+the engine counts them, heads left out; the small budget's 1,000 MLM steps are 764 ELECTRA steps); the MLM+NSP/SBO
+points differ from MLM only by their heads and train the same steps. Fine-tuning trains every layer (regime full):
+the presets' top_k=6 assumes MiniLM's 6 layers.
 """
 
-from configs import common
+from configs import common, pretrain
 from configs.sweeps.points import available_presets, grid, seeds
+from encoder import flops
+from encoder.config import from_fields
 from encoder.errors import ConfigError
+from objectives import objective, registry
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sbo", "mlm+nsp+sbo", "electra")
 TASKS = ("sick", "conll2003", "squad")  # squad: SpanBERT's headline task.
@@ -46,6 +51,19 @@ FINETUNE = {
 }
 
 
+def equal_flops_steps(size: str, fields: dict) -> int:
+  """ELECTRA's steps whose FLOPs equal MLM's fields["num_train_steps"] (encoder.flops.step_flops, as the engine
+  counts a step: ELECTRA's generator at every token; MLM's last block at [CLS] and the masked rows alone, which is all
+  its head reads)."""
+  config = pretrain.get_config(f"size={size},objectives=electra").unlock()
+  config.update_from_flattened_dict(fields)
+  cfg, length = from_fields(config.model.to_dict(), 30522), config.data.max_length
+  mlm = flops.step_flops(cfg, 1, length, last_rows=1 + config.masking.max_predictions)
+  electra = flops.step_flops(cfg, 1, length, extra=objective.extra_encoders(
+      (registry.build("electra", config.electra.to_dict()),), cfg))
+  return round(config.num_train_steps * mlm / electra)
+
+
 def get_sweep(arg: str | None = None) -> dict:
   """5 pretraining points, each followed by 3 tasks x 2 seeds of fine-tuning (35 runs)."""
   budget = common.parse_arg(arg, budget="small").budget
@@ -55,8 +73,9 @@ def get_sweep(arg: str | None = None) -> dict:
   if budget == "tiny":  # configs/pretrain.py's runlocal model, spelled out (runlocal would fix the step count).
     size, fields = "tiny", fields | TINY_DATA | {"model.num_layers": 2, "model.hidden_size": 64,
                                                  "model.num_heads": 4, "model.intermediate_size": 256}
+  electra = {"num_train_steps": equal_flops_steps(size, fields)}
   return {"config": f"configs/pretrain.py:size={size}", "common": fields,
-          "points": grid(**{":objectives": OBJECTIVES}),
+          "points": [{":objectives": o, **(electra if o == "electra" else {})} for o in OBJECTIVES],
           "then": {"config": "configs/finetune.py", "common": FINETUNE[budget],
                    "points": seeds(grid(**{":task": available_presets(TASKS, "configs/sweeps/objectives.py")}),
                                    SEEDS)}}

@@ -9,8 +9,8 @@ over seeds per task, the suite average, and compares two checkpoints task by tas
 
 String arguments: init (as configs/finetune.py's: "hf:<name or directory>" or "run:<workdir>"; default MiniLM);
 budget: "small" (seeds 0-2, every task 300 optimizer steps of batch 32 whatever its size: a 2-core CPU) or "full"
-(seeds 0-4, the presets' epochs: an accelerator). A preset not in configs/finetune.py's TASK_PRESETS yet (squad, until
-the QA task family lands) is left out with one line on stderr naming it; the report lists it as not run.
+(seeds 0-4, the presets' epochs: an accelerator). A preset not in configs/finetune.py's TASK_PRESETS (a fork's
+task not added yet) is left out with one line on stderr naming it; the report lists it as not run.
 """
 
 from configs import common

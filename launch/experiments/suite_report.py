@@ -98,14 +98,19 @@ def run_statistics(run: dict[str, Any], split: str) -> tuple[Any, np.ndarray, bo
     if not (directory / f"{split}.conll").is_file():
       return None
     gold, pred = _conll_columns(directory / f"{split}.conll")
-  elif kind in ("labels", "scores"):
+  elif kind in ("labels", "scores", "squad"):
     rows = [json.loads(line) for line in (directory / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
-    gold = [r["label" if kind == "labels" else "score"] for r in rows]
-    pred = [r["prediction"] for r in rows]
+    if kind == "squad":  # Gold answer texts; the predicted answer is the context's characters start:end.
+      gold = [[a["text"] for a in r["answers"]] for r in rows]
+      pred = [r["context"][r["prediction"]["start"]:r["prediction"]["end"]] for r in rows]
+    else:
+      gold = [r["label" if kind == "labels" else "score"] for r in rows]
+      pred = [r["prediction"] for r in rows]
   else:
     return None
   found = bootstrap.example_statistics(kind, task["metric"], gold, pred, positive=task.get("positive_label") or None,
-                                       mode=task.get("score_mode", "conlleval"), scheme=task.get("scheme") or None)
+                                       mode=task.get("score_mode", "conlleval"), scheme=task.get("scheme") or None,
+                                       version2=bool(task.get("unanswerable")))
   return None if found is None else (gold, *found)
 
 

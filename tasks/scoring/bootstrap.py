@@ -99,12 +99,17 @@ def squad_f1_bootstrap(golds: Sequence[Sequence[str]], pred_a: Sequence[str | No
 
 
 def example_statistics(kind: str, metric: str, gold: Sequence, pred: Sequence, *, positive: str | None = None,
-                       mode: str = "conlleval", scheme: str | None = "IOB2") -> tuple[np.ndarray, Metric] | None:
+                       mode: str = "conlleval", scheme: str | None = "IOB2",
+                       version2: bool = False) -> tuple[np.ndarray, Metric] | None:
   """(per-example additive statistics [N, ...] of one system, the function that scores their sums) for a kind of
   `tasks.scoring.score bootstrap --task` and a metric name: "labels" (a label per example) with accuracy or, given the
   positive label, f1 (that class's); "conll" (tags per sentence) with f1 (entity micro F1 in `mode`/`scheme`) or
-  accuracy (of tags); "scores" (a number per example) with pearson. None for any other pair (Spearman's rho, macro-F1,
-  a kind this module does not know): no p-value."""
+  accuracy (of tags); "scores" (a number per example) with pearson; "squad" (gold answer texts and a predicted text
+  per question; SQuAD 2.0 scoring with `version2`) with f1 or exact_match (the mean per-question score). None for any
+  other pair (Spearman's rho, macro-F1, a kind this module does not know): no p-value."""
+  if kind == "squad" and metric in ("exact_match", "f1"):
+    column = squad.question_scores(gold, pred, version2)[:, int(metric == "f1")]
+    return np.stack([column, np.ones(len(column))], axis=1), metrics.accuracy_from_counts
   if kind == "labels" and metric == "accuracy":
     return metrics.accuracy_counts([[g] for g in gold], [[p] for p in pred]), metrics.accuracy_from_counts
   if kind == "labels" and metric == "f1" and positive:

@@ -12,6 +12,7 @@ import seqeval.metrics
 from sklearn.metrics import accuracy_score, f1_score
 
 from launch.experiments import suite_report
+from tests.tasks.scoring.test_squad import official_f1_score, official_metric_max_over_ground_truths
 
 SAMPLES = 200  # One chunk of paired_bootstrap's draws: the loop below draws the same.
 N = 50  # Test examples (sentences) per task.
@@ -29,10 +30,19 @@ def _entity_f1(gold, pred):
   return seqeval.metrics.f1_score(gold, pred)
 
 
+def _squad_f1(gold, pred):
+  """evaluate-v1.1.py's F1 (tests/tasks/scoring/test_squad.py's restatement), as a fraction."""
+  return np.mean([official_metric_max_over_ground_truths(official_f1_score, p, g) for g, p in zip(gold, pred)])
+
+
+WORDS = ["the", "Eiffel", "tower", "in", "Paris", "1889", "an", "iron", "lattice", "Gustave"]
+
+
 # task -> (family, metric, split, reference metric on (gold, pred) lists)
 TASKS = {"mrpc": ("classification", "f1", "test", _f1),
          "sick_relatedness": ("regression", "pearson", "test", _pearson),
          "conll2003": ("tagging", "f1", "test", _entity_f1),
+         "squad": ("question_answering", "f1", "test", _squad_f1),
          "sst2": ("classification", "accuracy", "dev", accuracy_score)}
 
 
@@ -42,6 +52,9 @@ def _gold(task: str, rng: random.Random):
   if task == "conll2003":
     tags = ["O", "O", "O", "B-PER", "I-PER", "B-LOC"]
     return [[rng.choice(tags) for _ in range(rng.randint(1, 6))] for _ in range(N)]
+  if task == "squad":  # Gold answers: 1-3 spans of the context " ".join(WORDS).
+    spans = lambda: " ".join(WORDS[(i := rng.randrange(8)):i + rng.randint(1, 3)])
+    return [[spans() for _ in range(rng.randint(1, 3))] for _ in range(N)]
   return [rng.choice("011") for _ in range(N)]
 
 
@@ -50,6 +63,9 @@ def _predict(task: str, gold, rng: random.Random, noise: float):
     return [g + rng.gauss(0, 2 * noise) for g in gold]
   if task == "conll2003":
     return [[rng.choice(["O", "B-PER", "I-PER", "B-LOC"]) if rng.random() < noise else t for t in s] for s in gold]
+  if task == "squad":  # A gold answer, or another span of the context (partial credit), or nothing.
+    spans = lambda: " ".join(WORDS[(i := rng.randrange(9)):i + rng.randint(0, 2)])
+    return [spans() if rng.random() < 2 * noise else g[0] for g in gold]
   return [rng.choice("01") if rng.random() < noise else g for g in gold]
 
 
@@ -60,7 +76,7 @@ def _write_run(root, task, seed, gold, pred):
   (workdir / "predictions").mkdir(parents=True)
   config = {"seed": seed, "best_metric": f"eval/{metric}",
             "task": {"name": family, "dataset": task, "metric": metric, "scheme": "IOB2" if family == "tagging" else "",
-                     "score_mode": "conlleval", "positive_label": "1" if metric == "f1" else ""}}
+                     "score_mode": "conlleval", "positive_label": "1" if metric == "f1" and family == "classification" else ""}}
   scores = {metric: 100 * reference(gold, pred)}
   results = {"step": 10, "stopped_early": False, "dev": scores if split == "dev" else {"x": 0.0},
              "test": scores if split == "test" else {}}
@@ -70,6 +86,13 @@ def _write_run(root, task, seed, gold, pred):
   if family == "tagging":
     text = "\n".join("".join(f"w{i} {g} {p}\n" for i, (g, p) in enumerate(zip(gs, ps))) for gs, ps in zip(gold, pred))
     (workdir / "predictions" / f"{split}.conll").write_text(text)
+  elif family == "question_answering":  # The record and its prediction as character offsets of the context.
+    context = " ".join(WORDS)
+    offsets = lambda text: {"start": context.index(text), "end": context.index(text) + len(text), "score": 1.0}
+    (workdir / "predictions" / f"{split}.jsonl").write_text("".join(
+        json.dumps({"id": str(i), "question": "q", "context": context, "is_impossible": False,
+                    "answers": [{"text": a, "start": context.index(a)} for a in g], "prediction": offsets(p)}) + "\n"
+        for i, (g, p) in enumerate(zip(gold, pred))))
   else:
     key = "score" if family == "regression" else "label"
     (workdir / "predictions" / f"{split}.jsonl").write_text(
@@ -79,11 +102,11 @@ def _write_run(root, task, seed, gold, pred):
 
 @pytest.fixture(scope="module")
 def suites(tmp_path_factory):
-  """Suite A (4 tasks, seeds 0-2) and B (3 tasks, seeds 0-1; no SST-2): their roots, gold and predictions."""
+  """Suite A (5 tasks, seeds 0-2) and B (4 tasks, seeds 0-1; no SST-2): their roots, gold and predictions."""
   rng = random.Random(0)
   gold = {task: _gold(task, rng) for task in TASKS}
   made = {}
-  for name, seeds, tasks, noise in (("a", (0, 1, 2), list(TASKS), 0.2), ("b", (0, 1), list(TASKS)[:3], 0.3)):
+  for name, seeds, tasks, noise in (("a", (0, 1, 2), list(TASKS), 0.2), ("b", (0, 1), list(TASKS)[:4], 0.3)):
     root = tmp_path_factory.mktemp(f"suite_{name}")
     preds = {t: [_predict(t, gold[t], rng, noise) for _ in seeds] for t in tasks}
     values = {t: [_write_run(root, t, s, gold[t], p) for s, p in zip(seeds, preds[t])] for t in tasks}
@@ -97,15 +120,15 @@ def test_one_suite_gives_per_task_medians_and_their_mean(suites, tmp_path):
   _, made = suites
   root, _, values = made["a"]
   numbers = suite_report.write([root], tmp_path)
-  assert numbers["tasks"] == ["sst2", "mrpc", "sick_relatedness", "conll2003"]  # The suite's order.
+  assert numbers["tasks"] == ["sst2", "mrpc", "sick_relatedness", "conll2003", "squad"]  # The suite's order.
   for task, row in numbers["rows"][0].items():
     assert row["seeds"] == [0, 1, 2] and row["split"] == TASKS[task][2]
     np.testing.assert_allclose(row["values"], values[task], rtol=0, atol=1e-12)
     assert row["median"] == pytest.approx(np.median(values[task]), abs=1e-12)
   assert numbers["averages"][0] == pytest.approx(np.mean([np.median(v) for v in values.values()]), abs=1e-12)
-  assert "squad" in numbers["not_run"] and "comparison" not in numbers
+  assert "ud_pos" in numbers["not_run"] and "comparison" not in numbers
   text = (tmp_path / "suite.md").read_text()
-  assert "| **suite average** (4 tasks) |" in text and "Not run: " in text and "squad" in text
+  assert "| **suite average** (5 tasks) |" in text and "Not run: " in text and "ud_pos" in text
   assert "- task-ud_pos_seed-0: failed: error: out of memory" in text  # The sweep's failed point is listed.
 
 
@@ -113,7 +136,7 @@ def test_two_suites_compared_task_by_task_as_a_plain_bootstrap_loop(suites, tmp_
   gold, made = suites
   (root_a, preds_a, values_a), (root_b, preds_b, values_b) = made["a"], made["b"]
   numbers = suite_report.write([root_a, root_b], tmp_path, samples=SAMPLES)
-  shared = ["mrpc", "sick_relatedness", "conll2003"]
+  shared = ["mrpc", "sick_relatedness", "conll2003", "squad"]
   assert numbers["shared"] == shared and set(numbers["comparison"]) == set(shared)
   for i, values in enumerate((values_a, values_b)):
     assert numbers["averages"][i] == pytest.approx(np.mean([np.median(values[t]) for t in shared]), abs=1e-12)
@@ -130,4 +153,4 @@ def test_two_suites_compared_task_by_task_as_a_plain_bootstrap_loop(suites, tmp_
     assert compared["better"] == ("A" if sign > 0 else "B")
     assert compared["p_value"] == np.mean(sign * deltas >= 2 * sign * observed - 1e-12), task
   text = (tmp_path / "suite.md").read_text()
-  assert "| sst2 | dev accuracy | 3 / 0 |" in text and "| **suite average** (3 tasks) |" in text
+  assert "| sst2 | dev accuracy | 3 / 0 |" in text and "| **suite average** (4 tasks) |" in text

@@ -61,14 +61,15 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
   points = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=small")), "runs/obj")
   pretraining = [p for p in points if p.parent is None]
   assert [p.name for p in pretraining] == ["objectives-mlm", "objectives-mlm+nsp", "objectives-mlm+sbo",
-                                           "objectives-mlm+nsp+sbo", "objectives-electra"]
+                                           "objectives-mlm+nsp+sbo", "objectives-electra_num_train_steps-764"]
   assert objectives.TASKS == ("sick", "conll2003", "squad")
   tasks = [t for t in objectives.TASKS if t in finetune.TASK_PRESETS]
   runs = 2 * len(tasks)
   assert len(points) == 5 + 5 * runs
   steps = {p.overrides["num_train_steps"] for p in pretraining}
   batches = {p.overrides["batch_size"] for p in pretraining}
-  assert steps == {1000} and batches == {32}  # The same compute budget for every objective combination.
+  assert steps == {1000, 764} and batches == {32}  # ELECTRA: fewer steps of its dearer step (below).
+  assert all(p.overrides["num_train_steps"] == 1000 for p in pretraining[:4])
   for i, parent in enumerate(pretraining):
     children = points[(runs + 1) * i + 1:(runs + 1) * (i + 1)]  # Each pretraining point is followed by its runs.
     assert [c.parent for c in children] == [parent.name] * runs
@@ -207,9 +208,9 @@ def test_report_of_the_sweep(swept, tmp_path):
 @pytest.mark.parametrize("budget", ["small", "base"])
 def test_architecture_sweep_points_cost_the_same_flops(budget):
   """Every switch set pretrains with the same steps and batch, and the gated feed-forwards are narrowed so that each
-  point's encoder training FLOPs per row are BERT's (launch.flops) to within the rounding of the width."""
+  point's encoder training FLOPs per row are BERT's (encoder.flops) to within the rounding of the width."""
   from configs import pretrain  # pylint: disable=import-outside-toplevel
-  from launch import flops  # pylint: disable=import-outside-toplevel
+  from encoder import flops  # pylint: disable=import-outside-toplevel
   from launch.model import encoder_config  # pylint: disable=import-outside-toplevel
   points = sweep.expand(sweep.load_sweep(str(REPO / f"configs/sweeps/architecture.py:budget={budget}")), "r")
   pretraining = [p for p in points if p.parent is None]
@@ -228,3 +229,32 @@ def test_architecture_sweep_points_cost_the_same_flops(budget):
   assert all(abs(c / bert - 1) < 0.01 for c in cost.values()), cost
   gated = next(p for p in pretraining if p.name.startswith("arch-geglu"))
   assert gated.overrides["model.intermediate_size"] == {"small": 680, "base": 2048}[budget]
+
+
+@pytest.mark.parametrize("budget", ["small", "base"])
+def test_objectives_sweep_gives_electra_the_flops_of_mlm(budget):
+  """ELECTRA's steps x its step's FLOPs (generator included) equal MLM's to within one step, each step counted as the
+  engine counts it (launch.model.last_positions on a batch of the config's shapes picks MLM's last-block rows)."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from configs import pretrain  # pylint: disable=import-outside-toplevel
+  from encoder import flops  # pylint: disable=import-outside-toplevel
+  from launch import workload  # pylint: disable=import-outside-toplevel
+  from launch.model import encoder_config, last_positions  # pylint: disable=import-outside-toplevel
+  from objectives import objective, registry  # pylint: disable=import-outside-toplevel
+  points = sweep.expand(sweep.load_sweep(str(REPO / f"configs/sweeps/objectives.py:budget={budget}")), "r")
+  cost = {}
+  for point in (p for p in points if p.parent is None and p.name.split("_")[0] in ("objectives-mlm",
+                                                                                  "objectives-electra")):
+    config = pretrain.get_config(point.config.partition(":")[2]).unlock()
+    config.update_from_flattened_dict(point.overrides)
+    cfg = encoder_config(config.model, 30522)
+    built = tuple(registry.build(n, workload.objective_options(config, n)) for n in config.objectives.split("+"))
+    length, width = config.data.max_length, config.masking.max_predictions
+    batch = {"input_ids": jnp.zeros((1, length), jnp.int32), "masked_positions": jnp.zeros((1, width), jnp.int32)}
+    last = last_positions(built, batch)
+    step = flops.step_flops(cfg, 1, length, None if last is None else last.shape[1],
+                            objective.extra_encoders(built, cfg))
+    cost[config.objectives] = (config.num_train_steps, step)
+  (mlm_steps, mlm_step), (electra_steps, electra_step) = cost["mlm"], cost["electra"]
+  assert electra_steps < mlm_steps
+  assert abs(electra_steps * electra_step - mlm_steps * mlm_step) <= electra_step / 2
