@@ -10,8 +10,10 @@ reference on the same encoded examples and length-bucketed batches (benchmarks/f
   python -m benchmarks.finetune --task mrpc --reference   # accuracy and the paraphrase class's F1, both tested
 
 The last printed line is one JSON object: task, split, metric, score (percent; the test split, or dev where test has
-no labels, SST-2), dev_score, scores (every metric of that split), train_seconds, examples_per_s, and with
---reference reference_score, reference_scores, reference_train_seconds, reference_examples_per_s, speedup and p_value
+no labels, SST-2), dev_score, scores (every metric of that split), train_seconds, examples_per_s, eval_examples_per_s
+(that split's examples, SQuAD's windows, per second of forward passes and decoding), and with --reference
+reference_score, reference_scores, reference_train_seconds, reference_examples_per_s, reference_eval_examples_per_s,
+speedup and p_value
 (paired bootstrap, tasks.scoring.bootstrap: the probability that our gain over the reference on that split arises by
 chance; 1.0 when we do not beat it), on the preset's metric, and p_value_accuracy too where that metric is another
 (MRPC's F1). SQuAD adds ours_em, ours_f1, hf_em, hf_f1 (percent; the p-value is on per-question F1).
@@ -123,6 +125,7 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
       weight_decay=config.optimizer.weight_decay, seed=config.seed, layer_decay=config.layer_decay,
       regime=config.regime, top_k=config.top_k,
       rdrop=config.task.rdrop if kind == "sequence" else 0.0, score_weight=score_weight, bf16=bf16)
+  started = time.perf_counter()
   raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size, num_labels=len(labels),
                                    bf16=bf16)
   if kind == "span":  # Our decoding of HF's logits (SQuAD v1.1: no null threshold).
@@ -133,8 +136,9 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
     predictions = raw
   else:
     predictions = [[labels[t] for t in row] for row in raw]
+  eval_rate = len(split_examples) / (time.perf_counter() - started)  # Forward passes + decoding, as ours.
   return {"scores": family.score(split.records, predictions),
-          "comparable": comparable(family, split.records, predictions), **timing}
+          "comparable": comparable(family, split.records, predictions), "eval_examples_per_s": eval_rate, **timing}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -180,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
          "scores": {k: round(v, 2) for k, v in scores.items()},
          "best_step": results["best_step"], "steps": results["step"], "train_seconds": round(seconds, 1),
          "examples_per_s": round(config.epochs * len(data.train.examples) / seconds, 1),
+         "eval_examples_per_s": round(results["evaluation_examples_per_second"][split.name], 1),
          "wall_seconds": round(wall, 1), "workdir": str(workdir),
          "precision": config.model.dtype, "recipe": {"epochs": config.epochs, "batch_size": config.batch_size,
                     "learning_rate": config.optimizer.learning_rate, "layer_decay": config.layer_decay,
@@ -194,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                reference_scores={k: round(100 * v, 2) for k, v in reference["scores"].items()},
                reference_train_seconds=round(reference["train_seconds"], 1),
                reference_examples_per_s=round(reference["examples_per_s"], 1),
+               reference_eval_examples_per_s=round(reference["eval_examples_per_s"], 1),
                speedup=round(out["examples_per_s"] / reference["examples_per_s"], 2),
                p_value=p_value(data.family, split.records, ours, reference["comparable"], metric))
     if metric != "accuracy" and "accuracy" in scores:  # MRPC: GLUE's pair, both tested.

@@ -306,4 +306,5 @@ def _task_results(config: ml_collections.ConfigDict, workdir: Path, target: Any,
          "metric": config.task.metric, "dev": percent("dev"), "test": percent("test")}
   if "threshold" in scores:
     out["threshold"] = scores["threshold"]
+  out["evaluation_examples_per_second"] = scores["examples_per_second"]  # Forward passes + decoding, per split.
   return out

@@ -8,6 +8,7 @@ re-scored independently with `python -m tasks.scoring.score`.
 """
 
 import json
+import time
 from typing import Any, Callable, Sequence
 
 import jax
@@ -75,7 +76,8 @@ def write_predictions(directory: Path, family: TaskFamily, split: finetune_data.
 
 
 def make_evaluator(data: finetune_data.TaskData, predict: Callable, *, batch_size: int, to_device: Callable):
-  """(evaluate_dev(params) -> {"eval/<metric>": value}, final(params, workdir) -> {"dev", "test", ...})."""
+  """(evaluate_dev(params) -> {"eval/<metric>": value}, final(params, workdir) -> {"dev", "test", ...,
+  "examples_per_second": {split: examples (QA: windows) per second of forward passes and decoding}})."""
   family = data.family
   run = lambda params, split: raw_predictions(predict, params, split, batch_size=batch_size, buckets=data.buckets,
                                               widths=data.widths, to_device=to_device)
@@ -88,13 +90,17 @@ def make_evaluator(data: finetune_data.TaskData, predict: Callable, *, batch_siz
         {} if threshold is None else {"eval/threshold": threshold})
 
   def final(params, workdir: Path, write_files: bool) -> dict[str, Any]:
+    started = time.perf_counter()
     raw = run(params, data.eval)
     threshold = tune(family, data.eval, raw)
     results: dict[str, Any] = {"threshold": threshold} if threshold is not None else {}
+    results["examples_per_second"] = {}
     for split, split_raw in ((data.eval, raw), (data.test, None)):
       if split is None:
         continue
+      started = started if split_raw is not None else time.perf_counter()
       predictions = decode(family, split, split_raw if split_raw is not None else run(params, split), threshold)
+      results["examples_per_second"][split.name] = len(split.examples) / (time.perf_counter() - started)
       results[split.name] = score_split(family, split, predictions)
       if write_files:
         write_predictions(workdir / "predictions", family, split, predictions)

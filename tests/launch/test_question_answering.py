@@ -53,6 +53,8 @@ def test_run_writes_the_official_predictions_and_scores_them_as_the_official_scr
     printed = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert printed["f1"] * 100 == pytest.approx(results[split]["f1"], abs=1e-9) and printed["questions"] == 32
   assert any(r["prediction"]["end"] > r["prediction"]["start"] for r in records)
+  assert set(results["evaluation_examples_per_second"]) == {"dev", "test"}  # Windows per second, each split timed.
+  assert all(rate > 0 for rate in results["evaluation_examples_per_second"].values())
 
 
 def test_predict_gives_back_the_runs_dev_predictions(run):
