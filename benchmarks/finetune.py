@@ -13,10 +13,11 @@ The last printed line is one JSON object: task, split, metric, score (percent; t
 no labels, SST-2), dev_score, scores (every metric of that split), train_seconds, examples_per_s, eval_examples_per_s
 (that split's examples, SQuAD's windows, per second of forward passes and decoding), and with --reference
 reference_score, reference_scores, reference_train_seconds, reference_examples_per_s, reference_eval_examples_per_s,
-speedup and p_value
-(paired bootstrap, tasks.scoring.bootstrap: the probability that our gain over the reference on that split arises by
-chance; 1.0 when we do not beat it), on the preset's metric, and p_value_accuracy too where that metric is another
-(MRPC's F1). SQuAD adds ours_em, ours_f1, hf_em, hf_f1 (percent; the p-value is on per-question F1).
+speedup, p_value (paired bootstrap, tasks.scoring.bootstrap: the probability that our gain over the reference on that
+split arises by chance; 1.0 when we do not beat it) and reference_p_value (the same for the reference's gain over
+ours), on the preset's metric, and p_value_accuracy too where that metric is another (MRPC's F1). SQuAD adds ours_em,
+ours_f1, hf_em, hf_f1 (percent; the p-values are on per-question F1). The reference's predictions are written beside
+ours, in WORKDIR/reference_predictions/<split>.jsonl (and the task's other files), for `tasks.scoring.score`.
 """
 
 import argparse
@@ -137,7 +138,7 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
   else:
     predictions = [[labels[t] for t in row] for row in raw]
   eval_rate = len(split_examples) / (time.perf_counter() - started)  # Forward passes + decoding, as ours.
-  return {"scores": family.score(split.records, predictions),
+  return {"scores": family.score(split.records, predictions), "family": family, "predictions": predictions,
           "comparable": comparable(family, split.records, predictions), "eval_examples_per_s": eval_rate, **timing}
 
 
@@ -201,7 +202,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                reference_examples_per_s=round(reference["examples_per_s"], 1),
                reference_eval_examples_per_s=round(reference["eval_examples_per_s"], 1),
                speedup=round(out["examples_per_s"] / reference["examples_per_s"], 2),
-               p_value=p_value(data.family, split.records, ours, reference["comparable"], metric))
+               p_value=p_value(data.family, split.records, ours, reference["comparable"], metric),
+               reference_p_value=p_value(data.family, split.records, reference["comparable"], ours, metric))
+    # The reference's predictions as ours are written (`tasks.scoring.score` reads both).
+    evaluation.write_predictions(workdir / "reference_predictions", reference["family"], split,
+                                 reference["predictions"])
     if metric != "accuracy" and "accuracy" in scores:  # MRPC: GLUE's pair, both tested.
       out["p_value_accuracy"] = p_value(data.family, split.records, ours, reference["comparable"], "accuracy")
     if data.family.bootstrap and data.family.bootstrap[0] == "squad":
