@@ -12,6 +12,8 @@ from sklearn.metrics import f1_score as sk_f1
 
 from tasks.scoring import bootstrap, metrics
 from tests.conftest import conll_tags
+from tests.tasks.scoring.test_squad import (official_exact_match_score, official_f1_score,
+                                            official_metric_max_over_ground_truths)
 
 
 def corrupt(sentences, rate, seed):
@@ -132,5 +134,11 @@ def test_example_statistics_score_what_the_metrics_score():
   assert metric(stats.sum(axis=0)) == 0.5  # 2 of 4 tags.
   stats, metric = bootstrap.example_statistics("scores", "pearson", [1.0, 2.0, 3.0], [1.0, 3.0, 2.0])
   assert abs(metric(stats.sum(axis=0)) - 0.5) < 1e-12
-  for kind, name in (("scores", "spearman"), ("labels", "macro_f1"), ("labels", "f1"), ("squad", "f1")):
+  golds, answers = [["Paris", "in Paris"], ["1889"], ["an iron tower"]], ["Paris!", "1890", "iron tower"]
+  for name, column in (("exact_match", 0), ("f1", 1)):  # The mean over questions of SQuAD's per-question score.
+    stats, metric = bootstrap.example_statistics("squad", name, golds, answers)
+    expected = np.mean([official_metric_max_over_ground_truths(
+        official_exact_match_score if column == 0 else official_f1_score, a, g) for g, a in zip(golds, answers)])
+    assert stats.shape == (3, 2) and abs(metric(stats.sum(axis=0)) - expected) < 1e-12
+  for kind, name in (("scores", "spearman"), ("labels", "macro_f1"), ("labels", "f1"), ("squad", "precision")):
     assert bootstrap.example_statistics(kind, name, gold, pred) is None  # No additive statistics: no p-value.
