@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
 import difflib
+import fcntl
 import hashlib
 import json
 import logging
@@ -300,12 +301,25 @@ def prepare(dataset: str | DatasetConfig, *, data_dir: str | os.PathLike | None 
   if root is not None and cache.is_relative_to(root.resolve()):
     raise ValueError(f"cache_dir {cache} is inside the data directory {root}: choose another cache_dir")
   manual_dir = root if root is not None else Path(next(iter(config.files.values()))).parent
-  builder = _builder(config, cache)
-  with _quiet_absl():
+  with _quiet_absl(), _locked(cache / f"{config.name}.lock"):  # The builder reads what is prepared when made.
+    builder = _builder(config, cache)
     if not builder.is_prepared():
       tfds.disable_progress_bar()  # One line per split instead (EncoderlabTasks._generate_examples).
       builder.download_and_prepare(download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
   return builder
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+  """An exclusive lock on `path` (created) while the block runs: two processes sharing a cache (two jobs, two test
+  workers) prepare a dataset once, the second waiting, instead of racing to rename the same tfds directory."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "a") as handle:
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def load_split(dataset: str | DatasetConfig, split: str, *, data_dir: str | os.PathLike | None = None,

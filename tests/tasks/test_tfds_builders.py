@@ -1,6 +1,7 @@
 """tfds builders: array_record round trips equal the readers' records, in file order, without TensorFlow."""
 
 import pickle
+import subprocess
 import sys
 
 import pytest
@@ -91,6 +92,19 @@ def test_custom_file_edits_and_malformed_lines(tmp_path, cache):
   with pytest.raises(ReaderError, match=rf"^{path}:4: expected a label in column 'gold' that is one of"):
     load_split(custom("tsv", {"train": path}, text_a="s1", label="gold", label_names=("yes", "no")), "train",
                cache_dir=cache)
+
+
+def test_processes_preparing_one_dataset_at_once_all_get_it(tmp_path):
+  """Three processes prepare the same files into one empty cache at the same moment (two jobs, two test workers):
+  one prepares, the others wait for it, and every one reads the records."""
+  path = tmp_path / "pairs.tsv"
+  path.write_text(TSV + "A bird\tA fish\tno\t2.0\n" * 30_000, encoding="utf-8")  # Preparing takes a while.
+  code = ("import sys; from tasks.tfds_builders import custom, load_split; "
+          f"print(len(load_split(custom('tsv', {{'train': sys.argv[1]}}, text_a='s1'), 'train', cache_dir=sys.argv[2])))")
+  processes = [subprocess.Popen([sys.executable, "-c", code, str(path), str(tmp_path / "cache")], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
+  outputs = [p.communicate(timeout=300) for p in processes]
+  assert [(p.returncode, out.strip()) for p, (out, _) in zip(processes, outputs)] == [(0, "30002")] * 3, outputs
 
 
 def test_user_errors(tmp_path):
