@@ -6,14 +6,14 @@ import jax
 import numpy as np
 import pytest
 
-from benchmarks import determinism
+from benchmarks import determinism, electra_rtd
 from configs import finetune
 from encoder import hf_checkpoint
 from encoder.config import from_fields
 from encoder.model import Encoder
 from launch import export, predict, train
 from objectives import electra
-from tests.conftest import require_data
+from tests.conftest import require_data, require_package
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -84,3 +84,15 @@ def test_finetuning_starts_from_the_discriminator(runs, tmp_path):
   start = {k: v for k, v in determinism.final_params(root / "reference").items() if k.startswith("encoder/")}
   tuned = {k: v for k, v in determinism.final_params(tmp_path).items() if k.startswith("encoder/")}
   assert determinism.params_equal(start, tuned)
+
+
+def test_rtd_auc_of_a_run_equals_scikit_learns(runs):
+  """benchmarks.electra_rtd scores the run's held-out batches: the replacements are the masked tokens' samples, and
+  its AUC (ties counting half) equals scikit-learn's on the same logits, here and on tied scores."""
+  metrics = require_package("sklearn.metrics")
+  root, _ = runs
+  logits, replaced = electra_rtd.discriminator_scores(root / "reference", batches=2)
+  assert logits.shape == replaced.shape and 0.05 < replaced.mean() < 0.2  # 15% masked, a few sampled back.
+  assert electra_rtd.auc(logits, replaced) == pytest.approx(metrics.roc_auc_score(replaced, logits), abs=1e-12)
+  tied = np.round(logits, 1)
+  assert electra_rtd.auc(tied, replaced) == pytest.approx(metrics.roc_auc_score(replaced, tied), abs=1e-12)
