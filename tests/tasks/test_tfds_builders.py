@@ -100,7 +100,8 @@ def test_processes_preparing_one_dataset_at_once_all_get_it(tmp_path):
   path = tmp_path / "pairs.tsv"
   path.write_text(TSV + "A bird\tA fish\tno\t2.0\n" * 30_000, encoding="utf-8")  # Preparing takes a while.
   code = ("import sys; from tasks.tfds_builders import custom, load_split; "
-          f"print(len(load_split(custom('tsv', {{'train': sys.argv[1]}}, text_a='s1'), 'train', cache_dir=sys.argv[2])))")
+          "dataset = custom('tsv', {'train': sys.argv[1]}, text_a='s1'); "
+          "print(len(load_split(dataset, 'train', cache_dir=sys.argv[2])))")
   processes = [subprocess.Popen([sys.executable, "-c", code, str(path), str(tmp_path / "cache")], text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)]
   outputs = [p.communicate(timeout=300) for p in processes]
