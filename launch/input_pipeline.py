@@ -3,13 +3,15 @@
 The batch of step s is a pure function of (config, s): it holds global examples [s*B, (s+1)*B) of the shuffled,
 repeated corpus, each masked by objectives.masking.example_rng(seed, global index). Process p of P reads rows
 [s*B + p*B/P, s*B + (p+1)*B/P) only. So the step is the whole iterator state (resume = start at the restored step),
-and batches are identical for any number of devices or hosts. Batches are prepared ahead by grain's threads.
+and batches are identical for any number of devices or hosts. Batches are prepared ahead by grain's threads, or
+by worker processes (config.data.workers: masking is Python per row, about 300 us, so threads alone cannot feed a GPU).
 """
 
 from typing import Any, Iterator, NamedTuple, Sequence
 
 import grain
 import jax
+from absl import flags
 import ml_collections
 import numpy as np
 
@@ -103,15 +105,22 @@ def _this_process(batched: grain.MapDataset) -> grain.MapDataset:
 
 
 def train_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int, seed: int, start_step: int,
-                  prefetch: int) -> Iterator[dict[str, np.ndarray]]:
-  """This process's rows of the batches of steps start_step, start_step + 1, ... (endless)."""
+                  prefetch: int, workers: int = 0) -> Iterator[dict[str, np.ndarray]]:
+  """This process's rows of the batches of steps start_step, start_step + 1, ... (endless). workers > 0: that many
+  processes mask and batch (grain's mp_prefetch; the same batches in the same order)."""
   if len(rows) == 0:
     raise ValueError("the training corpus produced no rows; check config.data.train_files")
   dataset = (grain.MapDataset.source(rows).shuffle(seed=seed).repeat().map_with_index(_masker(options, seed))
              .batch(_local_batch(global_batch), drop_remainder=True))
-  dataset = _this_process(dataset)[start_step:]
-  return iter(dataset.to_iter_dataset(grain.ReadOptions(num_threads=max(prefetch, 1),
-                                                        prefetch_buffer_size=max(prefetch, 1))))
+  dataset = _this_process(dataset)[start_step:].to_iter_dataset(
+      grain.ReadOptions(num_threads=max(prefetch, 1), prefetch_buffer_size=max(prefetch, 1)))
+  if workers > 0:
+    if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; a caller outside an absl app has not parsed.
+      flags.FLAGS.mark_as_parsed()
+    dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers,
+                                                               per_worker_buffer_size=max(prefetch, 1)))
+    dataset = dataset.map(lambda batch: {k: np.array(v) for k, v in batch.items()})
+  return iter(dataset)
 
 
 def eval_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int, seed: int,

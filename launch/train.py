@@ -275,6 +275,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   finally:
     if ahead is not None:
       ahead.close()
+    if hasattr(batches, "close"):  # grain's worker processes (config.data.workers) and their shared memory.
+      batches.close()
     signal.signal(signal.SIGTERM, previous_handler)
     manager.close()
     writer.close()

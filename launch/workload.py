@@ -48,7 +48,8 @@ def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
   objectives = tuple(registry.build(name, objective_options(config, name)) for name in config.objectives.split("+"))
   batches = lambda start: input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
                                                        seed=config.seed, start_step=start,
-                                                       prefetch=config.data.prefetch)
+                                                       prefetch=config.data.prefetch,
+                                                       workers=config.data.workers)
   return Workload(objectives, dict(config.objective_weights), data.tokenizer.vocab_size,
                   input_pipeline.example_batch(data.train, data.mask_options), config.num_train_steps, 0,
                   config.data.max_length, batches, lambda start: [], data,

@@ -66,11 +66,22 @@ class PreparedCorpus:
     self.token_counts = token_counts
     self.tokens = _TokenView(self, 0)
     self.word_starts = _TokenView(self, 1)
-    self._readers: dict[int, Any] = {}
     self._dtype = np.dtype(metadata["token_dtype"])
+    self._open()
+
+  def _open(self) -> None:
+    """The per-process state: shard readers (opened on first use), the document cache and its lock."""
+    self._readers: dict[int, Any] = {}
     self._cache: collections.OrderedDict = collections.OrderedDict()
     self._lock = threading.Lock()  # grain reads rows from several threads.
     self.last: tuple[int, int, tuple[np.ndarray, np.ndarray]] = (0, 0, (np.zeros(0, np.int32), np.zeros(0, np.int8)))
+
+  def __getstate__(self) -> dict[str, Any]:  # grain's worker processes (config.data.workers) open their own readers.
+    return {k: v for k, v in self.__dict__.items() if k not in ("_readers", "_cache", "_lock", "last")}
+
+  def __setstate__(self, state: dict[str, Any]) -> None:
+    self.__dict__.update(state)
+    self._open()
 
   def sentence(self, i: int) -> np.ndarray:
     return self.tokens[self.sentence_offsets[i]:self.sentence_offsets[i + 1]]

@@ -6,7 +6,8 @@ same steps, batch and row length, each then fine-tuned on SICK (NLI), CoNLL-2003
   python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=base --root runs/obj_base --print
   python -m launch.experiments.report runs/objectives --baseline objectives-mlm__task-sick   # and __task-conll2003, ...
 
-String arguments: budget: "small" (mini encoder L4/H256, 1,000 steps of batch 32; the 2-core CPU), "base" (base
+String arguments: budget: "small" (mini encoder L4/H256, 1,000 steps of batch 32; the 2-core CPU), "gpu" (mini,
+6,000 steps of batch 128 in bf16, 12 input worker processes; a few minutes per point on one GPU), "base" (base
 encoder L12/H768, 10,000 steps of batch 256; accelerators) or "tiny" (a 2x64 encoder, 20 steps, fine-tuning on
 slices: checks the chain in a few minutes). NSP rows are sentence pairs (packing nsp_pairs), the others packed full
 sentences; SBO brings SpanBERT's span masking, ELECTRA its generator (1/4 of the encoder's width) and replaced-token
@@ -35,6 +36,10 @@ PRETRAIN = {
     "small": ("mini", {"num_train_steps": 1000, "batch_size": 32, "optimizer.learning_rate": 5e-4,
                        "optimizer.warmup_steps": 100, "log_every_steps": 50, "eval_every_steps": 250,
                        "eval_steps": 20, "checkpoint_every_steps": 250, "measure_mfu": False}),
+    "gpu": ("mini", {"num_train_steps": 6000, "batch_size": 128, "optimizer.learning_rate": 5e-4,
+                     "optimizer.warmup_steps": 600, "log_every_steps": 200, "eval_every_steps": 1000,
+                     "eval_steps": 20, "checkpoint_every_steps": 1000, "model.dtype": "bfloat16",
+                     "data.workers": 12}),
     "base": ("base", {"num_train_steps": 10_000, "batch_size": 256, "optimizer.learning_rate": 1e-4,
                       "optimizer.warmup_steps": 1000, "log_every_steps": 100, "eval_every_steps": 1000,
                       "eval_steps": 20, "checkpoint_every_steps": 1000}),
@@ -47,6 +52,7 @@ FINETUNE = {
              "task.eval_split": "validation[:32]", "task.test_split": "test[:32]", "task.max_length": 32,
              "data.buckets": (16, 32)},
     "small": {"regime": "full", "epochs": 3},
+    "gpu": {"regime": "full", "epochs": 3},
     "base": {"regime": "full"},
 }
 

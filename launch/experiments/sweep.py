@@ -20,7 +20,9 @@ in ROOT/NAME, NAME made of its overrides (`task-sick_seed-1`; a chained point: `
 results.json says it finished is skipped; any other resumes (the engine restores its workdir's newest checkpoint).
 Each point runs as its own `python -m launch.main` process, so a crash stays in its point: it is recorded in
 ROOT/sweep.jsonl and the sweep goes on (its chained points are skipped). ROOT/NAME/sweep_point.json holds the point's
-overrides, group (its name without the seed, for `launch.experiments.report`), command and wall time.
+overrides, group (its name without the seed, for `launch.experiments.report`), command and wall time. SIGTERM (a
+preemption, `timeout`) stops the sweep after the running point, which gets the signal too, checkpoints and is
+recorded as stopped; the same command later resumes it.
 """
 
 import argparse
@@ -30,11 +32,12 @@ import hashlib
 import json
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from configs import checks
 from configs.sweeps.points import SEED_KEY
@@ -178,8 +181,9 @@ def _last_error(lines: list[str]) -> str:
   return (errors or lines or ["(no output)"])[-1].strip()
 
 
-def run_point(point: Point, root: Path) -> dict[str, Any]:
-  """Runs one point as a subprocess (its output streamed and kept in ROOT/NAME/sweep.log); returns its record."""
+def run_point(point: Point, root: Path, stop: list[bool]) -> dict[str, Any]:
+  """Runs one point as a subprocess (its output streamed and kept in ROOT/NAME/sweep.log); returns its record. A
+  SIGTERM meanwhile is passed on to the point (which saves a checkpoint and exits) and sets stop[0]."""
   workdir = root / point.name
   workdir.mkdir(parents=True, exist_ok=True)
   argv = command(point, root, python=sys.executable)
@@ -188,14 +192,17 @@ def run_point(point: Point, root: Path) -> dict[str, Any]:
   info |= {"name": point.name, "group": point.group, "config": point.config, "overrides": point.overrides,
            "parent": point.parent, "command": shlex.join(command(point, root))}
   start = time.time()
-  tail: list[str] = []
   with open(workdir / "sweep.log", "a", encoding="utf-8") as log:
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-    for line in process.stdout:
-      sys.stdout.write(line)
-      sys.stdout.flush()
-      log.write(line)
-      tail = (tail + [line])[-20:]
+    def terminate(*_):
+      stop[0] = True
+      process.send_signal(signal.SIGTERM)
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+      lines = list(_stream(process, log))
+    finally:
+      signal.signal(signal.SIGTERM, previous)
+    tail = lines[-20:]
     returncode = process.wait()
   wall = time.time() - start
   info["wall_s"] += wall
@@ -208,20 +215,31 @@ def run_point(point: Point, root: Path) -> dict[str, Any]:
   return record
 
 
+def _stream(process: subprocess.Popen, log) -> Iterator[str]:
+  """The point's output lines, each copied to stdout and its log as it comes."""
+  for line in process.stdout:
+    sys.stdout.write(line)
+    sys.stdout.flush()
+    log.write(line)
+    yield line
+
+
 def run_sweep(points: Sequence[Point], root: str | Path) -> list[dict[str, Any]]:
   """Runs the unfinished points one after another; each outcome is appended to ROOT/sweep.jsonl."""
   root = Path(root)
   root.mkdir(parents=True, exist_ok=True)
-  records, done = [], {}
+  records, done, stop = [], {}, [False]
   with open(root / LOG_NAME, "a", encoding="utf-8") as log:
     for point in points:
+      if stop[0]:  # SIGTERM during an earlier point: the rest are left for the next run.
+        break
       if is_finished(root / point.name):
         record = {"name": point.name, "status": "skipped", "reason": "finished before (results.json)"}
       elif point.parent is not None and not done.get(point.parent, is_finished(root / point.parent)):
         record = {"name": point.name, "status": "blocked", "reason": f"{point.parent} did not finish"}
       else:
         print(f"=== sweep point {point.name}", flush=True)
-        record = run_point(point, root)
+        record = run_point(point, root, stop)
       done[point.name] = record["status"] in ("finished", "skipped")
       record["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
       log.write(json.dumps(record) + "\n")

@@ -138,3 +138,15 @@ def test_missing_and_empty_data_files(tmp_path):
   config.data.train_files = str(tmp_path / "empty.txt")
   with pytest.raises(ValueError, match="empty"):
     input_pipeline.load_data(config, tmp_path / "cache")
+
+
+def test_worker_processes_feed_the_same_batches(runs, baseline, tmp_path):
+  # config.data.workers: grain's worker processes (spawned, re-importing launch.main) mask and batch instead of
+  # threads; the batches, so the losses and parameters, are the same bit for bit, and no shared memory is left over.
+  workdir = tmp_path / "workers"
+  result = determinism.run(workdir, ["--config.data.workers=2"], cache=runs[1])
+  losses = lambda run: [json.loads(line).get("train/loss") for line in (run / "metrics.jsonl").read_text().splitlines()]
+  assert losses(workdir) == losses(baseline)
+  ours, theirs = determinism.final_params(workdir), determinism.final_params(baseline)
+  assert all(np.array_equal(ours[k], theirs[k]) for k in theirs)
+  assert "leaked" not in result.stderr

@@ -224,6 +224,12 @@ def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
              for data in (memory, from_shards)]
   for key in batches[0]:
     np.testing.assert_array_equal(batches[1][key], batches[0][key], err_msg=key)
+  workers = input_pipeline.train_batches(from_shards.train, options, global_batch=8, seed=1, start_step=5, prefetch=2,
+                                         workers=2)  # Worker processes (config.data.workers): the same batches.
+  batch = next(workers)
+  workers.close()
+  for key in batches[0]:
+    np.testing.assert_array_equal(batch[key], batches[0][key], err_msg=key)
 
 
 class EncoderlabTestText(tfds.core.GeneratorBasedBuilder):

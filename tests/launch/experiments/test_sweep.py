@@ -6,8 +6,10 @@ prediction files."""
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -232,7 +234,7 @@ def test_architecture_sweep_points_cost_the_same_flops(budget):
   assert gated.overrides["model.intermediate_size"] == {"small": 680, "base": 2048}[budget]
 
 
-@pytest.mark.parametrize("budget", ["small", "base"])
+@pytest.mark.parametrize("budget", ["small", "gpu", "base"])
 def test_objectives_sweep_gives_electra_the_flops_of_mlm(budget):
   """ELECTRA's steps x its step's FLOPs (generator included) equal MLM's to within one step, each step counted as the
   engine counts it (launch.model.last_positions on a batch of the config's shapes picks MLM's last-block rows)."""
@@ -259,3 +261,27 @@ def test_objectives_sweep_gives_electra_the_flops_of_mlm(budget):
   (mlm_steps, mlm_step), (electra_steps, electra_step) = cost["mlm"], cost["electra"]
   assert electra_steps < mlm_steps
   assert abs(electra_steps * electra_step - mlm_steps * mlm_step) <= electra_step / 2
+
+
+def test_sigterm_stops_the_sweep_after_the_running_point_checkpoints(tmp_path):
+  # A preemption or `timeout` signals the sweep: the running point is told too, saves a checkpoint and is recorded as
+  # stopped; later points are left for the next run (before, the sweep died and its point lost its output pipe).
+  require_data("wikitext-2/raw/wiki.valid.raw")
+  root, sweep_file = tmp_path / "runs", tmp_path / "long_sweep.py"
+  sweep_file.write_text('def get_sweep(arg=None):\n  return {"config": "configs/pretrain.py:runlocal", "points": '
+                        '[{"seed": 0, "num_train_steps": 100000}, {"seed": 1}]}\n')
+  process = subprocess.Popen([sys.executable, "-m", "launch.experiments.sweep", "--sweep", str(sweep_file), "--root",
+                              str(root)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  point = root / "seed-0_num_train_steps-100000"
+  deadline = time.time() + 300
+  while not (point / "metrics.jsonl").is_file() or not (point / "metrics.jsonl").read_text():
+    assert process.poll() is None and time.time() < deadline, process.communicate()
+    time.sleep(0.5)
+  process.send_signal(signal.SIGTERM)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 1 and "did not finish: seed-0_num_train_steps-100000" in stderr, stderr[-2000:]
+  assert [(r["name"], r["status"]) for r in _log(root)] == [(point.name, "stopped")]
+  results = json.loads((point / "results.json").read_text())
+  assert results["stopped_early"] and results["step"] > 0
+  assert str(results["step"]) in [p.name for p in (point / "checkpoints").iterdir()]
+  assert not (root / "seed-1").exists()
