@@ -3,7 +3,10 @@ run's held-out batches (the generator's samples in the masked positions, as eval
 of replaced tokens and the mean logit of each kind. Accuracy alone cannot tell a discriminator that predicts
 "original" everywhere from one that ranks well; AUC can (0.5: chance).
 
-  python -m benchmarks.electra_rtd WORKDIR [--batches 8]    # last line: one JSON object
+  python -m benchmarks.electra_rtd WORKDIR [--batches 8] [--split train]    # last line: one JSON object
+
+--split train scores the first rows of the training corpus instead (masked as evaluation masks): a discriminator far
+better there than on held-out text has memorized its corpus.
 """
 
 import argparse
@@ -29,8 +32,9 @@ def auc(scores: np.ndarray, positive: np.ndarray) -> float:
   return float((ranks[positive].sum() - n_positive * (n_positive + 1) / 2) / (n_positive * (len(scores) - n_positive)))
 
 
-def discriminator_scores(workdir: Path, batches: int) -> tuple[np.ndarray, np.ndarray]:
-  """(logits, replaced) over the real tokens of the first `batches` held-out batches of the run in `workdir`."""
+def discriminator_scores(workdir: Path, batches: int, split: str = "eval") -> tuple[np.ndarray, np.ndarray]:
+  """(logits, replaced) over the real tokens of the first `batches` batches of the run in `workdir`: of its held-out
+  corpus (split "eval") or its training corpus ("train")."""
   config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
   _, params = init_from.run_params(workdir)
   data = input_pipeline.load_data(config, Path(config.data.cache_dir or workdir / "cache"))
@@ -38,7 +42,7 @@ def discriminator_scores(workdir: Path, batches: int) -> tuple[np.ndarray, np.nd
                      for name in config.objectives.split("+"))
   model = EncoderWithHeads(encoder_config(config.model, data.tokenizer.vocab_size), objectives)
   predict = jax.jit(lambda batch: model.apply({"params": params}, batch, train=False)["electra"])
-  _, held_out = input_pipeline.eval_batches(data.eval, data.mask_options, global_batch=config.batch_size,
+  _, held_out = input_pipeline.eval_batches(data.eval if split == "eval" else data.train, data.mask_options, global_batch=config.batch_size,
                                             seed=config.seed, max_batches=batches)
   logits, replaced = [], []
   for batch in held_out:
@@ -53,9 +57,10 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("workdir", type=Path, help="an ELECTRA pretraining run's workdir")
   parser.add_argument("--batches", type=int, default=8, help="held-out batches to score (default 8)")
+  parser.add_argument("--split", choices=("eval", "train"), default="eval", help="the corpus scored (default eval)")
   args = parser.parse_args()
-  logits, replaced = discriminator_scores(args.workdir, args.batches)
-  print(json.dumps({"tokens": int(len(logits)), "replaced_share": float(replaced.mean()),
+  logits, replaced = discriminator_scores(args.workdir, args.batches, args.split)
+  print(json.dumps({"split": args.split, "tokens": int(len(logits)), "replaced_share": float(replaced.mean()),
                     "auc": auc(logits, replaced), "mean_logit_replaced": float(logits[replaced].mean()),
                     "mean_logit_original": float(logits[~replaced].mean())}))
 

@@ -96,3 +96,5 @@ def test_rtd_auc_of_a_run_equals_scikit_learns(runs):
   assert electra_rtd.auc(logits, replaced) == pytest.approx(metrics.roc_auc_score(replaced, logits), abs=1e-12)
   tied = np.round(logits, 1)
   assert electra_rtd.auc(tied, replaced) == pytest.approx(metrics.roc_auc_score(replaced, tied), abs=1e-12)
+  train_logits, _ = electra_rtd.discriminator_scores(root / "reference", batches=2, split="train")
+  assert train_logits.shape != logits.shape or not np.array_equal(train_logits, logits)  # Other rows were scored.
