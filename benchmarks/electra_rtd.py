@@ -42,7 +42,8 @@ def discriminator_scores(workdir: Path, batches: int, split: str = "eval") -> tu
                      for name in config.objectives.split("+"))
   model = EncoderWithHeads(encoder_config(config.model, data.tokenizer.vocab_size), objectives)
   predict = jax.jit(lambda batch: model.apply({"params": params}, batch, train=False)["electra"])
-  _, held_out = input_pipeline.eval_batches(data.eval if split == "eval" else data.train, data.mask_options, global_batch=config.batch_size,
+  rows = data.eval if split == "eval" else data.train
+  _, held_out = input_pipeline.eval_batches(rows, data.mask_options, global_batch=config.batch_size,
                                             seed=config.seed, max_batches=batches)
   logits, replaced = [], []
   for batch in held_out:

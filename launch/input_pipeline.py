@@ -17,6 +17,7 @@ import numpy as np
 
 from configs import paths
 from encoder import files
+from encoder.errors import ConfigError
 from encoder.files import Path
 from encoder.tokenizer import load_tokenizer
 from objectives import masking, pipeline
@@ -110,6 +111,8 @@ def train_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int,
   processes mask and batch (grain's mp_prefetch; the same batches in the same order)."""
   if len(rows) == 0:
     raise ValueError("the training corpus produced no rows; check config.data.train_files")
+  if workers < 0:
+    raise ConfigError(f"config.data.workers={workers}: expected 0 (threads) or a number of worker processes")
   dataset = (grain.MapDataset.source(rows).shuffle(seed=seed).repeat().map_with_index(_masker(options, seed))
              .batch(_local_batch(global_batch), drop_remainder=True))
   dataset = _this_process(dataset)[start_step:].to_iter_dataset(

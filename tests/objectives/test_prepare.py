@@ -230,6 +230,8 @@ def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
   workers.close()
   for key in batches[0]:
     np.testing.assert_array_equal(batch[key], batches[0][key], err_msg=key)
+  with pytest.raises(errors.ConfigError, match=r"config\.data\.workers=-1"):
+    input_pipeline.train_batches(memory.train, options, global_batch=8, seed=1, start_step=0, prefetch=2, workers=-1)
 
 
 class EncoderlabTestText(tfds.core.GeneratorBasedBuilder):
