@@ -9,9 +9,9 @@ by worker processes (config.data.workers: masking is Python per row, about 300 u
 
 from typing import Any, Iterator, NamedTuple, Sequence
 
+from absl import flags
 import grain
 import jax
-from absl import flags
 import ml_collections
 import numpy as np
 
@@ -122,6 +122,7 @@ def train_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int,
       flags.FLAGS.mark_as_parsed()
     dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers,
                                                                per_worker_buffer_size=max(prefetch, 1)))
+    # Copied out of grain's shared memory: arrays a device buffer aliases would keep its segments past the exit.
     dataset = dataset.map(lambda batch: {k: np.array(v) for k, v in batch.items()})
   return iter(dataset)
 

@@ -26,6 +26,7 @@ recorded as stopped; the same command later resumes it.
 """
 
 import argparse
+import collections
 import dataclasses
 import fnmatch
 import hashlib
@@ -199,10 +200,9 @@ def run_point(point: Point, root: Path, stop: list[bool]) -> dict[str, Any]:
       process.send_signal(signal.SIGTERM)
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
-      lines = list(_stream(process, log))
+      tail = list(collections.deque(_stream(process, log), maxlen=20))
     finally:
       signal.signal(signal.SIGTERM, previous)
-    tail = lines[-20:]
     returncode = process.wait()
   wall = time.time() - start
   info["wall_s"] += wall
