@@ -11,7 +11,7 @@ plain encoder except a gated feed-forward (GeGLU, SwiGLU, ModernBERT's), whose t
 cost 3·H·I against BERT's 2·H·I: its points narrow I to 2/3 of the size's (rounded to a multiple of 8), so each
 block's matmul FLOPs equal BERT's (encoder.flops counts 3·H·I). Local attention layers compute every score and mask
 the far ones, so they save no FLOPs here. ModernBERT's set has no segment embeddings, so every point trains MLM alone
-(rows of full sentences). String argument: budget, as configs/sweeps/objectives.py ("tiny", "small", "base").
+(rows of full sentences). String argument: budget, as configs/sweeps/objectives.py ("tiny", "small", "gpu", "base").
 """
 
 from configs import common

@@ -208,7 +208,7 @@ def test_report_of_the_sweep(swept, tmp_path):
   assert test["split"] == "test" and test["seed"] == 0 and 0 < expected["p_value"] < 1
 
 
-@pytest.mark.parametrize("budget", ["small", "base"])
+@pytest.mark.parametrize("budget", ["small", "gpu", "base"])
 def test_architecture_sweep_points_cost_the_same_flops(budget):
   """Every switch set pretrains with the same steps and batch, and the gated feed-forwards are narrowed so that each
   point's encoder training FLOPs per row are BERT's (encoder.flops) to within the rounding of the width."""
@@ -227,11 +227,11 @@ def test_architecture_sweep_points_cost_the_same_flops(budget):
     cfg = encoder_config(config.model, 30522)
     cost[point.name] = flops.encoder_train_flops(cfg, 1, config.data.max_length)
     assert (config.num_train_steps, config.batch_size, config.objectives) == (
-        {"small": 1000, "base": 10_000}[budget], {"small": 32, "base": 256}[budget], "mlm")
+        {"small": 1000, "gpu": 6000, "base": 10_000}[budget], {"small": 32, "gpu": 128, "base": 256}[budget], "mlm")
   bert = cost["arch-bert"]
   assert all(abs(c / bert - 1) < 0.01 for c in cost.values()), cost
   gated = next(p for p in pretraining if p.name.startswith("arch-geglu"))
-  assert gated.overrides["model.intermediate_size"] == {"small": 680, "base": 2048}[budget]
+  assert gated.overrides["model.intermediate_size"] == {"small": 680, "gpu": 680, "base": 2048}[budget]
 
 
 @pytest.mark.parametrize("budget", ["small", "gpu", "base"])
