@@ -202,12 +202,34 @@ class Embeddings(nn.Module):
     return logits.reshape(hidden.shape[:-1] + logits.shape[-1:])
 
 
+QUERY_BLOCK = 64  # Queries per block of `blocked_attend`.
+BLOCK_ABOVE = 256  # Keys past which XLA CPU's one-piece softmax leaves its fast path (docs/performance.md).
+
+
+def attend(q: Array, k: Array, v: Array, bias: Array, dtype) -> Array:
+  """softmax(q k^T + bias) v: q [batch, heads, R, d], k and v [batch, heads, length, d], bias [batch, 1, R, length]."""
+  scores = matmul.matmul(q, k, dtype, transpose_b=True) + bias
+  return matmul.matmul(jax.nn.softmax(scores, axis=-1), v, dtype)
+
+
+def blocked_attend(q: Array, k: Array, v: Array, bias: Array, dtype, block: int = QUERY_BLOCK) -> Array:
+  """`attend`, `block` queries at a time (queries padded to a multiple of it): the same outputs to float32 rounding.
+  The encoder's inference forward on CPU past 256 keys, where one [batch, heads, R, length] softmax runs 3-4x slower
+  than the same work in blocks (SQuAD's 384-subword windows: docs/performance.md)."""
+  length = q.shape[2]
+  pad = ((0, 0), (0, 0), (0, -length % block), (0, 0))
+  blocks = lambda x: jnp.moveaxis(x.reshape(x.shape[:2] + (-1, block) + x.shape[3:]), 2, 0)
+  out = jax.lax.map(lambda qb: attend(qb[0], k, v, qb[1], dtype), (blocks(jnp.pad(q, pad)), blocks(jnp.pad(bias, pad))))
+  return jnp.moveaxis(out, 0, 2).reshape(q.shape[:2] + (-1, q.shape[3]))[:, :, :length]
+
+
 class SelfAttention(nn.Module):
   """Multi-head bidirectional self-attention, fused QKV projection (spec eq. "head = softmax(QK^T/sqrt(d_k))V").
 
   Heads go first ([batch, heads, length, head_dim]) so that QK^T and the weights times V are plain batched products
   (`matmul`: forward and backward on XLA CPU's fast kernels, see encoder/matmul.py); scores and softmax are float32.
-  With rotary positions, queries and keys are rotated by their positions' angles (`rotate`) before the product.
+  With rotary positions, queries and keys are rotated by their positions' angles (`rotate`) before the product. The
+  inference forward on CPU attends in blocks of queries past 256 keys (`blocked_attend`: the same outputs, faster).
   """
   cfg: EncoderConfig
 
@@ -225,14 +247,18 @@ class SelfAttention(nn.Module):
     heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), (0, 2, 1, 3))  # Moves bf16, not float32.
     q = heads_first(q * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, head_dim]
     k, v = heads_first(k), heads_first(v)  # [batch, heads, length, head_dim]
-    scores = matmul.matmul(q, k, cfg.dtype, transpose_b=True) + rows(bias, query_positions, 2)
-    weights = jax.nn.softmax(scores, axis=-1)  # [batch, heads, R, length]
-    key = _dropout_key(self, cfg.attention_dropout, train)
-    if key is not None:
-      full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
-      weights = dropout(weights, cfg.attention_dropout, key, flat_index(full, query_positions, 2))
-    context = heads_first(matmul.matmul(weights, v, cfg.dtype))  # [batch, R, heads, head_dim]
-    return per_token(_dense(cfg, cfg.hidden_size, "output", axis=(-2, -1)), context)
+    bias = rows(bias, query_positions, 2)
+    if not train and k.shape[2] > BLOCK_ABOVE and jax.default_backend() == "cpu":
+      context = blocked_attend(q, k, v, bias, cfg.dtype)
+    else:
+      scores = matmul.matmul(q, k, cfg.dtype, transpose_b=True) + bias
+      weights = jax.nn.softmax(scores, axis=-1)  # [batch, heads, R, length]
+      key = _dropout_key(self, cfg.attention_dropout, train)
+      if key is not None:
+        full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
+        weights = dropout(weights, cfg.attention_dropout, key, flat_index(full, query_positions, 2))
+      context = matmul.matmul(weights, v, cfg.dtype)
+    return per_token(_dense(cfg, cfg.hidden_size, "output", axis=(-2, -1)), heads_first(context))  # [batch, R, hidden]
 
 
 class FeedForward(nn.Module):

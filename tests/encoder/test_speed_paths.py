@@ -11,7 +11,8 @@ import pytest
 from encoder import Encoder, preset
 from encoder import matmul as matmul_module
 from encoder.matmul import cpu_bf16_flags, matmul, transpose
-from encoder.model import SelfAttention, attention_bias
+from encoder import model as model_module
+from encoder.model import SelfAttention, attend, attention_bias, blocked_attend
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
 
@@ -97,6 +98,42 @@ def test_attention_equals_the_einsum_reference(query_positions):
   got, want = jax.grad(loss(ours), argnums=(0, 1))(params, x), jax.grad(loss(reference), argnums=(0, 1))(params, x)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("length,block", [(300, 64), (128, 32), (5, 4)])
+def test_blocked_attention_equals_one_piece(dtype, length, block):
+  """Blocks of queries (the last one padded) give every row of the one-piece attention, with packed sequences and
+  padding in the bias."""
+  rng = np.random.default_rng(2)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, 3, length, 8)), dtype) for _ in range(3))
+  segments = np.ones((2, length), np.int32)
+  segments[0, length // 3:] = 2
+  segments[1, -(length // 4 + 1):] = 0
+  bias = attention_bias(jnp.asarray(segments))
+  tolerance = 1e-6 if dtype == jnp.float32 else 1e-4  # bf16 operands: float32 sums in another order.
+  np.testing.assert_allclose(blocked_attend(q, k, v, bias, dtype, block), attend(q, k, v, bias, dtype),
+                             rtol=tolerance, atol=tolerance / 10)
+
+
+def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
+  """A deterministic forward over 300 keys on CPU runs `blocked_attend` (a scan in the program) and gives the
+  one-piece forward's outputs; training, and 256 keys or fewer, keep the one-piece attention."""
+  cfg = preset("tiny", vocab_size=97, max_positions=320)
+  model = Encoder(cfg)
+  rng = np.random.default_rng(3)
+  ids = jnp.asarray(rng.integers(1, 97, size=(2, 300)))
+  segments = jnp.asarray(np.where(np.arange(300) < 280, 1, 0)[None].repeat(2, 0))
+  params = model.init(jax.random.key(0), ids, attention_segments=segments)
+  forward = lambda p: model.apply(p, ids, attention_segments=segments).last
+  blocked = forward(params)
+  has_loop = lambda fn: "scan" in str(jax.make_jaxpr(fn)(params))
+  assert has_loop(forward) == (jax.default_backend() == "cpu")
+  assert not has_loop(lambda p: model.apply(p, ids, attention_segments=segments, train=True,
+                                            rngs={"dropout": jax.random.key(1)}).last)
+  assert not has_loop(lambda p: model.apply(p, ids[:, :256], attention_segments=segments[:, :256]).last)
+  monkeypatch.setattr(model_module, "BLOCK_ABOVE", 10**9)
+  np.testing.assert_allclose(blocked, forward(params), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the plain-layout constraint is XLA CPU's")
