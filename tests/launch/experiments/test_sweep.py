@@ -54,6 +54,8 @@ def test_names_and_specs():
   assert sweep.point_name({}) == "base"
   long = sweep.point_name({"x": "y" * 300})
   assert len(long) == sweep.MAX_NAME and long != sweep.point_name({"x": "y" * 301})
+  cut = [sweep.point_name({"x": "y" * 300, "seed": s}) for s in (0, 1)]  # The seed stays whole, last.
+  assert [len(n) for n in cut] == [sweep.MAX_NAME] * 2 and cut[1].endswith("_seed-1") and cut[0][:-1] == cut[1][:-1]
   assert sweep.merge_spec("configs/finetune.py:task=sick,runlocal", {"task": "sst2", "init": "run:r/a"}) == \
       "configs/finetune.py:task=sst2,runlocal,init=run:r/a"
   assert sweep.merge_spec("configs/pretrain.py", {"runlocal": True}) == "configs/pretrain.py:runlocal"
@@ -75,9 +77,16 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
   for i, parent in enumerate(pretraining):
     children = points[(runs + 1) * i + 1:(runs + 1) * (i + 1)]  # Each pretraining point is followed by its runs.
     assert [c.parent for c in children] == [parent.name] * runs
-    assert {c.name for c in children} == {f"{parent.name}__task-{t}_seed-{s}" for t in tasks for s in (0, 1)}
+    def named(task, *seed):  # TASK_FIELDS at budget small: SQuAD's fields are in its names (cut, the seed kept).
+      return sweep.point_name({":task": task, **objectives.TASK_FIELDS["small"].get(task, {}),
+                               **{"seed": s for s in seed}})
+    assert {c.name for c in children} == {f"{parent.name}__{named(t, s)}" for t in tasks for s in (0, 1)}
+    assert {c.name[len(parent.name):] for c in children if "squad" in c.name} == {
+        "__task-squad_num_train_steps-300_task.max_length-128_task.max_question_length-32_task.doc_stride-64_data.b"
+        f"-66a97958_seed-{s}" for s in (0, 1)}
+    assert all(c.overrides.get("num_train_steps") == (300 if "squad" in c.name else None) for c in children)
     assert all(f"init=run:runs/obj/{parent.name}" in c.config for c in children)
-    assert {c.group for c in children} == {f"{parent.name}__task-{t}" for t in tasks}
+    assert {c.group for c in children} == {f"{parent.name}__{named(t)}" for t in tasks}
   base = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=base")), "r")
   assert base[0].config == "configs/pretrain.py:size=base,objectives=mlm"
   with pytest.raises(ConfigError, match="budget='huge'"):
