@@ -22,7 +22,9 @@ Each point runs as its own `python -m launch.main` process, so a crash stays in 
 ROOT/sweep.jsonl and the sweep goes on (its chained points are skipped). ROOT/NAME/sweep_point.json holds the point's
 overrides, group (its name without the seed, for `launch.experiments.report`), command and wall time. SIGTERM (a
 preemption, `timeout`) stops the sweep after the running point, which gets the signal too, checkpoints and is
-recorded as stopped; the same command later resumes it.
+recorded as stopped; the same command later resumes it. The points share JAX's persistent compilation cache in
+ROOT/xla_cache (JAX_COMPILATION_CACHE_DIR, unless the environment sets it): a program that another point already
+compiled (the same model, recipe and batch shape: a group's other seeds) is loaded, not compiled again.
 """
 
 import argparse
@@ -31,6 +33,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
+import os
 import re
 import shlex
 import signal
@@ -49,6 +52,7 @@ CHAIN_SEPARATOR = "__"  # Between a chained point's parent name and its own.
 MAX_NAME = 120  # Longer names are cut and end with a hash of the whole name.
 LOG_NAME = "sweep.jsonl"
 POINT_FILE = "sweep_point.json"
+CACHE_ENV, CACHE_DIR = "JAX_COMPILATION_CACHE_DIR", "xla_cache"  # The points' shared compilation cache.
 SWEEP_KEYS = ("config", "common", "points", "then")
 
 
@@ -198,7 +202,9 @@ def run_point(point: Point, root: Path, stop: list[bool]) -> dict[str, Any]:
            "parent": point.parent, "command": shlex.join(command(point, root))}
   start = time.time()
   with open(workdir / "sweep.log", "a", encoding="utf-8") as log:
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    env = {CACHE_ENV: str((root / CACHE_DIR).absolute())} | os.environ
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                               env=env)
     def terminate(*_):
       stop[0] = True
       process.send_signal(signal.SIGTERM)

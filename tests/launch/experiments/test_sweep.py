@@ -1,10 +1,12 @@
 """launch.experiments.sweep: names, config specs and chains of a sweep file; a real 4-point sweep of tiny SICK
 relatedness runs (two seeds, a point stopped once by SIGTERM, a point that always fails) finishes what it can,
 records the failure, and a rerun skips the finished points and resumes the stopped one; --print's commands reproduce
-a point; the report of the sweep holds its results.json numbers and the `tasks.scoring.score bootstrap` p-value of its
+a point (seed-1, which loaded seed-0's programs from the points' compilation cache, compiled afresh: the same bits);
+the report of the sweep holds its results.json numbers and the `tasks.scoring.score bootstrap` p-value of its
 prediction files."""
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -35,9 +37,9 @@ STOPPED = "optimizer.learning_rate-0.003_debug_kill_at_step-6_debug_kill_signal-
 FAILING = "optimizer.learning_rate-fast"
 
 
-def _sweep(args: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess:
+def _sweep(args: list[str], cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, "-m", "launch.experiments.sweep", *args], cwd=cwd, capture_output=True,
-                        text=True, timeout=900, check=False)
+                        text=True, timeout=900, check=False, env=env)
 
 
 def _log(root: Path) -> list[dict]:
@@ -133,12 +135,15 @@ def swept(tmp_path_factory):
   root = tmp_path_factory.mktemp("sweep") / "runs"
   sweep_file = root.parent / "tiny_sweep.py"
   sweep_file.write_text(SWEEP_FILE)
-  first = _sweep(["--sweep", str(sweep_file), "--root", str(root)])
+  # Every program into the points' shared compilation cache (JAX caches only those compiling >= 1 s by default).
+  env = {k: v for k, v in os.environ.items() if k != sweep.CACHE_ENV} | {
+      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  first = _sweep(["--sweep", str(sweep_file), "--root", str(root)], env=env)
   assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
   assert f"{STOPPED}, {FAILING}" in first.stderr  # The points that did not finish, in one error line.
   first_log = _log(root)
   before = {name: (root / "seed-0" / name).read_bytes() for name in ("metrics.jsonl", "results.json")}
-  second = _sweep(["--sweep", str(sweep_file), "--root", str(root)])
+  second = _sweep(["--sweep", str(sweep_file), "--root", str(root)], env=env)
   assert second.returncode == 1 and FAILING in second.stderr and STOPPED not in second.stderr, second.stderr[-3000:]
   return root, sweep_file, first_log, _log(root)[len(first_log):], before
 
@@ -171,17 +176,19 @@ def test_print_gives_commands_that_reproduce_a_point(swept, tmp_path):
   printed = _sweep(["--sweep", str(sweep_file), "--root", str(root), "--print"])
   lines = printed.stdout.splitlines()
   assert len(lines) == 4 and all(line.startswith("python -m launch.main --config=") for line in lines)
-  argv = shlex.split(lines[0])
-  assert argv[4] == f"--workdir={root / 'seed-0'}"
-  assert json.loads((root / "seed-0" / "sweep_point.json").read_text())["command"] == lines[0]
+  argv = shlex.split(lines[1])
+  assert argv[4] == f"--workdir={root / 'seed-1'}"
+  assert json.loads((root / "seed-1" / "sweep_point.json").read_text())["command"] == lines[1]
   argv[4] = f"--workdir={tmp_path / 'again'}"
-  subprocess.run([sys.executable, *argv[1:]], cwd=REPO, check=True, capture_output=True, timeout=600)
+  assert any((root / sweep.CACHE_DIR).iterdir())  # seed-1 loaded seed-0's programs from it; here, compiled afresh:
+  env = {k: v for k, v in os.environ.items() if k != sweep.CACHE_ENV}
+  subprocess.run([sys.executable, *argv[1:]], cwd=REPO, check=True, capture_output=True, timeout=600, env=env)
   for name in ("predictions/test.labels", "predictions/dev.labels"):  # Bitwise (the engine is deterministic).
-    assert (tmp_path / "again" / name).read_text() == (root / "seed-0" / name).read_text(), name
+    assert (tmp_path / "again" / name).read_text() == (root / "seed-1" / name).read_text(), name
   untimed = lambda path: {k: v for k, v in json.loads(path.read_text()).items()
                            if k not in ("train", "evaluation_examples_per_second")} | {
       "train": {k: v for k, v in json.loads(path.read_text())["train"].items() if not k.endswith("_per_second")}}
-  assert untimed(tmp_path / "again" / "results.json") == untimed(root / "seed-0" / "results.json")
+  assert untimed(tmp_path / "again" / "results.json") == untimed(root / "seed-1" / "results.json")
 
 
 def test_report_of_the_sweep(swept, tmp_path):
