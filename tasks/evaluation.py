@@ -29,13 +29,25 @@ def device_outputs(model, family: TaskFamily) -> Callable[[Any, dict[str, jax.Ar
 def raw_predictions(predict: Callable, params: Any, split: finetune_data.Split, *, batch_size: int,
                     buckets: Sequence[int], widths: dict[str, Callable[[int], int]], to_device: Callable
                     ) -> list[np.ndarray]:
-  """Per-example device outputs of a whole split, in split order (padding rows and widths cut off)."""
+  """Per-example device outputs of a whole split, in split order (padding rows and widths cut off). Each batch is
+  dispatched before the previous one is fetched (jax dispatch is asynchronous), so the host's collating and copying
+  overlap the device's forward pass."""
   out: list[Any] = [None] * len(split.examples)
-  for indices, local in finetune_data.eval_batches(split, batch_size=batch_size, buckets=buckets, widths=widths):
-    values = np.asarray(jax.device_get(predict(params, to_device(local))))
+
+  def collect(indices: list[int], outputs: jax.Array) -> None:
+    values = np.asarray(jax.device_get(outputs))
     for row, i in enumerate(indices):
       width = next((len(split.examples[i][field]) for field in widths), None)  # Word / span rows: cut the padding.
       out[i] = values[row] if width is None else values[row, :width]
+
+  pending = None
+  for indices, local in finetune_data.eval_batches(split, batch_size=batch_size, buckets=buckets, widths=widths):
+    outputs = predict(params, to_device(local))
+    if pending is not None:
+      collect(*pending)
+    pending = indices, outputs
+  if pending is not None:
+    collect(*pending)
   return out
 
 
