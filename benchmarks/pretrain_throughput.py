@@ -180,6 +180,13 @@ class OurStep:
     self.state, self.acc = self.apply_step(self.state, self.acc, *self.grad_step(self.state, self.batch))
     jax.block_until_ready((self.state, self.acc))
 
+  def compiled_text(self) -> list[str]:
+    """The optimized HLO of the step's two programs (gradients, update), as XLA compiled them."""
+    grads = self.grad_step.lower(self.state, self.batch)
+    return [grads.compile().as_text(),
+            self.apply_step.lower(self.state, self.acc, *jax.eval_shape(self.grad_step, self.state, self.batch))
+            .compile().as_text()]
+
   def mean_losses(self) -> dict[str, float]:
     acc = jax.device_get(self.acc)
     return {k: float(v[0] / max(v[1], 1.0)) for k, v in acc.items() if k.endswith("_loss")}

@@ -1,21 +1,28 @@
 """Where one pretraining step's time goes: a `jax.profiler` trace of benchmarks.pretrain_throughput's step and the
-operations that took the most device time.
+operations that took the most device time, each with the model code it comes from.
 
 The step (MLM + NSP, AdamW) runs twice to compile and warm up, then --steps times under `jax.profiler.trace`. The trace
 (an .xplane.pb file TensorBoard's profile plugin and xprof open) is kept under --trace-dir; its events are summed by
 name with `jax.profiler.ProfileData`: on a GPU the "XLA Ops" line of the device's plane (HLO operations, e.g.
-`fusion.123`, `custom-call.4` for cuBLAS/cuDNN), else its kernel streams; on a CPU the XLA client threads.
+`fusion.123`, `custom-call.4` for cuBLAS/cuDNN), else its kernel streams; on a CPU the XLA client threads (an
+operation's time on the thread that ran it: the helper threads of a parallel loop are not counted, so shares are
+approximate there). Each operation's source is the `op_name` XLA keeps from the jaxpr
+(`jvp(...)` forward, `transpose(jvp(...))` backward, e.g. `Encoder/layer_3/attention/dot_general`), read from the
+compiled programs' HLO; a second table sums the operations by source with the layers merged (`layer_N`).
 
   python -m benchmarks.step_profile [--size base] [--seq 128] [--batch 256] [--precision bfloat16] [--steps 3]
-Last line: one JSON object (top: [[name, ms per step, share], ...], traced_ms_per_step, step_s, trace, device).
+Last line: one JSON object (top: [[name, ms per step, share, source], ...], top_sources: [[source, ms, share], ...],
+traced_ms_per_step, step_s, trace, device).
 """
 
 import argparse
 import collections
 import json
+import re
 import statistics
 import time
 from pathlib import Path
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +37,8 @@ from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from launch import xla_flags
 
-# XLA CPU's thread-pool bookkeeping and the spans that enclose its operations: not operations themselves.
-IGNORED_PREFIXES = ("ThreadpoolListener", "ThunkExecutor")
+# XLA CPU's thread-pool bookkeeping, the spans that enclose its operations and their end markers: not operations.
+IGNORED_PREFIXES = ("ThreadpoolListener", "ThunkExecutor", "end: ")
 
 
 def op_lines(profile: ProfileData) -> list:
@@ -47,18 +54,42 @@ def op_lines(profile: ProfileData) -> list:
           for line in plane.lines if line.name.startswith(("tf_XLAPjRtCpuClient", "tf_XLAEigen"))]
 
 
-def top_ops(trace: Path, count: int, steps: int) -> tuple[list[list], float]:
-  """The `count` operations with the most time per step ([name, ms, share of the traced time]) and the traced ms per
-  step, from the newest .xplane.pb under `trace`."""
+def op_sources(hlo_texts: Sequence[str]) -> dict[tuple[str, str], str]:
+  """(HLO module, instruction) -> the instruction's source: its op_name metadata without the `jit(...)/` prefix and
+  the gradient-accumulation loop's `while/body/closed_call/`, layer numbers as `layer_N`; where XLA kept no op_name
+  (conversions, copies it added), the result's shape in parentheses. From compiled programs' HLO text."""
+  sources = {}
+  for text in hlo_texts:
+    module = re.match(r"HloModule ([\w.\-]+)", text)
+    for line in text.splitlines():
+      instruction = re.match(r"\s*(?:ROOT )?%?([\w.\-]+) = (\S+) ", line)
+      if instruction:
+        op = re.search(r'op_name="([^"]*)"', line)
+        source = re.sub(r"^(jit\([^)]*\)/)?(while/body/)?(closed_call/)?", "", op.group(1)) if op else ""
+        sources[(module.group(1) if module else "", instruction.group(1))] = (
+            re.sub(r"layer_\d+", "layer_N", source) or f"({instruction.group(2)})")
+  return sources
+
+
+def top_ops(trace: Path, count: int, steps: int, sources: dict[tuple[str, str], str] | None = None
+            ) -> tuple[list[list], list[list], float]:
+  """From the newest .xplane.pb under `trace`: the `count` operations with the most time per step ([name, ms, share
+  of the traced time, source]), the `count` sources with the most ([source, ms, share]) and the traced ms per step."""
   path = max(trace.rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
-  totals = collections.Counter()
+  totals, source_of = collections.Counter(), {}
   for line in op_lines(ProfileData.from_file(str(path))):
     for event in line.events:
       if event.duration_ns > 0 and not event.name.startswith(IGNORED_PREFIXES):
         totals[event.name] += event.duration_ns
+        module = dict(event.stats).get("hlo_module", "")
+        source_of[event.name] = (sources or {}).get((module, event.name), "")
+  by_source = collections.Counter()
+  for name, ns in totals.items():
+    by_source[source_of[name] or "(no source)"] += ns
   traced = sum(totals.values()) or 1.0
-  return ([[name, round(ns / steps / 1e6, 3), round(ns / traced, 3)] for name, ns in totals.most_common(count)],
-          traced / steps / 1e6)
+  row = lambda ns: [round(ns / steps / 1e6, 3), round(ns / traced, 3)]
+  return ([[name, *row(ns), source_of[name]] for name, ns in totals.most_common(count)],
+          [[source, *row(ns)] for source, ns in by_source.most_common(count)], traced / steps / 1e6)
 
 
 def main() -> None:
@@ -84,13 +115,17 @@ def main() -> None:
   trace = args.trace_dir / time.strftime("%Y%m%d-%H%M%S")
   with jax.profiler.trace(str(trace)):
     seconds = timed(step, args.steps)
-  top, traced_ms = top_ops(trace, args.top, args.steps)
-  print(f"{'operation':60s} {'ms/step':>9s} {'share':>6s}")
-  for name, ms, share in top:
-    print(f"{name[:60]:60s} {ms:9.3f} {share:6.1%}")
+  top, top_sources, traced_ms = top_ops(trace, args.top, args.steps, op_sources(step.compiled_text()))
+  print(f"{'operation':28s} {'ms/step':>9s} {'share':>6s}  source")
+  for name, ms, share, source in top:
+    print(f"{name[:28]:28s} {ms:9.3f} {share:6.1%}  {source[:100]}")
+  print(f"\n{'source (layers merged)':100s} {'ms/step':>9s} {'share':>6s}")
+  for source, ms, share in top_sources:
+    print(f"{source[:100]:100s} {ms:9.3f} {share:6.1%}")
   step_s = statistics.median(seconds)
   print(f"step {step_s * 1e3:.1f} ms (traced), operations {traced_ms:.1f} ms per step; trace {trace}")
-  print(json.dumps({"top": top, "traced_ms_per_step": round(traced_ms, 3), "step_s": round(step_s, 4),
+  print(json.dumps({"top": top, "top_sources": top_sources, "traced_ms_per_step": round(traced_ms, 3),
+                    "step_s": round(step_s, 4),
                     "trace": str(trace), "size": args.size, "seq": args.seq, "batch": args.batch,
                     "precision": args.precision, "device": jax.devices()[0].device_kind}))
 
