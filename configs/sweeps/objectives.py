@@ -1,7 +1,7 @@
 """Which pretraining objectives help? MLM, MLM+NSP, MLM+SBO, MLM+NSP+SBO and ELECTRA pretrained on WikiText-2 with the
 same steps, batch and row length, each then fine-tuned on SICK (NLI), CoNLL-2003 (NER, BIO tagging) and SQuAD
-(extractive QA; left out with a line on stderr where its preset does not exist) with 2 seeds; the small budget trains
-SQuAD 300 steps on windows of 128 (TASK_FIELDS).
+(extractive QA; left out with a line on stderr where its preset does not exist) with 2 seeds; SQuAD's windows are
+128 subwords like the pretraining rows, and the small budget trains it 300 steps (TASK_FIELDS).
 
   python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/objectives  # 2 cores
   python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=base --root runs/obj_base --print
@@ -56,11 +56,14 @@ FINETUNE = {
     "gpu": {"regime": "full", "epochs": 3},
     "base": {"regime": "full"},
 }
-# Fields of one task's runs at one budget, over FINETUNE's. Small: SQuAD's 3 epochs of 384-subword windows would take
-# ~45 min a run on 2 cores, and pretraining rows are 128 subwords (later positions stay untrained), so SQuAD trains
-# 300 steps of batch 32 (the suite's small budget) on windows of 128: questions cut at 32 subwords, 64 apart.
-TASK_FIELDS = {"small": {"squad": {"num_train_steps": 300, "task.max_length": 128, "task.max_question_length": 32,
-                                   "task.doc_stride": 64, "data.buckets": (128,)}}}
+# SQuAD's windows: pretraining rows are 128 subwords at every budget, so positions past 128 would stay untrained;
+# questions cut at 32 subwords, windows 64 apart.
+SQUAD_WINDOWS = {"task.max_length": 128, "task.max_question_length": 32, "task.doc_stride": 64, "data.buckets": (128,)}
+# Fields of one task's runs at one budget, over FINETUNE's. Small: SQuAD's 3 epochs would take ~45 min a run on 2
+# cores, so it trains 300 steps of batch 32 (the suite's small budget). Tiny: windows of 32 hold 17 context subwords.
+TASK_FIELDS = {"tiny": {"squad": {"task.max_question_length": 12, "task.doc_stride": 8}},
+               "small": {"squad": {"num_train_steps": 300, **SQUAD_WINDOWS}},
+               "gpu": {"squad": SQUAD_WINDOWS}, "base": {"squad": SQUAD_WINDOWS}}
 
 
 def equal_flops_steps(size: str, fields: dict) -> int:

@@ -91,6 +91,9 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
     assert {c.group for c in children} == {f"{parent.name}__{named(t)}" for t in tasks}
   base = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=base")), "r")
   assert base[0].config == "configs/pretrain.py:size=base,objectives=mlm"
+  # SQuAD's windows are the pretraining rows' 128 subwords at every budget (later positions would be untrained).
+  assert {p.overrides["task.max_length"] for p in base if "squad" in p.name} == {128}
+  assert {p.overrides.get("data.max_length", 128) for p in base if p.parent is None} == {128}
   with pytest.raises(ConfigError, match="budget='huge'"):
     sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=huge"))
 
