@@ -39,6 +39,9 @@ def test_keeps_latest_and_best(tmp_path, config):
   manager.close()
 
 
+# Reading the garbage fails while other tensorstore reads are in flight; one of them sometimes completes after orbax
+# closed its event loop, and Python reports the ignored "Event loop is closed" (about 1 run in 5): not this code's.
+@pytest.mark.filterwarnings("ignore:Exception ignored in:pytest.PytestUnraisableExceptionWarning")
 def test_corrupt_latest_falls_back_and_is_kept(tmp_path, config, capsys):
   config.keep_checkpoints = 3
   manager = checkpointing.create_manager(tmp_path, config)
