@@ -49,7 +49,7 @@ from encoder import errors, files
 
 ARG_PREFIX = ":"  # Point keys starting with it are the config file's string arguments.
 CHAIN_SEPARATOR = "__"  # Between a chained point's parent name and its own.
-MAX_NAME = 120  # Longer names are cut and end with a hash of the whole name.
+MAX_NAME = 120  # Longer names are cut (point_name).
 LOG_NAME = "sweep.jsonl"
 POINT_FILE = "sweep_point.json"
 CACHE_ENV, CACHE_DIR = "JAX_COMPILATION_CACHE_DIR", "xla_cache"  # The points' shared compilation cache.
@@ -82,7 +82,7 @@ def _name_part(key: str, value: Any) -> str:
 
 def point_name(overrides: dict[str, Any]) -> str:
   """The workdir name of a point: its `key-value` pairs joined by '_', unsafe characters as '-' ('base' if none). A
-  longer name than MAX_NAME is cut and ends with a hash of what was cut, then the seed, so that `--only '*seed-1'` and
+  longer name than MAX_NAME is cut and ends with a hash of the name without its seed, then the seed, so that `--only '*seed-1'` and
   the eye still find a run's seed."""
   name = "_".join(_name_part(k, v) for k, v in overrides.items()) or "base"
   if len(name) > MAX_NAME:
