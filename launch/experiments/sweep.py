@@ -82,8 +82,8 @@ def _name_part(key: str, value: Any) -> str:
 
 def point_name(overrides: dict[str, Any]) -> str:
   """The workdir name of a point: its `key-value` pairs joined by '_', unsafe characters as '-' ('base' if none). A
-  longer name than MAX_NAME is cut and ends with a hash of the name without its seed, then the seed, so that `--only '*seed-1'` and
-  the eye still find a run's seed."""
+  longer name than MAX_NAME is cut and ends with a hash of the name without its seed, then the seed, so that
+  `--only '*seed-1'` and the eye still find a run's seed."""
   name = "_".join(_name_part(k, v) for k, v in overrides.items()) or "base"
   if len(name) > MAX_NAME:
     seed = f"_{_name_part(SEED_KEY, overrides[SEED_KEY])}" if SEED_KEY in overrides else ""
