@@ -42,7 +42,7 @@ TASK_PRESETS: dict[str, dict] = {
                             case_features=16, metric="f1", epochs=8, learning_rate=1e-4),
     # Extractive QA; the HF reference's recipe with its epochs chosen on the held-out articles (1 or 2: 2;
     # docs/question_answering.md, "The preset"). Windows of 384 subwords, 128 apart: most contexts fit one. Buckets
-    # every 32 subwords, those not worth their compilation pruned (nine kept for the training set).
+    # every 32 subwords, those not worth their compilation pruned (ten kept for two epochs, nine for one).
     "squad": dict(name="question_answering", dataset="squad", metric="f1", max_length=384, epochs=2,
                   learning_rate=1e-4, buckets=tuple(range(64, 385, 32))),
     "ud_pos": dict(name="tagging", dataset="ud_ewt_upos", scheme="", metric="accuracy", epochs=5,
