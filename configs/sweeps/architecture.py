@@ -1,10 +1,11 @@
 """Which architecture switches help? The plain BERT encoder against each switch of encoder.config.ARCHITECTURES
 (pre-LN, rotary positions, GeGLU, SwiGLU, no biases, local/global attention) and ModernBERT's set, pretrained with MLM
-on WikiText-2 for the same FLOPs, each then fine-tuned on SICK (NLI) and CoNLL-2003 (NER) with 2 seeds.
+on WikiText-2 for the same FLOPs, each then fine-tuned on SICK (NLI), CoNLL-2003 (NER) and SQuAD (extractive QA, with
+the objectives ablation's windows and steps) with 2 seeds.
 
   python -m launch.experiments.sweep --sweep configs/sweeps/architecture.py:budget=small --root runs/arch  # 2 cores
   python -m launch.experiments.sweep --sweep configs/sweeps/architecture.py:budget=base --root runs/arch --print
-  python -m launch.experiments.report runs/arch --baseline arch-bert__task-sick   # and __task-conll2003
+  python -m launch.experiments.report runs/arch --baseline arch-bert__task-sick   # and the conll2003 and squad groups
 
 Equal compute: every point runs the same steps, batch and rows. The switches cost the same FLOPs per token as the
 plain encoder except a gated feed-forward (GeGLU, SwiGLU, ModernBERT's), whose three matrices of intermediate width I
@@ -15,14 +16,14 @@ the far ones, so they save no FLOPs here. ModernBERT's set has no segment embedd
 """
 
 from configs import common
-from configs.sweeps.objectives import FINETUNE, PRETRAIN, TINY_DATA
-from configs.sweeps.points import seeds, grid
+from configs.sweeps.objectives import FINETUNE, PRETRAIN, TASK_FIELDS, TINY_DATA
+from configs.sweeps.points import available_presets, seeds
 from encoder.config import PRESETS
 from encoder.errors import ConfigError
 
 ARCHES = ("bert", "pre_ln", "rope", "geglu", "swiglu", "no_bias", "local_global", "modernbert")
 GATED = ("geglu", "swiglu", "modernbert")  # Narrowed to equal FLOPs (module docstring).
-TASKS = ("sick", "conll2003")
+TASKS = ("sick", "conll2003", "squad")
 SEEDS = (0, 1)
 
 
@@ -32,7 +33,7 @@ def equal_flops_width(intermediate_size: int) -> int:
 
 
 def get_sweep(arg: str | None = None) -> dict:
-  """8 pretraining points, each followed by 2 tasks x 2 seeds of fine-tuning (40 runs)."""
+  """8 pretraining points, each followed by 3 tasks x 2 seeds of fine-tuning (56 runs)."""
   budget = common.parse_arg(arg, budget="small").budget
   if budget not in PRETRAIN:
     raise ConfigError(f"configs/sweeps/architecture.py: budget={budget!r}; expected one of {', '.join(PRETRAIN)}")
@@ -46,4 +47,5 @@ def get_sweep(arg: str | None = None) -> dict:
   points = [{":arch": arch, **(narrow if arch in GATED else {})} for arch in ARCHES]
   return {"config": f"configs/pretrain.py:size={size},objectives=mlm", "common": fields, "points": points,
           "then": {"config": "configs/finetune.py", "common": FINETUNE[budget],
-                   "points": seeds(grid(**{":task": TASKS}), SEEDS)}}
+                   "points": seeds([{":task": t, **TASK_FIELDS.get(budget, {}).get(t, {})}
+                                    for t in available_presets(TASKS, "configs/sweeps/architecture.py")], SEEDS)}}
