@@ -16,15 +16,13 @@ the far ones, so they save no FLOPs here. ModernBERT's set has no segment embedd
 """
 
 from configs import common
-from configs.sweeps.objectives import FINETUNE, PRETRAIN, TASK_FIELDS, TINY_DATA
-from configs.sweeps.points import available_presets, seeds
+from configs.sweeps.objectives import PRETRAIN, TINY_DATA, finetuning
 from encoder.config import PRESETS
 from encoder.errors import ConfigError
 
 ARCHES = ("bert", "pre_ln", "rope", "geglu", "swiglu", "no_bias", "local_global", "modernbert")
 GATED = ("geglu", "swiglu", "modernbert")  # Narrowed to equal FLOPs (module docstring).
 TASKS = ("sick", "conll2003", "squad")
-SEEDS = (0, 1)
 
 
 def equal_flops_width(intermediate_size: int) -> int:
@@ -46,6 +44,4 @@ def get_sweep(arg: str | None = None) -> dict:
   narrow = {"model.intermediate_size": equal_flops_width(intermediate)}
   points = [{":arch": arch, **(narrow if arch in GATED else {})} for arch in ARCHES]
   return {"config": f"configs/pretrain.py:size={size},objectives=mlm", "common": fields, "points": points,
-          "then": {"config": "configs/finetune.py", "common": FINETUNE[budget],
-                   "points": seeds([{":task": t, **TASK_FIELDS.get(budget, {}).get(t, {})}
-                                    for t in available_presets(TASKS, "configs/sweeps/architecture.py")], SEEDS)}}
+          "then": finetuning(budget, TASKS, "configs/sweeps/architecture.py")}

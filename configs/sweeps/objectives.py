@@ -66,6 +66,14 @@ TASK_FIELDS = {"tiny": {"squad": {"task.max_question_length": 12, "task.doc_stri
                "gpu": {"squad": SQUAD_WINDOWS}, "base": {"squad": SQUAD_WINDOWS}}
 
 
+def finetuning(budget: str, tasks: tuple[str, ...], sweep_file: str) -> dict:
+  """The fine-tuning that follows each pretraining point of an ablation: every task with a preset (the others named
+  on stderr) x SEEDS, with the budget's FINETUNE and TASK_FIELDS."""
+  return {"config": "configs/finetune.py", "common": FINETUNE[budget],
+          "points": seeds([{":task": t, **TASK_FIELDS.get(budget, {}).get(t, {})}
+                           for t in available_presets(tasks, sweep_file)], SEEDS)}
+
+
 def equal_flops_steps(size: str, fields: dict) -> int:
   """ELECTRA's steps whose FLOPs equal MLM's fields["num_train_steps"] (encoder.flops.step_flops, as the engine
   counts a step: ELECTRA's generator at every token; MLM's last block at [CLS] and the masked rows alone, which is all
@@ -91,6 +99,4 @@ def get_sweep(arg: str | None = None) -> dict:
   electra = {"num_train_steps": equal_flops_steps(size, fields)}
   return {"config": f"configs/pretrain.py:size={size}", "common": fields,
           "points": [{":objectives": o, **(electra if o == "electra" else {})} for o in OBJECTIVES],
-          "then": {"config": "configs/finetune.py", "common": FINETUNE[budget],
-                   "points": seeds([{":task": t, **TASK_FIELDS.get(budget, {}).get(t, {})}
-                                    for t in available_presets(TASKS, "configs/sweeps/objectives.py")], SEEDS)}}
+          "then": finetuning(budget, TASKS, "configs/sweeps/objectives.py")}
