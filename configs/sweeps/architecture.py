@@ -1,11 +1,11 @@
 """Which architecture switches help? The plain BERT encoder against each switch of encoder.config.ARCHITECTURES
 (pre-LN, rotary positions, GeGLU, SwiGLU, no biases, local/global attention) and ModernBERT's set, pretrained with MLM
-on WikiText-2 for the same FLOPs, each then fine-tuned on SICK (NLI), CoNLL-2003 (NER) and SQuAD (extractive QA, with
-the objectives ablation's windows and steps) with 2 seeds.
+on WikiText-2 for the same FLOPs, each then fine-tuned on the checkpoint suite's tasks with 2 seeds, as the
+objectives ablation's points are (configs/sweeps/objectives.py: its TASKS, FINETUNE and TASK_FIELDS).
 
   python -m launch.experiments.sweep --sweep configs/sweeps/architecture.py:budget=small --root runs/arch  # 2 cores
   python -m launch.experiments.sweep --sweep configs/sweeps/architecture.py:budget=base --root runs/arch --print
-  python -m launch.experiments.report runs/arch --baseline arch-bert__task-sick   # and the conll2003 and squad groups
+  python -m launch.experiments.suite_report runs/arch --by-point --baseline arch-bert   # points x tasks, p-values
 
 Equal compute: every point runs the same steps, batch and rows. The switches cost the same FLOPs per token as the
 plain encoder except a gated feed-forward (GeGLU, SwiGLU, ModernBERT's), whose three matrices of intermediate width I
@@ -16,13 +16,12 @@ the far ones, so they save no FLOPs here. ModernBERT's set has no segment embedd
 """
 
 from configs import common
-from configs.sweeps.objectives import PRETRAIN, TINY_DATA, finetuning
+from configs.sweeps.objectives import PRETRAIN, TASKS, TINY_DATA, finetuning
 from encoder.config import PRESETS
 from encoder.errors import ConfigError
 
 ARCHES = ("bert", "pre_ln", "rope", "geglu", "swiglu", "no_bias", "local_global", "modernbert")
 GATED = ("geglu", "swiglu", "modernbert")  # Narrowed to equal FLOPs (module docstring).
-TASKS = ("sick", "conll2003", "squad")
 
 
 def equal_flops_width(intermediate_size: int) -> int:
@@ -31,7 +30,7 @@ def equal_flops_width(intermediate_size: int) -> int:
 
 
 def get_sweep(arg: str | None = None) -> dict:
-  """8 pretraining points, each followed by 3 tasks x 2 seeds of fine-tuning (56 runs)."""
+  """8 pretraining points, each followed by 7 tasks x 2 seeds of fine-tuning (120 runs)."""
   budget = common.parse_arg(arg, budget="small").budget
   if budget not in PRETRAIN:
     raise ConfigError(f"configs/sweeps/architecture.py: budget={budget!r}; expected one of {', '.join(PRETRAIN)}")

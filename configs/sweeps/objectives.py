@@ -1,11 +1,13 @@
 """Which pretraining objectives help? MLM, MLM+NSP, MLM+SBO, MLM+NSP+SBO and ELECTRA pretrained on WikiText-2 with the
-same steps, batch and row length, each then fine-tuned on SICK (NLI), CoNLL-2003 (NER, BIO tagging) and SQuAD
-(extractive QA; left out with a line on stderr where its preset does not exist) with 2 seeds; SQuAD's windows are
-128 subwords like the pretraining rows, and the small budget trains it 300 steps (TASK_FIELDS).
+same steps, batch and row length, each then fine-tuned on the checkpoint suite's tasks (configs/sweeps/suite.py:
+SST-2, MRPC, SICK, SICK relatedness, CoNLL-2003, UD POS, SQuAD; a task without a preset is left out with a line on
+stderr) with 2 seeds; SQuAD's windows are 128 subwords like the pretraining rows, and the small budget trains SQuAD
+and SST-2 300 steps (TASK_FIELDS). `launch.experiments.suite_report ROOT --by-point --baseline objectives-mlm` gives
+the table of points x tasks with the suite average and p-values against MLM.
 
   python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=small --root runs/objectives  # 2 cores
   python -m launch.experiments.sweep --sweep configs/sweeps/objectives.py:budget=base --root runs/obj_base --print
-  python -m launch.experiments.report runs/objectives --baseline objectives-mlm__task-sick   # and __task-conll2003, ...
+  python -m launch.experiments.suite_report runs/objectives --by-point --baseline objectives-mlm
 
 String arguments: budget: "small" (mini encoder L4/H256, 1,000 steps of batch 32; the 2-core CPU), "gpu" (mini,
 6,000 steps of batch 128 in bf16, 12 input worker processes; a few minutes per point on one GPU), "base" (base
@@ -20,6 +22,7 @@ the presets' top_k=6 assumes MiniLM's 6 layers.
 """
 
 from configs import common, pretrain
+from configs.sweeps import suite
 from configs.sweeps.points import available_presets, seeds
 from encoder import flops
 from encoder.config import from_fields
@@ -27,7 +30,7 @@ from encoder.errors import ConfigError
 from objectives import objective, registry
 
 OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sbo", "mlm+nsp+sbo", "electra")
-TASKS = ("sick", "conll2003", "squad")  # squad: SpanBERT's headline task.
+TASKS = suite.TASKS  # Its squad: SpanBERT's headline task.
 SEEDS = (0, 1)
 # Pretraining: the config-file size and the engine fields shared by the objectives (the same steps and batch).
 PRETRAIN = {
@@ -60,9 +63,11 @@ FINETUNE = {
 # questions cut at 32 subwords, windows 64 apart.
 SQUAD_WINDOWS = {"task.max_length": 128, "task.max_question_length": 32, "task.doc_stride": 64, "data.buckets": (128,)}
 # Fields of one task's runs at one budget, over FINETUNE's. Small: SQuAD's 3 epochs would take ~45 min a run on 2
-# cores, so it trains 300 steps of batch 32 (the suite's small budget). Tiny: windows of 32 hold 17 context subwords.
-TASK_FIELDS = {"tiny": {"squad": {"task.max_question_length": 12, "task.doc_stride": 8}},
-               "small": {"squad": {"num_train_steps": 300, **SQUAD_WINDOWS}},
+# cores and SST-2's are 6,300 steps, so both train 300 steps of batch 32 (the suite's small budget). Tiny: windows of
+# 32 hold 17 context subwords; SST-2 has no labelled test split.
+TASK_FIELDS = {"tiny": {"squad": {"task.max_question_length": 12, "task.doc_stride": 8},
+                        "sst2": {"task.test_split": ""}},
+               "small": {"squad": {"num_train_steps": 300, **SQUAD_WINDOWS}, "sst2": {"num_train_steps": 300}},
                "gpu": {"squad": SQUAD_WINDOWS}, "base": {"squad": SQUAD_WINDOWS}}
 
 
@@ -88,7 +93,7 @@ def equal_flops_steps(size: str, fields: dict) -> int:
 
 
 def get_sweep(arg: str | None = None) -> dict:
-  """5 pretraining points, each followed by 3 tasks x 2 seeds of fine-tuning (35 runs)."""
+  """5 pretraining points, each followed by 7 tasks x 2 seeds of fine-tuning (75 runs)."""
   budget = common.parse_arg(arg, budget="small").budget
   if budget not in PRETRAIN:
     raise ConfigError(f"configs/sweeps/objectives.py: budget={budget!r}; expected one of {', '.join(PRETRAIN)}")

@@ -91,6 +91,7 @@ def load_run(workdir: Path) -> dict[str, Any]:
   rates = [r["train/tokens_per_second"] for r in records if "train/tokens_per_second" in r]
   dev_metric = config.get("best_metric") or "eval/loss"
   return {"name": workdir.name, "workdir": str(workdir), "group": point.get("group", workdir.name),
+          "parent": point.get("parent"),  # The pretraining point a sweep's fine-tuning run started from.
           "seed": config.get("seed", 0), "kind": kind, "task": task,
           "finished": bool(results) and not results.get("stopped_early", False), "scores": scores,
           "steps": results.get("step") if results else None, "wall_s": point.get("wall_s"),

@@ -3,6 +3,7 @@ average, and with a second suite the two checkpoints compared task by task with 
 
   python -m launch.experiments.suite_report runs/suite_minilm                       # one checkpoint
   python -m launch.experiments.suite_report runs/suite_minilm runs/suite_mini --out runs/suite_report   # A vs B
+  python -m launch.experiments.suite_report runs/arch --by-point --baseline arch-bert   # an ablation's points
 
 A path is a sweep root (or any directory of fine-tuning workdirs). Its finished runs are grouped by task: the preset
 named in the point's config spec (`task=mrpc`, sweep_point.json), else the kind of run (family and dataset; such
@@ -12,8 +13,10 @@ test, or on dev where the preset has no test split (SST-2). The suite average is
 (of the tasks both checkpoints ran, when there are two). The p-value is `tasks.scoring.bootstrap.
 median_over_seeds_bootstrap` on the runs' prediction files: every seed's predictions scored on the same resampled
 test set, the median over seeds of each checkpoint compared, tested in the direction of the observed difference (that
-the better one's lead is not chance). Writes OUT/suite.md and OUT/suite.json (every number); OUT defaults to
-PATH/suite_report for one path, else suite_report.
+the better one's lead is not chance). An ablation's root (configs/sweeps/objectives.py, architecture.py) holds the
+fine-tuning runs of several pretraining points: `--by-point` reads each point's runs (sweep_point.json's parent) as
+one suite and gives a table of points x tasks, each point compared with `--baseline` task by task. Writes
+OUT/suite.md and OUT/suite.json (every number); OUT defaults to PATH/suite_report for one path, else suite_report.
 """
 
 import argparse
@@ -43,13 +46,42 @@ def task_key(run: dict[str, Any]) -> str:
   return arguments.get("task") or run["kind"]
 
 
-def task_runs(path: str | Path) -> dict[str, list[dict[str, Any]]]:
-  """{task: its finished fine-tuning runs, by seed} of a suite directory."""
+def finished_runs(path: str | Path) -> list[dict[str, Any]]:
+  """The finished fine-tuning runs of a directory (report.load_run's records)."""
+  return [run for run in map(report.load_run, report.find_workdirs([path])) if run["task"] and run["finished"]]
+
+
+def by_task(runs: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+  """{task: its runs, by seed}."""
   tasks: dict[str, list[dict[str, Any]]] = {}
-  for run in map(report.load_run, report.find_workdirs([path])):
-    if run["task"] and run["finished"]:
-      tasks.setdefault(task_key(run), []).append(run)
+  for run in runs:
+    tasks.setdefault(task_key(run), []).append(run)
   return {task: sorted(runs, key=lambda r: r["seed"]) for task, runs in tasks.items()}
+
+
+def task_runs(path: str | Path) -> dict[str, list[dict[str, Any]]]:
+  """{task: its finished fine-tuning runs, by seed} of a suite directory; an error where they started from several
+  pretraining points (an ablation's root, which --by-point reads)."""
+  runs = finished_runs(path)
+  parents = sorted({str(run["parent"]) for run in runs})
+  if len(parents) > 1:
+    raise errors.UserError(f"{path}: fine-tuning runs from {len(parents)} pretraining points ({', '.join(parents)}); "
+                           "expected one checkpoint's suite (compare an ablation's points with --by-point)")
+  return by_task(runs)
+
+
+def point_runs(path: str | Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+  """{pretraining point: {task: its finished fine-tuning runs, by seed}} of an ablation's sweep root."""
+  points: dict[str, list[dict[str, Any]]] = {}
+  for run in finished_runs(path):
+    if run["parent"] is not None:
+      points.setdefault(run["parent"], []).append(run)
+  return {point: by_task(runs) for point, runs in points.items()}
+
+
+def task_order(suites: Sequence[dict[str, Any]]) -> list[str]:
+  """The tasks of the suites: the suite's order (configs/sweeps/suite.py), then any other task."""
+  return list(dict.fromkeys([t for t in suite.TASKS if any(t in s for s in suites)] + [t for s in suites for t in s]))
 
 
 def scored_split(run: dict[str, Any]) -> str:
@@ -143,8 +175,7 @@ def compare_task(runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[str, An
 def build(paths: Sequence[str | Path], samples: int = DEFAULT_SAMPLES) -> dict[str, Any]:
   """The report's numbers: per suite the task rows and the average; with two suites, the comparison."""
   suites = [task_runs(path) for path in paths]
-  tasks = list(dict.fromkeys([t for t in suite.TASKS if any(t in s for s in suites)]
-                             + [t for s in suites for t in s]))  # The suite's order, then any other task.
+  tasks = task_order(suites)
   rows = [{task: summarize(runs) for task, runs in s.items()} for s in suites]
   shared = [t for t in tasks if all(t in r for r in rows)]
   out = {"paths": [str(p) for p in paths], "tasks": tasks, "rows": rows, "shared": shared,
@@ -156,10 +187,38 @@ def build(paths: Sequence[str | Path], samples: int = DEFAULT_SAMPLES) -> dict[s
   return out
 
 
+def build_points(path: str | Path, baseline: str | None, samples: int = DEFAULT_SAMPLES) -> dict[str, Any]:
+  """The by-point report's numbers: per pretraining point its task rows and suite average (over the tasks every point
+  ran) and, with a baseline point, every other point compared with it task by task."""
+  points = point_runs(path)
+  if not points:
+    raise errors.UserError(f"{path}: no finished fine-tuning run of a sweep's pretraining point (sweep_point.json "
+                           "with a parent) found")
+  if baseline is not None and baseline not in points:
+    raise errors.UserError(f"--baseline {baseline}: no finished fine-tuning run from that point in {path}; "
+                           f"expected one of {', '.join(points)}")
+  tasks = task_order(list(points.values()))
+  rows = {point: {task: summarize(runs) for task, runs in s.items()} for point, s in points.items()}
+  shared = [t for t in tasks if all(t in r for r in rows.values())]
+  out = {"path": str(path), "baseline": baseline, "points": list(points), "tasks": tasks, "rows": rows,
+         "shared": shared, "averages": {point: suite_average(r, shared) for point, r in rows.items()},
+         "unfinished": report.unfinished_points([path])}
+  if baseline is not None:
+    out["comparison"] = {point: {t: compare_task(s[t], points[baseline][t], samples) for t in tasks
+                                 if t in s and t in points[baseline]}
+                         for point, s in points.items() if point != baseline}
+  return out
+
+
 def _cell(row: dict[str, Any] | None) -> str:
   if row is None:
     return "–"
   return f"{row['median']:.2f} ({', '.join(f'{v:.2f}' for v in row['values'])})"
+
+
+def p_text(compared: dict[str, Any]) -> str:
+  """A comparison's p-value to 4 decimals; one no resample reversed as '< 1/samples'."""
+  return f"< {1 / compared['samples']:g}" if compared["p_value"] == 0 else f"{compared['p_value']:.4f}"
 
 
 def _winner(better: str) -> str:
@@ -186,7 +245,7 @@ def markdown(numbers: dict[str, Any]) -> str:
     if two:
       c = numbers["comparison"].get(task)
       cells += ["–", "–"] if c is None else [
-          f"{c['delta']:+.2f}", c["note"] or f"{c['p_value']:.4f} ({_winner(c['better'])})"]
+          f"{c['delta']:+.2f}", c["note"] or f"{p_text(c)} ({_winner(c['better'])})"]
     parts.append("| " + " | ".join(cells) + " |")
   averages = [f"{a:.2f}" if a is not None else "–" for a in numbers["averages"]]
   delta = (f"{numbers['averages'][0] - numbers['averages'][1]:+.2f}" if two and None not in numbers["averages"]
@@ -202,16 +261,60 @@ def markdown(numbers: dict[str, Any]) -> str:
   return "\n".join(parts) + "\n"
 
 
-def write(paths: Sequence[str | Path], out: str | Path, samples: int = DEFAULT_SAMPLES) -> dict[str, Any]:
-  """Writes OUT/suite.md and OUT/suite.json; returns the numbers."""
+def markdown_points(numbers: dict[str, Any]) -> str:
+  """The by-point report as markdown: one row per pretraining point, one column per task, then the suite average."""
+  rows, baseline, comparison = numbers["rows"], numbers["baseline"], numbers.get("comparison", {})
+  points = ([baseline] if baseline else []) + [p for p in numbers["points"] if p != baseline]
+  most = max(len(r["seeds"]) for row in rows.values() for r in row.values())
+  parts = ["# Checkpoint suite per pretraining point", "", f"- root: `{numbers['path']}`",
+           *([f"- baseline: `{baseline}`"] if baseline else []), "",
+           "Per cell: the median over seeds of the task's metric (percent, results.json; test, dev where the preset "
+           f"has none) over {most} seeds (fewer where a cell says so)"
+           + (". Against the baseline: the difference of medians and the paired bootstrap's p (median over seeds of "
+              "each side scored on the same resamples) that the better side's lead is not chance: a point ahead with "
+              "p < 0.05 is better, one behind with p < 0.05 worse." if baseline else ".")
+           + " Suite average: the mean of the task medians over the tasks every point ran.", ""]
+  first = {t: next(r[t] for r in rows.values() if t in r) for t in numbers["tasks"]}
+  head = ["point", *(f"{t} ({first[t]['split']} {first[t]['metric']})" for t in numbers["tasks"]),
+          f"suite average ({len(numbers['shared'])} tasks)"]
+  parts += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for point in points:
+    cells = [f"{point} (baseline)" if point == baseline else point]
+    for task in numbers["tasks"]:
+      row, c = rows[point].get(task), comparison.get(point, {}).get(task)
+      if row is None:
+        cells.append("–")
+        continue
+      count = len(row["seeds"])
+      text = f"{row['median']:.2f}" + (f" [{count} seed{'s' * (count > 1)}]" if count != most else "")
+      if c is not None:
+        text += f" ({c['delta']:+.2f}, {c['note'] or 'p ' + p_text(c)})"
+      cells.append(text)
+    average, base = numbers["averages"][point], numbers["averages"].get(baseline)
+    cells.append("–" if average is None else f"**{average:.2f}**" + (
+        f" ({average - base:+.2f})" if point != baseline and base is not None else ""))
+    parts.append("| " + " | ".join(cells) + " |")
+  if numbers["unfinished"]:
+    parts += ["", "Not finished (sweep.jsonl; not in the table):", ""]
+    parts += [f"- {name}: {why}" for name, why in numbers["unfinished"].items()]
+  return "\n".join(parts) + "\n"
+
+
+def write(paths: Sequence[str | Path], out: str | Path, samples: int = DEFAULT_SAMPLES, by_point: bool = False,
+          baseline: str | None = None) -> dict[str, Any]:
+  """Writes OUT/suite.md and OUT/suite.json; returns the numbers. by_point: one ablation root, a row per point."""
+  if by_point and len(paths) != 1:
+    raise errors.UserError(f"--by-point reads one ablation's sweep root, got {len(paths)} paths")
+  if baseline is not None and not by_point:
+    raise errors.UserError("--baseline names an ablation's point: it needs --by-point")
   if not 1 <= len(paths) <= 2:
     raise errors.UserError(f"expected one suite directory, or two to compare, got {len(paths)}")
-  numbers = build(paths, samples)
+  numbers = build_points(paths[0], baseline, samples) if by_point else build(paths, samples)
   if not numbers["tasks"]:
     raise errors.UserError(f"{', '.join(map(str, paths))}: no finished fine-tuning run found")
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
-  (out / "suite.md").write_text(markdown(numbers), encoding="utf-8")
+  (out / "suite.md").write_text((markdown_points if by_point else markdown)(numbers), encoding="utf-8")
   (out / "suite.json").write_text(json.dumps(numbers, indent=1) + "\n", encoding="utf-8")
   return numbers
 
@@ -223,9 +326,12 @@ def suite_main(argv: Sequence[str] | None = None) -> None:
   parser.add_argument("paths", nargs="+", help="a suite's sweep root, or two (A then B) to compare")
   parser.add_argument("--out", help="output directory (default: <path>/suite_report for one path, else suite_report)")
   parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="bootstrap samples")
+  parser.add_argument("--by-point", action="store_true",
+                      help="an ablation's root: one row per pretraining point (sweep_point.json's parent)")
+  parser.add_argument("--baseline", help="with --by-point: the point every other is compared with (p-values)")
   args = parser.parse_args(argv)
   out = Path(args.out or (Path(args.paths[0]) / "suite_report" if len(args.paths) == 1 else "suite_report"))
-  write(args.paths, out, args.samples)
+  write(args.paths, out, args.samples, args.by_point, args.baseline)
   print((out / "suite.md").read_text(encoding="utf-8"), end="")
 
 

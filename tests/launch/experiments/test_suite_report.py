@@ -11,6 +11,7 @@ import scipy.stats
 import seqeval.metrics
 from sklearn.metrics import accuracy_score, f1_score
 
+from encoder import errors
 from launch.experiments import suite_report
 from tests.tasks.scoring.test_squad import official_f1_score, official_metric_max_over_ground_truths
 
@@ -69,10 +70,11 @@ def _predict(task: str, gold, rng: random.Random, noise: float):
   return [rng.choice("01") if rng.random() < noise else g for g in gold]
 
 
-def _write_run(root, task, seed, gold, pred):
-  """A finished fine-tuning workdir as the engine and the sweep leave it (the files the report reads)."""
+def _write_run(root, task, seed, gold, pred, parent=None):
+  """A finished fine-tuning workdir as the engine and the sweep leave it (the files the report reads); parent: the
+  ablation's pretraining point it started from."""
   family, metric, split, reference = TASKS[task]
-  workdir = root / f"task-{task}_seed-{seed}"
+  workdir = root / f"{parent + '__' if parent else ''}task-{task}_seed-{seed}"
   (workdir / "predictions").mkdir(parents=True)
   config = {"seed": seed, "best_metric": f"eval/{metric}",
             "task": {"name": family, "dataset": task, "metric": metric, "scheme": "IOB2" if family == "tagging" else "",
@@ -80,7 +82,8 @@ def _write_run(root, task, seed, gold, pred):
   scores = {metric: 100 * reference(gold, pred)}
   results = {"step": 10, "stopped_early": False, "dev": scores if split == "dev" else {"x": 0.0},
              "test": scores if split == "test" else {}}
-  point = {"config": f"configs/finetune.py:init=hf:x,task={task}", "group": f"task-{task}", "wall_s": 1.0}
+  point = {"config": f"configs/finetune.py:init=hf:x,task={task}", "group": f"task-{task}", "wall_s": 1.0,
+           "parent": parent}
   for name, content in (("config.json", config), ("results.json", results), ("sweep_point.json", point)):
     (workdir / name).write_text(json.dumps(content))
   if family == "tagging":
@@ -154,3 +157,51 @@ def test_two_suites_compared_task_by_task_as_a_plain_bootstrap_loop(suites, tmp_
     assert compared["p_value"] == np.mean(sign * deltas >= 2 * sign * observed - 1e-12), task
   text = (tmp_path / "suite.md").read_text()
   assert "| sst2 | dev accuracy | 3 / 0 |" in text and "| **suite average** (4 tasks) |" in text
+
+
+@pytest.fixture(scope="module")
+def ablation(suites, tmp_path_factory):
+  """One ablation root: point p-a fine-tuned as suite A, p-b as suite B (fewer tasks and seeds), p-c as A again."""
+  gold, made = suites
+  root = tmp_path_factory.mktemp("ablation")
+  for point, name in (("p-a", "a"), ("p-b", "b"), ("p-c", "a")):
+    for task, preds in made[name][1].items():
+      for seed, pred in enumerate(preds):
+        _write_run(root, task, seed, gold[task], pred, parent=point)
+  return root
+
+
+def test_by_point_compares_each_ablation_point_with_the_baseline_as_two_suites_would(suites, ablation, tmp_path):
+  _, made = suites
+  pair = suite_report.write([made["a"][0], made["b"][0]], tmp_path / "pair", samples=SAMPLES)
+  numbers = suite_report.write([ablation], tmp_path / "points", samples=SAMPLES, by_point=True, baseline="p-a")
+  assert numbers["points"] == ["p-a", "p-b", "p-c"] and numbers["shared"] == pair["shared"]
+  for point, index in (("p-a", 0), ("p-b", 1), ("p-c", 0)):  # Each point's rows and average are its suite's.
+    assert numbers["rows"][point] == pair["rows"][index] and numbers["averages"][point] == pair["averages"][index]
+  for task, compared in pair["comparison"].items():  # p-b against p-a: B against A, the same resamples.
+    against = numbers["comparison"]["p-b"][task]
+    assert against["delta"] == -compared["delta"] and against["p_value"] == compared["p_value"]
+    assert against["better"] == {"A": "B", "B": "A", "tie": "tie"}[compared["better"]]
+  assert all(c["delta"] == 0 and c["better"] == "tie" for c in numbers["comparison"]["p-c"].values())
+  assert suite_report.p_text({"p_value": 0.0, "samples": 10_000}) == "< 0.0001"
+  assert suite_report.p_text({"p_value": 0.01234, "samples": 10_000}) == "0.0123"
+  assert set(numbers["comparison"]["p-c"]) == set(made["a"][1]) and "p-a" not in numbers["comparison"]
+  text = (tmp_path / "points" / "suite.md").read_text()
+  squad = numbers["comparison"]["p-b"]["squad"]
+  assert "| p-a (baseline) | " in text and "| suite average (4 tasks) |" in text
+  assert (f"| {numbers['rows']['p-b']['squad']['median']:.2f} [2 seeds] ({squad['delta']:+.2f}, "
+          f"p {suite_report.p_text(squad)}) |") in text
+  assert text.splitlines()[-1].startswith("| p-c | ") and "| – |" in text  # p-b ran no SST-2.
+
+
+def test_by_point_mistakes_are_one_line_errors(suites, ablation, tmp_path):
+  _, made = suites
+  with pytest.raises(errors.UserError, match=r"runs from 3 pretraining points \(p-a, p-b, p-c\).*--by-point"):
+    suite_report.write([ablation], tmp_path)
+  with pytest.raises(errors.UserError, match="--baseline p-z: no finished fine-tuning run from that point.*p-a, p-b"):
+    suite_report.write([ablation], tmp_path, by_point=True, baseline="p-z")
+  with pytest.raises(errors.UserError, match="no finished fine-tuning run of a sweep's pretraining point"):
+    suite_report.write([made["a"][0]], tmp_path, by_point=True)
+  with pytest.raises(SystemExit) as exit_info:
+    suite_report.main([str(ablation), "--baseline", "p-a"])
+  assert exit_info.value.code == "error: --baseline names an ablation's point: it needs --by-point"

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from configs import finetune
-from configs.sweeps import objectives
+from configs.sweeps import objectives, suite
 from encoder import errors
 from encoder.errors import ConfigError
 from launch.experiments import report, sweep
@@ -68,7 +68,7 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
   pretraining = [p for p in points if p.parent is None]
   assert [p.name for p in pretraining] == ["objectives-mlm", "objectives-mlm+nsp", "objectives-mlm+sbo",
                                            "objectives-mlm+nsp+sbo", "objectives-electra_num_train_steps-764"]
-  assert objectives.TASKS == ("sick", "conll2003", "squad")
+  assert objectives.TASKS == suite.TASKS  # The checkpoint suite's tasks.
   tasks = [t for t in objectives.TASKS if t in finetune.TASK_PRESETS]
   runs = 2 * len(tasks)
   assert len(points) == 5 + 5 * runs
@@ -86,7 +86,8 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
     assert {c.name[len(parent.name):] for c in children if "squad" in c.name} == {
         "__task-squad_num_train_steps-300_task.max_length-128_task.max_question_length-32_task.doc_stride-64_data.b"
         f"-66a97958_seed-{s}" for s in (0, 1)}
-    assert all(c.overrides.get("num_train_steps") == (300 if "squad" in c.name else None) for c in children)
+    assert all(c.overrides.get("num_train_steps") == (300 if "squad" in c.name or "sst2" in c.name else None)
+               for c in children)  # SST-2's 3 epochs are 6,300 steps.
     assert all(f"init=run:runs/obj/{parent.name}" in c.config for c in children)
     assert {c.group for c in children} == {f"{parent.name}__{named(t)}" for t in tasks}
   base = sweep.expand(sweep.load_sweep(str(REPO / "configs/sweeps/objectives.py:budget=base")), "r")
@@ -238,7 +239,7 @@ def test_architecture_sweep_points_cost_the_same_flops(budget):
   pretraining = [p for p in points if p.parent is None]
   assert [p.name.split("_model")[0] for p in pretraining] == [
       f"arch-{a}" for a in ("bert", "pre_ln", "rope", "geglu", "swiglu", "no_bias", "local_global", "modernbert")]
-  assert len(points) == 8 + 8 * 3 * 2  # SICK, CoNLL-2003, SQuAD x 2 seeds.
+  assert len(points) == 8 + 8 * 7 * 2  # The suite's 7 tasks x 2 seeds.
   cost = {}
   for point in pretraining:
     config = pretrain.get_config(point.config.partition(":")[2]).unlock()
