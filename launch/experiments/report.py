@@ -125,6 +125,8 @@ def prediction_files(run: dict[str, Any], split: str) -> tuple[str, Path, Path] 
   if family is None or family.bootstrap is None:
     return None
   kind, suffix = family.bootstrap
+  if kind == "conll" and not (run["task"] or {}).get("scheme"):
+    return None  # Tags without a scheme (UD POS): no entities, so no entity-F1 bootstrap.
   pred = directory / f"{split}.{suffix}"
   gold = pred if kind == "conll" else directory / f"{split}.jsonl"  # .conll files hold gold beside predictions.
   return (kind, pred, gold) if pred.is_file() else None

@@ -59,7 +59,7 @@ def runs(tmp_path_factory):
   _workdir(root, "killed_seed-0", "killed", 0, {"name": "classification", "dataset": "sick"}, None, "eval/accuracy")
   sentences = [rng.choice(TAGS, size=rng.integers(3, 9)) for _ in range(120)]
   for name, right in (("crf", 0.9), ("greedy", 0.8)):
-    workdir = _workdir(root, name, name, 0, {"name": "tagging", "dataset": "conll2003"},
+    workdir = _workdir(root, name, name, 0, {"name": "tagging", "dataset": "conll2003", "scheme": "IOB2"},
                        {"step": 30, "dev": {"f1": 90.0}, "test": {"f1": 85.0}}, "eval/f1")
     blocks = ["".join(f"w{i} {g} {g if rng.random() < right else rng.choice(TAGS)}\n" for i, g in enumerate(s))
               for s in sentences]
@@ -119,6 +119,16 @@ def test_p_values_equal_tasks_score_bootstrap(runs, tmp_path):
   cell = f"{expected['p_value']:.4f} (seed 0, test f1 {100 * expected['delta']:+.2f})"
   assert cell in (out / "report.md").read_text()
   assert _table(summary, "pretraining")["baseline"] is None
+
+
+def test_tags_without_a_scheme_get_no_entity_bootstrap(runs):
+  """UD POS tagging (scheme "") has no entities: no p-value, where entity F1 would fail on its tags."""
+  root, _, _ = runs
+  run = {"workdir": str(root / "crf"), "task": {"name": "tagging", "dataset": "conll2003", "scheme": "IOB2"}}
+  assert report.prediction_files(run, "test") == ("conll", root / "crf/predictions/test.conll",
+                                                  root / "crf/predictions/test.conll")
+  assert report.prediction_files(run | {"task": {"name": "tagging", "dataset": "ud_ewt_upos", "scheme": ""}},
+                                 "test") is None
 
 
 def test_curves_and_self_contained_page(runs):
