@@ -18,6 +18,11 @@ split arises by chance; 1.0 when we do not beat it) and reference_p_value (the s
 ours), on the preset's metric, and p_value_accuracy too where that metric is another (MRPC's F1). SQuAD adds ours_em,
 ours_f1, hf_em, hf_f1 (percent; the p-values are on per-question F1). The reference's predictions are written beside
 ours, in WORKDIR/reference_predictions/<split>.jsonl (and the task's other files), for `tasks.scoring.score`.
+
+The two sides train one after the other, so a VM whose cores slow down in between (another guest on the same physical
+cores: a 2-core VM here ran the same step in 3.8 s, then 2.2 s half an hour later) skews `speedup`. With --reference
+the matmul ceiling of the run's precision is measured before ours, between the sides and after the reference's
+training (`ceilings_gflops`, launch.flops.matmul_ceiling), and a spread over 15% prints a warning line before the JSON.
 """
 
 import argparse
@@ -26,11 +31,11 @@ import json
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from configs import checks, common, finetune
 from encoder import errors
-from launch import host_memory, metrics_writer, train, xla_flags
+from launch import flops, host_memory, metrics_writer, train, xla_flags
 from tasks import evaluation, finetune_data, registry, tagging
 from tasks.scoring import bootstrap
 from tasks.family import TaskFamily
@@ -54,6 +59,19 @@ def _set(config, assignment: str) -> None:
     target = target[parent]
   target[leaf] = type(target[leaf])(value) if isinstance(target[leaf], (int, float)) and not isinstance(
       target[leaf], bool) else value
+
+
+DRIFT_WARNING = 1.15  # Largest ratio between the ceilings of one run that leaves `speedup` unflagged.
+
+
+def drift_warning(ceilings: Sequence[float]) -> str | None:
+  """A one-line warning when the matmul ceilings measured through a --reference run differ by more than 15%
+  (the machine's speed changed between the sides), else None."""
+  if max(ceilings) <= DRIFT_WARNING * min(ceilings):
+    return None
+  listed = ", ".join(f"{c:.0f}" for c in ceilings)
+  return (f"warning: the matmul ceiling moved during the run ({listed} GFLOP/s before ours, between the sides, after "
+          f"the reference's training): another load shared the cores, so speedup is not the frameworks' ratio")
 
 
 def train_seconds(workdir: Path) -> float:
@@ -103,9 +121,11 @@ def p_value(family: TaskFamily, records: Sequence[dict], ours: list, reference: 
   return bootstrap.accuracy_bootstrap([[r["label"]] for r in records], ours, reference).p_value
 
 
-def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Split) -> dict[str, Any]:
+def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Split,
+                  after_training: Callable[[], Any] = lambda: None) -> dict[str, Any]:
   """HF PyTorch fine-tuning of config.init's checkpoint with the same recipe: scores and comparable predictions on
-  `split`. Span NER is compared with plain BIO tagging of the same data (the target: within 0.5 F1 of tagging)."""
+  `split` (`after_training` is called between training and prediction). Span NER is compared with plain BIO tagging
+  of the same data (the target: within 0.5 F1 of tagging)."""
   from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel  (torch only when asked)
   family, train_examples, split_examples = data.family, data.train.examples, split.examples
   if family.name == "span_ner":
@@ -126,6 +146,7 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
       weight_decay=config.optimizer.weight_decay, seed=config.seed, layer_decay=config.layer_decay,
       regime=config.regime, top_k=config.top_k,
       rdrop=config.task.rdrop if kind == "sequence" else 0.0, score_weight=score_weight, bf16=bf16)
+  after_training()
   started = time.perf_counter()
   raw = finetune_reference.predict(kind, model, split_examples, batch_size=config.batch_size, num_labels=len(labels),
                                    bf16=bf16)
@@ -169,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.error(f"--reference tests its last parameters: it cannot mirror optimizer.ema_decay="
                  f"{config.optimizer.ema_decay} (a parameter average)")
   workdir = Path(args.workdir or tempfile.mkdtemp(prefix=f"finetune_{args.task}_"))
+  ceiling = lambda: flops.matmul_ceiling(repeats=5, dtype=config.model.dtype) / 1e9
+  ceilings = [ceiling()] if args.reference else []
   started = time.perf_counter()
   results = train.train_and_evaluate(config, workdir)
   wall = time.perf_counter() - started
@@ -191,7 +214,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     "learning_rate": config.optimizer.learning_rate, "layer_decay": config.layer_decay,
                     "rdrop": config.task.rdrop, "score_weight": config.task.score_weight, "regime": config.regime}}
   if args.reference:
-    reference = run_reference(config, data, split)
+    ceilings.append(ceiling())
+    reference = run_reference(config, data, split, after_training=lambda: ceilings.append(ceiling()))
     ours = [json.loads(line)["prediction"] for line in
             (workdir / "predictions" / f"{split.name}.jsonl").read_text(encoding="utf-8").splitlines()]
     ours = comparable(data.family, split.records, [[tuple(s) for s in p] if data.family.name == "span_ner" else p
@@ -203,7 +227,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                reference_eval_examples_per_s=round(reference["eval_examples_per_s"], 1),
                speedup=round(out["examples_per_s"] / reference["examples_per_s"], 2),
                p_value=p_value(data.family, split.records, ours, reference["comparable"], metric),
-               reference_p_value=p_value(data.family, split.records, reference["comparable"], ours, metric))
+               reference_p_value=p_value(data.family, split.records, reference["comparable"], ours, metric),
+               ceilings_gflops=[round(c, 1) for c in ceilings])
     # The reference's predictions as ours are written (`tasks.scoring.score` reads both).
     evaluation.write_predictions(workdir / "reference_predictions", reference["family"], split,
                                  reference["predictions"])
@@ -214,6 +239,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                  hf_em=round(100 * reference["scores"]["exact_match"], 2),
                  hf_f1=round(100 * reference["scores"]["f1"], 2), questions=len(split.records),
                  train_questions=len(data.train.records), train_windows=len(data.train.examples))
+  if warning := drift_warning(ceilings or [1.0]):
+    print(warning)
   print(json.dumps(out))
   return out
 
