@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                  hf_em=round(100 * reference["scores"]["exact_match"], 2),
                  hf_f1=round(100 * reference["scores"]["f1"], 2), questions=len(split.records),
                  train_questions=len(data.train.records), train_windows=len(data.train.examples))
-  if warning := drift_warning(ceilings or [1.0]):
+  if ceilings and (warning := drift_warning(ceilings)):
     print(warning)
   print(json.dumps(out))
   return out
