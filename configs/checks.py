@@ -1,5 +1,6 @@
-"""Config validation with messages that name the key: mistyped keys (with close matches), wrong value types,
-and a workdir whose saved model config differs from the one asked for."""
+"""Config validation with messages that name the key: mistyped keys (with close matches), wrong value types, values
+a field does not accept (configs.rules) and relations between fields, all before a run reads data or writes anything
+(`check_config`); and a workdir whose saved model config differs from the one asked for."""
 
 import ast
 import dataclasses
@@ -10,8 +11,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Sequence
 
+import jax
 import ml_collections
 
+from configs import paths, rules
+from encoder import config as encoder_config
+from encoder import fields
 from encoder.config import EncoderConfig
 from encoder.errors import ConfigError
 
@@ -137,3 +142,87 @@ def incompatible_fields(saved: dict[str, Any], wanted: dict[str, Any]) -> list[s
   added = {key for key in set(new) - set(old) if new[key] == ENCODER_DEFAULTS.get(key, new[key])}
   return [f"{key}: {old.get(key)!r} -> {new.get(key)!r}" for key in sorted(set(old) | set(new))
           if old.get(key) != new.get(key) and key not in RESUMABLE_MODEL_FIELDS and key not in added]
+
+
+def is_finetuning(config: ml_collections.ConfigDict) -> bool:
+  """Whether `config` fine-tunes a task (a config.task block) rather than pretrains (config.task = "")."""
+  return isinstance(config.get("task"), ml_collections.ConfigDict)
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Everything about `config` that needs no data: each field's rule (configs.rules), the encoder's shape, the
+  relations between fields and that the named files exist. Raises ConfigError naming the field; reads and writes
+  nothing else, so a run's directory is untouched by a config it refuses."""
+  finetuning = is_finetuning(config)
+  fields.check_fields(leaf_paths(config), rules.rules(finetuning), prefix="config.")
+  model = encoder_config.from_fields(config.model.to_dict(), vocab_size=1)  # Heads divide the width, ...
+  _check_engine(config)
+  if finetuning:
+    _check_finetuning(config, model)
+  else:
+    _check_pretraining(config, model)
+
+
+def _check_engine(config: ml_collections.ConfigDict) -> None:
+  if config.parallelism == "pmap" and (config.mesh_model != 1 or config.fsdp):
+    raise ConfigError("config.parallelism='pmap' replicates the model: set config.mesh_model=1 and "
+                      "config.fsdp=False, or use parallelism='jit'")
+  if jax.device_count() % config.mesh_model:
+    raise ConfigError(f"config.mesh_model={config.mesh_model}: expected a divisor of the {jax.device_count()} devices")
+  micro = config.batch_size // config.grad_accum_steps
+  data_axis = jax.device_count() // config.mesh_model
+  if config.batch_size % config.grad_accum_steps or micro % data_axis:
+    raise ConfigError(
+        f"config.batch_size={config.batch_size}: expected a multiple of grad_accum_steps={config.grad_accum_steps} "
+        f"micro-batches, each divisible by the {data_axis} data-parallel devices")
+
+
+def _check_length(key: str, length: int, model: EncoderConfig) -> None:
+  if length > model.max_positions:
+    raise ConfigError(f"config.{key}={length}: expected at most config.model.max_positions={model.max_positions} "
+                      "(the longest input the encoder has positions for)")
+
+
+def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
+  from objectives import electra, pipeline  # pylint: disable=import-outside-toplevel  (heads import flax)
+  names = config.objectives.split("+")
+  weights = dict(config.objective_weights)
+  if set(weights) != set(names):
+    raise ConfigError(f"config.objective_weights has keys {sorted(weights)} but config.objectives="
+                      f"{config.objectives!r}: give one weight per objective")
+  for name, weight in weights.items():
+    fields.check_field(f"config.objective_weights.{name}", weight, fields.NON_NEGATIVE)
+  pipeline.validate(names, config.data.packing, config.masking.mode)
+  _check_length("data.max_length", config.data.max_length, model)
+  masking = config.masking
+  if masking.mask_prob + masking.random_prob > 1:
+    raise ConfigError(f"config.masking.mask_prob={masking.mask_prob} + config.masking.random_prob="
+                      f"{masking.random_prob}: expected at most 1 (the rest of the selected tokens are kept)")
+  if masking.max_predictions > config.data.max_length:
+    raise ConfigError(f"config.masking.max_predictions={masking.max_predictions}: expected at most "
+                      f"config.data.max_length={config.data.max_length}")
+  if "electra" in names:
+    electra.generator_config(model, config.electra.generator_size, config.electra.generator_layers)
+  if config.data.prepared:
+    paths.resolve_prepared(config.data.prepared)
+  else:
+    paths.resolve_files(config.data.train_files, "train_files")
+  paths.resolve_files(config.data.eval_files, "eval_files")
+
+
+def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
+  from tasks import finetune_data, registry  # pylint: disable=import-outside-toplevel  (families import flax)
+  task = config.task
+  if config.num_train_steps == 0 and config.epochs == 0:
+    raise ConfigError("config.epochs=0 with config.num_train_steps=0 gives no training steps: set either to at "
+                      "least 1")
+  if config.regime == "top_k" and not 1 <= config.top_k <= model.num_layers:
+    raise ConfigError(f"config.top_k={config.top_k}: regime 'top_k' trains the top top_k layers, expected 1 to "
+                      f"config.model.num_layers={model.num_layers}")
+  _check_length("task.max_length", task.max_length, model)
+  if task.positive_label and task.labels and task.positive_label not in task.labels:
+    raise ConfigError(f"config.task.positive_label={task.positive_label!r}: expected one of config.task.labels "
+                      f"{list(task.labels)}")
+  finetune_data.dataset_of(task)  # The dataset is known, or the files exist.
+  placeholder = list(task.labels) or ["A", "B"]
+  registry.family(finetune_data.task_mapping(task, placeholder)).objective()  # The head accepts its options.

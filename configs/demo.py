@@ -19,6 +19,7 @@ from pathlib import Path
 import ml_collections
 
 from configs import common, finetune, pretrain
+from encoder import errors
 
 _ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = _ROOT / "objectives" / "sample_corpus"
@@ -38,7 +39,7 @@ POS_LEARNING_RATE = 3e-4
 
 def _sample(directory: Path, files: dict[str, str], split: str, package: str) -> Path:
   if split not in files:
-    raise ValueError(f"unknown sample split {split!r}; choose one of {sorted(files)}")
+    raise errors.ConfigError(f"unknown sample split {split!r}; choose one of {sorted(files)}")
   path = directory / files[split]
   if not path.is_file():
     raise FileNotFoundError(f"{path} is missing: the sample ships with the package (the package {package}); "

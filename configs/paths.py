@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+from encoder import files
+
 DATA_ENV = "ENCODERLAB_DATA"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,4 +28,30 @@ def data_file(relative: str) -> Path:
   path = root / relative
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist (data directory {root}, set by ${DATA_ENV} or ../shared/data)")
+  return path
+
+
+def resolve_files(spec: str, what: str) -> list[files.Path]:
+  """'a.txt,wikitext-2/raw/wiki.valid.raw' -> paths (absolute, gs:// or existing as given, else under the
+  data dir)."""
+  found = []
+  for name in filter(None, (part.strip() for part in spec.split(","))):
+    path = files.path(name)
+    if path.is_absolute() or path.exists():
+      if not path.is_file():
+        raise FileNotFoundError(f"{what}: {path} does not exist (config.data.{what})")
+      found.append(path)
+    else:
+      try:
+        found.append(data_file(name))
+      except FileNotFoundError as err:
+        raise FileNotFoundError(f"{what}: {err} (config.data.{what})") from None
+  return found
+
+
+def resolve_prepared(spec: str) -> files.Path:
+  """config.data.prepared -> the directory (absolute, relative to the working directory, or gs://)."""
+  path = files.path(spec)
+  if not path.is_dir():
+    raise FileNotFoundError(f"prepared: {path} is not a directory written by objectives.prepare (config.data.prepared)")
   return path

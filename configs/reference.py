@@ -21,7 +21,7 @@ import tokenize
 
 import ml_collections
 
-from configs import demo, finetune, pretrain
+from configs import demo, finetune, pretrain, rules
 
 REPO = Path(__file__).resolve().parents[1]
 # The local names that hold a config block in the config files, and the block's dotted prefix.
@@ -131,6 +131,13 @@ EXPERIMENTS = {  # Name -> (config file, its default config, the files its comme
 }
 
 
+def documented_fields(name: str) -> dict[str, tuple[object, str]]:
+  """Experiment `name`'s fields as docs/config.md lists them: dotted field -> (default, comment)."""
+  _, build, sources = EXPERIMENTS[name]
+  comments = _lookup(sources)
+  return {field: (value, comments.get(field, "")) for field, value in _leaves(build(), comments).items()}
+
+
 def missing_comments() -> list[str]:
   """Every field of every default config that no source line comments, as "experiment: field"."""
   missing = []
@@ -140,9 +147,10 @@ def missing_comments() -> list[str]:
   return missing
 
 
-def _field_table(leaves: dict[str, object], comments: dict[str, str]) -> list[str]:
-  rows = ["| field | default | meaning |", "|---|---|---|"]
-  return rows + [f"| `{name}` | {_show(value)} | {_cell(comments[name])} |" for name, value in leaves.items()]
+def _field_table(leaves: dict[str, object], comments: dict[str, str], accepts: dict[str, object]) -> list[str]:
+  rows = ["| field | default | accepts | meaning |", "|---|---|---|---|"]
+  return rows + [f"| `{name}` | {_show(value)} | {_cell(accepts[name].describe())} | {_cell(comments[name])} |"
+                 for name, value in leaves.items()]
 
 
 def _diff_table(leaves: dict[str, object], base: dict[str, object], comments: dict[str, str], base_name: str
@@ -174,8 +182,11 @@ def _experiment_section(name: str) -> list[str]:
   path, build, sources = EXPERIMENTS[name]
   comments = _lookup(sources)
   leaves = _leaves(build(), comments)
+  accepts = rules.rules(finetuning=name == "finetune")
   return [f"## {path}", "", f"`--config {path}` with no string argument; its string arguments and their defaults: "
-          f"{_string_arguments(path)}. Comments from {', '.join(sources)}.", "", *_field_table(leaves, comments), ""]
+          f"{_string_arguments(path)}. Comments from {', '.join(sources)}; what each field accepts from "
+          "configs/rules.py (checked before a run reads or writes anything).", "",
+          *_field_table(leaves, comments, accepts), ""]
 
 
 def _preset_section() -> list[str]:

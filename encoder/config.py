@@ -5,6 +5,8 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
+from encoder import fields
+from encoder.errors import ConfigError
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
 POSITION_EMBEDDINGS = ("absolute", "rotary")
@@ -58,20 +60,18 @@ class EncoderConfig:
   remat: str = "none"
 
   def __post_init__(self):
+    fields.check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if "dtype" not in f.name},
+                        FIELD_RULES, prefix="config.model.")
     if self.hidden_size % self.num_heads:
-      raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-    choices = dict(hidden_act=ACTIVATIONS, position_embedding=POSITION_EMBEDDINGS, remat=REMAT_POLICIES)
-    for field, allowed in choices.items():
-      if getattr(self, field) not in allowed:
-        raise ValueError(f"{field} {getattr(self, field)!r} is not one of {', '.join(map(repr, allowed))}")
+      raise ConfigError(f"config.model.num_heads={self.num_heads}: expected a divisor of config.model.hidden_size="
+                        f"{self.hidden_size} (each head is hidden_size / num_heads wide)")
     if self.position_embedding == "rotary" and self.head_dim % 2:
-      raise ValueError(f"rotary positions rotate pairs of dimensions: head_dim {self.head_dim} must be even")
-    if self.local_attention_window < 0 or self.global_attention_every < 1:
-      raise ValueError(f"local_attention_window {self.local_attention_window} must be >= 0 and "
-                       f"global_attention_every {self.global_attention_every} >= 1")
+      raise ConfigError(f"config.model.num_heads={self.num_heads}: rotary positions rotate pairs of dimensions, so "
+                        f"the head size hidden_size / num_heads must be even, got {self.hidden_size} / "
+                        f"{self.num_heads} = {self.head_dim}")
     if self.embedding_norm and not self.pre_layer_norm:
-      raise ValueError("embedding_norm=True is a pre-LN switch (post-LN always normalizes the embeddings); set "
-                       "pre_layer_norm=True or embedding_norm=False")
+      raise ConfigError("config.model.embedding_norm=True is a pre-LN switch (post-LN always normalizes the "
+                        "embeddings); set config.model.pre_layer_norm=True or config.model.embedding_norm=False")
 
   @property
   def head_dim(self) -> int:
@@ -88,6 +88,24 @@ class EncoderConfig:
 
   def replace(self, **changes) -> "EncoderConfig":
     return dataclasses.replace(self, **changes)
+
+
+# What each field accepts (checked when an EncoderConfig is made, and by configs.checks before a run writes anything;
+# dtype fields as the config names them).
+FIELD_RULES: dict[str, fields.Rule] = {
+    "vocab_size": fields.NON_NEGATIVE_INT, "hidden_size": fields.POSITIVE_INT, "num_layers": fields.POSITIVE_INT,
+    "num_heads": fields.POSITIVE_INT, "intermediate_size": fields.POSITIVE_INT, "max_positions": fields.POSITIVE_INT,
+    "type_vocab_size": fields.NON_NEGATIVE_INT, "embedding_size": fields.NON_NEGATIVE_INT,
+    "layer_norm_eps": fields.POSITIVE, "hidden_dropout": fields.PROBABILITY, "attention_dropout": fields.PROBABILITY,
+    "hidden_act": fields.Choice(ACTIVATIONS), "position_embedding": fields.Choice(POSITION_EMBEDDINGS),
+    "rope_theta": fields.POSITIVE, "rope_local_theta": fields.POSITIVE,
+    "local_attention_window": fields.NON_NEGATIVE_INT,
+    "global_attention_every": fields.POSITIVE_INT, "pad_token_id": fields.NON_NEGATIVE_INT,
+    "initializer_range": fields.NON_NEGATIVE, "remat": fields.Choice(REMAT_POLICIES),
+    "pre_layer_norm": fields.Anything("true or false"), "gated_feed_forward": fields.Anything("true or false"),
+    "use_bias": fields.Anything("true or false"), "embedding_norm": fields.Anything("true or false"),
+    "dtype": fields.Choice(tuple(DTYPES)), "param_dtype": fields.Choice(tuple(DTYPES)),
+}
 
 
 def _size(layers, hidden, heads, **extra):
@@ -134,25 +152,24 @@ PRESETS: dict[str, dict] = {
 def preset(name: str, **overrides) -> EncoderConfig:
   """`preset("base", vocab_size=32000)` -> EncoderConfig; unknown names list the choices."""
   if name not in PRESETS:
-    raise ValueError(f"unknown encoder size {name!r}; choose one of {sorted(PRESETS)}")
+    raise ConfigError(f"size={name!r} is not an encoder size; expected one of {', '.join(sorted(PRESETS))} "
+                      "(encoder/config.py PRESETS)")
   return EncoderConfig(**{**PRESETS[name], **overrides})
 
 
-def from_fields(fields: Mapping[str, Any], vocab_size: int) -> EncoderConfig:
+def from_fields(model: Mapping[str, Any], vocab_size: int) -> EncoderConfig:
   """EncoderConfig from a config's model fields (config.model, a run's config.json): dtype names become dtypes,
   vocab_size 0 takes the tokenizer's `vocab_size`."""
-  fields = dict(fields)
-  for key in ("dtype", "param_dtype"):
-    if fields[key] not in DTYPES:
-      raise ValueError(f"config.model.{key}={fields[key]!r} is not one of {sorted(DTYPES)}")
-    fields[key] = DTYPES[fields[key]]
-  if fields["vocab_size"] == 0:
-    fields["vocab_size"] = vocab_size
-  elif fields["vocab_size"] < vocab_size:
-    raise ValueError(f"config.model.vocab_size={fields['vocab_size']} is smaller than the tokenizer's vocabulary "
-                     f"({vocab_size}); set it to 0 to use the tokenizer's size")
+  values = dict(model)
   known = {f.name for f in dataclasses.fields(EncoderConfig)}
-  unknown = sorted(set(fields) - known)
+  unknown = sorted(set(values) - known)
   if unknown:
-    raise ValueError(f"config.model has fields {unknown} that EncoderConfig does not know ({sorted(known)})")
-  return EncoderConfig(**fields)
+    raise ConfigError(f"config.model has fields {unknown} that EncoderConfig does not know ({sorted(known)})")
+  fields.check_fields(values, {key: FIELD_RULES[key] for key in ("dtype", "param_dtype")}, prefix="config.model.")
+  values.update(dtype=DTYPES[values["dtype"]], param_dtype=DTYPES[values["param_dtype"]])
+  if values["vocab_size"] == 0:
+    values["vocab_size"] = vocab_size
+  elif values["vocab_size"] < vocab_size:
+    raise ConfigError(f"config.model.vocab_size={values['vocab_size']}: expected at least the tokenizer's vocabulary "
+                      f"({vocab_size}), or 0 for the tokenizer's size")
+  return EncoderConfig(**values)

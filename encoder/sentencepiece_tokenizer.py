@@ -9,6 +9,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from encoder import errors
+
 WORD_START = "\u2581"  # "▁"
 # Common SentencePiece spellings of the BERT specials, tried when the model lacks the bracketed form.
 ALIASES = {"[PAD]": "<pad>", "[UNK]": "<unk>", "[CLS]": "<s>", "[SEP]": "</s>", "[MASK]": "<mask>"}
@@ -22,14 +24,15 @@ class SentencePieceBackend:
     try:
       self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
     except (RuntimeError, OSError) as err:
-      raise ValueError(f"{source}: not a SentencePiece model ({err})") from err
+      raise errors.ConfigError(f"{source}: not a SentencePiece model ({err})") from err
     self.proto = model_proto
     self.source = source
     self._starts_word = [self.sp.id_to_piece(i).startswith(WORD_START) for i in range(self.sp.get_piece_size())]
     missing = [token for token in specials if self.token_to_id(token) is None]
     if missing:
-      raise ValueError(f"{source}: the SentencePiece model lacks the special token(s) {', '.join(missing)}; train it "
-                       "with train_sentencepiece, or with pad_piece/unk_piece and user_defined_symbols naming them")
+      raise errors.ConfigError(f"{source}: the SentencePiece model lacks the special token(s) {', '.join(missing)}; "
+                               "train it with train_sentencepiece, or with pad_piece/unk_piece and "
+                               "user_defined_symbols naming them")
     self.unk_id = self.token_to_id(specials[1])
 
   @property
@@ -94,7 +97,7 @@ def train_sentencepiece_backend(files: Iterable[str | Path], vocab_size: int, sp
   Deterministic with one thread (all sentences are used, none sampled); more threads train faster.
   """
   if model_type not in ("unigram", "bpe"):
-    raise ValueError(f"model_type {model_type!r} is not one of 'unigram', 'bpe'")
+    raise errors.ConfigError(f"model_type {model_type!r} is not one of 'unigram', 'bpe'")
   paths = [Path(f) for f in files]
   for path in paths:
     if not path.is_file():
@@ -109,5 +112,5 @@ def train_sentencepiece_backend(files: Iterable[str | Path], vocab_size: int, sp
         input_sentence_size=0, shuffle_input_sentence=False, max_sentence_length=1 << 16,
         num_threads=num_threads, minloglevel=2)
   except RuntimeError as err:  # E.g. "Vocabulary size too high": the message says the largest possible size.
-    raise ValueError(f"SentencePiece training on {', '.join(map(str, paths))} failed: {err}") from err
+    raise errors.ConfigError(f"SentencePiece training on {', '.join(map(str, paths))} failed: {err}") from err
   return SentencePieceBackend(proto.getvalue(), f"SentencePiece {model_type} trained on {paths[0]}", specials)

@@ -79,20 +79,20 @@ class Tokenizer:
     if pairs is None:
       return [self._assemble(a, None, max_length, add_special_tokens) for a in firsts]
     if len(pairs) != len(texts):
-      raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs: give one second segment per text")
+      raise errors.UserError(f"{len(texts)} texts but {len(pairs)} pairs: give one second segment per text")
     return [self._assemble(a, b, max_length, add_special_tokens) for a, b in zip(firsts, self._segments(pairs))]
 
   def _segments(self, items: Sequence[Text]):
     items = list(items)
     kinds = {isinstance(item, str) for item in items}
     if len(kinds) > 1:
-      raise ValueError("a batch mixes raw texts (str) and word lists; encode them separately")
+      raise errors.UserError("a batch mixes raw texts (str) and word lists; encode them separately")
     pretokenized = kinds == {False}
     if pretokenized:
       items = [list(words) for words in items]
       for words in items:
         if not all(isinstance(w, str) for w in words):
-          raise TypeError(f"pre-tokenized input must be a list of str words, got {words[:5]!r}")
+          raise errors.UserError(f"pre-tokenized input must be a list of str words, got {words[:5]!r}")
     return self.backend.segments(items, pretokenized)
 
   def _assemble(self, a, b, max_length, add_special_tokens) -> Encoding:
@@ -101,7 +101,7 @@ class Tokenizer:
     num_specials = (2 if b is None else 3) if add_special_tokens else 0
     if max_length is not None:
       if max_length < num_specials:
-        raise ValueError(f"max_length {max_length} leaves no room for the {num_specials} special tokens")
+        raise errors.UserError(f"max_length {max_length} leaves no room for the {num_specials} special tokens")
       a_keep, b_keep = truncate_pair(len(a_ids), len(b_ids), max_length - num_specials)
       a_ids, a_words, b_ids, b_words = a_ids[:a_keep], a_words[:a_keep], b_ids[:b_keep], b_words[:b_keep]
     if not add_special_tokens:
@@ -120,7 +120,7 @@ class Tokenizer:
     text as given: what extractive QA maps predicted subwords back to answer text with."""
     if not hasattr(self.backend, "offsets"):
       raise errors.UserError(f"{self.backend.source}: a SentencePiece tokenizer gives no character offsets; extractive "
-                             "QA needs a WordPiece tokenizer (tokenizer.json or vocab.txt)")
+                                   "QA needs a WordPiece tokenizer (tokenizer.json or vocab.txt)")
     return self.backend.offsets(list(texts))
 
   def tokenize(self, text: str) -> list[str]:

@@ -17,6 +17,8 @@ import numpy as np
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers
 
+from encoder import errors
+
 PREFIX = "##"  # WordPiece's continuation marker.
 
 
@@ -26,8 +28,8 @@ class WordPieceBackend:
   def __init__(self, tokenizer: tokenizers.Tokenizer, source: str, specials: Sequence[str]):
     missing = [token for token in specials if tokenizer.token_to_id(token) is None]
     if missing:
-      raise ValueError(f"{source}: the vocabulary lacks the special token(s) {', '.join(missing)}; "
-                       "add them to the vocabulary (BERT vocabularies have them) or train one with train_wordpiece")
+      raise errors.UserError(f"{source}: the vocabulary lacks the special token(s) {', '.join(missing)}; add them "
+                             "to the vocabulary (BERT vocabularies have them) or train one with train_wordpiece")
     tokenizer.no_truncation()  # Truncation and padding are ours (Tokenizer.encode); a checkpoint's are ignored.
     tokenizer.no_padding()
     tokenizer.add_special_tokens(list(specials))  # Already in the vocabulary: only marks them as unsplittable.
@@ -171,7 +173,7 @@ def load_tokenizer_json(path: Path, specials: Sequence[str]) -> WordPieceBackend
   try:
     tokenizer = tokenizers.Tokenizer.from_file(str(path))
   except Exception as err:  # tokenizers raises a bare Exception on malformed files.
-    raise ValueError(f"{path}: not a readable HuggingFace tokenizer.json ({err})") from err
+    raise errors.UserError(f"{path}: not a readable HuggingFace tokenizer.json ({err})") from err
   normalizer = json.loads(tokenizer.to_str()).get("normalizer") or {}
   if normalizer.get("type") == "BertNormalizer" and normalizer.get("lowercase"):  # Make it Python-exact (sigma).
     tokenizer.normalizer = bert_normalizer(True, normalizer.get("strip_accents"), normalizer.get("clean_text", True),
@@ -273,7 +275,7 @@ def train_wordpiece_backend(files: Iterable[str | Path], vocab_size: int, specia
       raise FileNotFoundError(f"{path}: training text file not found")
   counts = _count_words(paths, bert_normalizer(lowercase))
   if not counts:
-    raise ValueError(f"{', '.join(map(str, paths))}: no words to train a WordPiece vocabulary on")
+    raise errors.UserError(f"{', '.join(map(str, paths))}: no words to train a WordPiece vocabulary on")
   vocab = learn_vocab(counts, vocab_size, min_frequency, specials)
   model = models.WordPiece({token: i for i, token in enumerate(vocab)}, unk_token=specials[1],
                            max_input_chars_per_word=100)

@@ -41,7 +41,7 @@ def masked_batch(sentences: Sequence[str], tokenizer: Any) -> dict[str, np.ndarr
   rows, where = [], []
   for sentence in sentences:
     if sentence.count(MASK_TEXT) != 1:
-      raise ValueError(f"sentence {sentence!r} must contain exactly one {MASK_TEXT}")
+      raise errors.UserError(f"sentence {sentence!r} must contain exactly one {MASK_TEXT}")
     left, right = (tokenizer.encode(part, add_special_tokens=False).input_ids if part.strip() else []
                    for part in sentence.split(MASK_TEXT))
     rows.append([tokenizer.cls_id, *left, tokenizer.mask_id, *right, tokenizer.sep_id])
@@ -107,7 +107,7 @@ def clear_runs(workdir: Path) -> None:
       continue
     if not (run / "config.json").is_file():
       raise errors.UserError(f"--fresh: {run} exists but holds no config.json, so it is not a run directory; pick "
-                          "another --workdir")
+                                "another --workdir")
     shutil.rmtree(run)
 
 

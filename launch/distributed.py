@@ -9,6 +9,8 @@ import os
 
 import jax
 
+from encoder import errors
+
 ENV = {"coordinator_address": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_NUM_PROCESSES",
        "process_id": "JAX_PROCESS_ID"}
 
@@ -24,7 +26,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     return False
   missing = [key for key in ("num_processes", "process_id") if given[key] is None]
   if given["coordinator_address"] is not None and missing:
-    raise ValueError(f"a multi-process run needs {missing} too (flags --{' --'.join(missing)} or "
-                     f"{', '.join(ENV[k] for k in missing)})")
+    raise errors.ConfigError(f"a multi-process run needs {missing} too (flags --{' --'.join(missing)} or "
+                             f"{', '.join(ENV[k] for k in missing)})")
   jax.distributed.initialize(**{k: v for k, v in given.items() if v is not None})
   return True

@@ -16,7 +16,6 @@ import ml_collections
 import numpy as np
 
 from configs import paths
-from encoder import files
 from encoder.errors import ConfigError
 from encoder.files import Path
 from encoder.tokenizer import load_tokenizer
@@ -34,32 +33,6 @@ class Data(NamedTuple):
   mask_options: dict[str, Any]
 
 
-def resolve_files(spec: str, what: str) -> list[Path]:
-  """'a.txt,wikitext-2/raw/wiki.valid.raw' -> paths (absolute, gs:// or existing as given, else under the
-  data dir)."""
-  found = []
-  for name in filter(None, (part.strip() for part in spec.split(","))):
-    path = files.path(name)
-    if path.is_absolute() or path.exists():
-      if not path.is_file():
-        raise FileNotFoundError(f"{what}: {path} does not exist (config.data.{what})")
-      found.append(path)
-    else:
-      try:
-        found.append(paths.data_file(name))
-      except FileNotFoundError as err:
-        raise FileNotFoundError(f"{what}: {err} (config.data.{what})") from None
-  return found
-
-
-def resolve_prepared(spec: str) -> Path:
-  """config.data.prepared -> the directory (absolute, relative to the working directory, or gs://)."""
-  path = files.path(spec)
-  if not path.is_dir():
-    raise FileNotFoundError(f"prepared: {path} is not a directory written by objectives.prepare (config.data.prepared)")
-  return path
-
-
 def load_data(config: ml_collections.ConfigDict, cache_dir: Path) -> Data:
   """Tokenizes (or reads from the cache) the train and eval corpora and prepares the masking options."""
   data = config.data
@@ -70,10 +43,10 @@ def load_data(config: ml_collections.ConfigDict, cache_dir: Path) -> Data:
       files=files, tokenizer=tokenizer, max_length=data.max_length, packing=data.packing, cache_dir=cache_dir,
       seed=config.seed, prepared=prepared)
   if data.get("prepared"):  # A directory of objectives.prepare replaces train_files: no tokenizing or token pass.
-    train = rows((), resolve_prepared(data.prepared))
+    train = rows((), paths.resolve_prepared(data.prepared))
   else:
-    train = rows(resolve_files(data.train_files, "train_files"))
-  eval_files = resolve_files(data.eval_files, "eval_files")
+    train = rows(paths.resolve_files(data.train_files, "train_files"))
+  eval_files = paths.resolve_files(data.eval_files, "eval_files")
   m = config.masking
   options = pipeline.mask_options(tokenizer, max_predictions=m.max_predictions, rate=m.rate, mode=m.mode,
                                   replacement=m.replacement, mask_prob=m.mask_prob, random_prob=m.random_prob)
@@ -96,7 +69,7 @@ def example_batch(rows: Sequence, options: dict[str, Any]) -> dict[str, np.ndarr
 
 def _local_batch(global_batch: int) -> int:
   if global_batch % jax.process_count():
-    raise ValueError(f"batch size {global_batch} is not divisible by the {jax.process_count()} processes")
+    raise ConfigError(f"batch size {global_batch} is not divisible by the {jax.process_count()} processes")
   return global_batch // jax.process_count()
 
 
@@ -110,7 +83,7 @@ def train_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int,
   """This process's rows of the batches of steps start_step, start_step + 1, ... (endless). workers > 0: that many
   processes mask and batch (grain's mp_prefetch; the same batches in the same order)."""
   if len(rows) == 0:
-    raise ValueError("the training corpus produced no rows; check config.data.train_files")
+    raise ConfigError("the training corpus produced no rows; check config.data.train_files")
   if workers < 0:
     raise ConfigError(f"config.data.workers={workers}: expected 0 (threads) or a number of worker processes")
   dataset = (grain.MapDataset.source(rows).shuffle(seed=seed).repeat().map_with_index(_masker(options, seed))

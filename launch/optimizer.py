@@ -10,6 +10,7 @@ import jax
 import ml_collections
 import optax
 
+from encoder import errors
 from tasks import regimes
 
 
@@ -47,7 +48,7 @@ def make_optimizer(opt: ml_collections.ConfigDict, num_train_steps: int,
   elif opt.name == "lamb":
     base = optax.lamb(schedule, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay, mask=decay_mask)
   else:
-    raise ValueError(f"config.optimizer.name={opt.name!r} is not 'adamw' or 'lamb'")
+    raise errors.ConfigError(f"config.optimizer.name={opt.name!r} is not 'adamw' or 'lamb'")
   clip = optax.clip_by_global_norm(opt.clip_norm) if opt.clip_norm > 0 else optax.identity()
   factors = set(jax.tree.leaves(scales))
   if scales is None or factors == {1.0}:  # Nothing to scale: no extra passes over the parameters.
@@ -60,7 +61,7 @@ def make_optimizer(opt: ml_collections.ConfigDict, num_train_steps: int,
                      regimes.scale_updates(scales))
   decay = opt.get("ema_decay", 0.0)
   if not 0.0 <= decay < 1.0:
-    raise ValueError(f"config.optimizer.ema_decay={decay} must be in [0, 1) (0 = no average)")
+    raise errors.ConfigError(f"config.optimizer.ema_decay={decay} must be in [0, 1) (0 = no average)")
   return with_parameter_ema(tx, decay) if decay > 0 else tx
 
 

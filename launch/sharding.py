@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from encoder import errors
+
 # (regex matched against the end of a leaf's path, spec). Optimizer moments reuse the parameter paths.
 PARAM_RULES: tuple[tuple[str, P], ...] = (
     (r"attention/qkv/kernel$", P(None, None, "model", None)),  # [H, 3, A, D]: heads.
@@ -37,7 +39,7 @@ def make_mesh(model_axis: int) -> Mesh:
   """A (data, model) mesh over all devices of all processes, with Auto axis types (shardings are given, not typed)."""
   count = jax.device_count()
   if model_axis < 1 or count % model_axis:
-    raise ValueError(f"config.mesh_model={model_axis} does not divide the {count} devices")
+    raise errors.ConfigError(f"config.mesh_model={model_axis} does not divide the {count} devices")
   return jax.make_mesh((count // model_axis, model_axis), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
 
 
@@ -54,8 +56,8 @@ def partition_spec(path: str, shape: tuple[int, ...], model_size: int, fsdp_size
     if re.search(pattern, path) and len(rule) == len(shape):
       axis = list(rule).index("model")
       if shape[axis] % model_size:
-        raise ValueError(f"{path} has {shape[axis]} entries on axis {axis}, not divisible by "
-                         f"config.mesh_model={model_size}")
+        raise errors.ConfigError(f"{path} has {shape[axis]} entries on axis {axis}, not divisible by "
+                                 f"config.mesh_model={model_size}")
       spec = list(rule)
       break
   if fsdp_size > 1 and math.prod(shape) >= FSDP_MIN_SIZE:

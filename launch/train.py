@@ -25,6 +25,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from configs import checks
 from encoder import errors, files
 from encoder import flops as encoder_flops
 from encoder.files import Path
@@ -38,38 +39,6 @@ from tasks import evaluation, regimes
 
 class NonFiniteLossError(errors.UserError, FloatingPointError):
   """The loss or gradient norm became NaN/inf; the message names the step and the checkpoint kept."""
-
-
-def check_config(config: ml_collections.ConfigDict) -> None:
-  """Value checks that need no data (naming the field and what to do)."""
-  finetuning = workload.is_finetuning(config)
-  names = config.objectives.split("+")
-  if not finetuning and set(config.objective_weights.keys()) != set(names):
-    raise errors.ConfigError(f"config.objective_weights has keys {sorted(config.objective_weights.keys())} "
-                                    f"but config.objectives={config.objectives!r}: give one weight per objective")
-  if not finetuning and config.task:
-    raise errors.ConfigError(f"config.task={config.task!r} must be '' for pretraining, or a task block "
-                                    "(configs/finetune.py) for fine-tuning")
-  if not finetuning and -1 in (config.eval_every_steps, config.checkpoint_every_steps):
-    raise errors.ConfigError("eval_every_steps / checkpoint_every_steps = -1 (per epoch / per evaluation) "
-                                    "is for fine-tuning only; give a number of steps")
-  choices = {"parallelism": ("jit", "pmap"), "best_mode": ("min", "max"),
-             "debug_kill_during_save": ("", "write", "commit")}
-  for key, allowed in choices.items():
-    if config[key] not in allowed:
-      raise errors.ConfigError(f"config.{key}={config[key]!r} is not one of {allowed}")
-  if config.parallelism == "pmap" and (config.mesh_model != 1 or config.fsdp):
-    raise errors.ConfigError("parallelism='pmap' replicates the model: set config.mesh_model=1 and "
-                                    "config.fsdp=False, or use parallelism='jit'")
-  for key in ("batch_size", "grad_accum_steps", "log_every_steps") + (() if finetuning else ("num_train_steps",)):
-    if config[key] < 1:
-      raise errors.ConfigError(f"config.{key}={config[key]} must be at least 1")
-  micro = config.batch_size // config.grad_accum_steps
-  data_axis = jax.device_count() // config.mesh_model
-  if config.batch_size % config.grad_accum_steps or micro % data_axis:
-    raise errors.ConfigError(
-        f"config.batch_size={config.batch_size} must split into grad_accum_steps={config.grad_accum_steps} "
-        f"micro-batches, each divisible by the {data_axis} data-parallel devices")
 
 
 def _every(step: int, period: int, last: int) -> bool:
@@ -93,12 +62,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   workdir = files.path(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
   if workdir.exists() and not workdir.is_dir():
     raise errors.UserError(f"--workdir {workdir}: expected a run directory, found a file")
-  workdir.mkdir(parents=True, exist_ok=True)
   lead = jax.process_index() == 0
-  check_config(config)
+  # Nothing is written before the config, the run it resumes and the data are checked: a refused command leaves the
+  # workdir as it was.
+  checks.check_config(config)
   checkpointing.check_compatible(workdir, config)
-  checkpointing.write_config(workdir, config)
   work = workload.build(config, workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
   finetuning, data, example = workload.is_finetuning(config), work.data, work.example
 
   cfg = encoder_config(config.model, work.vocab_size)
@@ -132,6 +102,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     manager.close()
     progress.message(f"already trained {start} steps; results in {workdir / 'results.json'}")
     return json.loads((workdir / "results.json").read_text())
+  checkpointing.write_config(workdir, config)  # What this run trains with (a finished run keeps its own).
   progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
                    f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "
                    f"{parallelism}{', fsdp' if config.fsdp else ''}; model {cfg.num_layers}x{cfg.hidden_size}"

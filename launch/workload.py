@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 import ml_collections
 import numpy as np
 
+from configs.checks import is_finetuning
 from encoder import errors, files
 from encoder.files import Path
 from launch import input_pipeline
@@ -28,11 +29,6 @@ class Workload(NamedTuple):
   batch_shapes: Callable[[int], list[dict[str, np.ndarray]]]
   data: Any  # input_pipeline.Data (pretraining) or finetune_data.TaskData (fine-tuning).
   description: str  # For the start-up line.
-
-
-def is_finetuning(config: ml_collections.ConfigDict) -> bool:
-  """Whether `config` fine-tunes a task (a config.task block) rather than pretrains (config.task = "")."""
-  return isinstance(config.get("task"), ml_collections.ConfigDict)
 
 
 def objective_options(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:

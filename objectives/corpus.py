@@ -146,9 +146,9 @@ def read_documents(paths: Sequence[str | Path], *, min_document_sentences: int =
   or are an error naming the file and line (short_documents="error", what NSP pairs need).
   """
   if short_documents not in ("skip", "error"):
-    raise ValueError(f"short_documents={short_documents!r} is not 'skip' or 'error'")
+    raise errors.ConfigError(f"short_documents={short_documents!r} is not 'skip' or 'error'")
   if not paths:
-    raise ValueError("no corpus files given")
+    raise errors.ConfigError("no corpus files given")
   documents, skipped = [], 0
   for path in map(files.path, paths):
     for line, document in _documents_of(path):

@@ -18,12 +18,21 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoder import fields
 from encoder.config import EncoderConfig
 from encoder.model import Encoder, hash_uniform, per_token
 from objectives import layers, mlm
 from objectives.objective import Objective
 
 GENERATOR_LOGITS = "electra_generator_logits"  # Batch key replace_inputs adds: generator logits [batch, P, vocab].
+
+
+# What config.electra's fields accept (checked by configs.checks before a run starts; docs/config.md).
+FIELD_RULES: dict[str, fields.Rule] = {
+    "generator_size": fields.Number(0.0, 1.0, low_open=True),  # A fraction of the discriminator (paper: 1/4 - 1/2).
+    "generator_layers": fields.NON_NEGATIVE_INT,
+    "rtd_weight": fields.NON_NEGATIVE,
+}
 
 
 def generator_config(discriminator: EncoderConfig, size: float, num_layers: int = 0) -> EncoderConfig:

@@ -9,6 +9,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from encoder import errors
+
 MODES = ("token", "whole_word", "span")
 REPLACEMENTS = ("unigram", "uniform")
 
@@ -26,7 +28,8 @@ def unigram_probs(token_id_arrays: Iterable[np.ndarray], vocab_size: int, specia
   counts[np.asarray(list(special_ids), np.int64)] = 0
   total = counts.sum()
   if total <= 0:
-    raise ValueError("unigram_probs: the corpus has no non-special tokens; check the corpus files and tokenizer")
+    raise errors.ConfigError("unigram_probs: the corpus has no non-special tokens; check the corpus files and "
+                             "tokenizer")
   return counts / total
 
 
@@ -36,7 +39,8 @@ def span_length_probs(p: float = 0.2, max_len: int = 10) -> np.ndarray:
   Renormalizing (SpanBERT's `len_distrib`) gives mean 3.80 words for p=0.2, max 10; clipping would give 4.46.
   """
   if not 0 < p <= 1 or max_len < 1:
-    raise ValueError(f"span length law needs 0 < span_p <= 1 and span_max >= 1, got span_p={p}, span_max={max_len}")
+    raise errors.ConfigError(f"span length law needs 0 < span_p <= 1 and span_max >= 1, got span_p={p}, "
+                             f"span_max={max_len}")
   lengths = np.arange(1, max_len + 1)
   probs = p * (1 - p) ** (lengths - 1)
   return probs / probs.sum()
@@ -143,16 +147,17 @@ def mask_example(example: dict[str, np.ndarray], rng: np.random.Generator, *, ma
   words/spans are chosen as units; in span mode one 80/10/10 decision covers the whole span (SpanBERT).
   """
   if mode not in MODES:
-    raise ValueError(f"masking mode {mode!r} is not one of {MODES}")
+    raise errors.ConfigError(f"masking mode {mode!r} is not one of {MODES}")
   if replacement not in REPLACEMENTS:
-    raise ValueError(f"replacement {replacement!r} is not one of {REPLACEMENTS}")
+    raise errors.ConfigError(f"replacement {replacement!r} is not one of {REPLACEMENTS}")
   if mask_id is None or not 0 <= mask_id < vocab_size:
-    raise ValueError(f"mask_id {mask_id} is not a token of the vocabulary (size {vocab_size}): the vocabulary "
-                     "needs a [MASK] token for MLM")
+    raise errors.ConfigError(f"mask_id {mask_id} is not a token of the vocabulary (size {vocab_size}): the vocabulary "
+                             "needs a [MASK] token for MLM")
   if replacement == "unigram" and unigram_probs is None:
-    raise ValueError("replacement='unigram' needs unigram_probs (objectives.masking.unigram_probs over the corpus)")
+    raise errors.ConfigError("replacement='unigram' needs unigram_probs (objectives.masking.unigram_probs over the "
+                             "corpus)")
   if not 0 <= mask_prob + random_prob <= 1:
-    raise ValueError(f"mask_prob {mask_prob} + random_prob {random_prob} must lie in [0, 1]")
+    raise errors.ConfigError(f"mask_prob {mask_prob} + random_prob {random_prob} must lie in [0, 1]")
   special = np.asarray(list(special_ids), np.int64)
   ids = np.asarray(example["input_ids"])
   candidates = _candidates(example, special)

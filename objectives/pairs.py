@@ -9,6 +9,7 @@ time from the longer side, from its front or back at random. Each A and B is a c
 
 import numpy as np
 
+from encoder import errors
 from objectives.corpus import EncodedCorpus
 
 IS_NEXT, NOT_NEXT = 0, 1
@@ -36,7 +37,8 @@ def nsp_layout(corpus: EncodedCorpus, max_length: int, rng: np.random.Generator,
   length = lambda s: int(offsets[s + 1] - offsets[s])
   eligible = np.flatnonzero([len(sentences) > 0 for sentences in sentences_of])
   if len(eligible) < 2:
-    raise ValueError("nsp_pairs needs at least 2 non-empty documents (random second segments come from another one)")
+    raise errors.UserError("nsp_pairs needs at least 2 non-empty documents (random second segments come from another "
+                           "one)")
   chunks, labels = [], []
   for document, sentences in enumerate(sentences_of):
     target = max_tokens

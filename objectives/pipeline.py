@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from encoder import errors
 from objectives import corpus as corpus_lib
 from objectives import masking, pairs
 from objectives import prepared as prepared_lib
@@ -147,9 +148,9 @@ def pretraining_examples(*, files: Sequence[str | Path], tokenizer: Any, max_len
   `prepared`: a directory of objectives.prepare read instead of `files` (documents read on demand, same rows).
   """
   if packing not in PACKINGS:
-    raise ValueError(f"packing {packing!r} is not one of {PACKINGS}")
+    raise errors.ConfigError(f"packing {packing!r} is not one of {PACKINGS}")
   if max_length < 8:
-    raise ValueError(f"max_length {max_length} is too small for pretraining rows (at least 8)")
+    raise errors.ConfigError(f"max_length {max_length} is too small for pretraining rows (at least 8)")
   minimum = 2 if packing == "nsp_pairs" else 1
   short = short_documents if packing == "nsp_pairs" else "skip"
   if prepared:  # A prepared directory (objectives.prepare): offsets in memory, tokens read from its shards.
@@ -167,8 +168,8 @@ def pretraining_examples(*, files: Sequence[str | Path], tokenizer: Any, max_len
     chunks, row_offsets, labels = pairs.nsp_layout(corpus, max_length, np.random.default_rng(seed),
                                                    short_seq_prob=short_seq_prob)
   if len(row_offsets) < 2:
-    raise ValueError(f"the corpus {[str(f) for f in files]} produced no {packing} rows of max_length {max_length}; "
-                     "give more text")
+    raise errors.ConfigError(f"the corpus {[str(f) for f in files]} produced no {packing} rows of max_length "
+                             f"{max_length}; give more text")
   return PackedExamples(corpus, chunks, row_offsets, max_length, tokenizer.cls_id, tokenizer.sep_id,
                         tokenizer.pad_id, labels)
 
@@ -176,8 +177,9 @@ def pretraining_examples(*, files: Sequence[str | Path], tokenizer: Any, max_len
 def mask_options(tokenizer: Any, **overrides) -> dict[str, Any]:
   """The tokenizer-dependent keyword arguments of masking.mask_example; a vocabulary without [MASK] is an error."""
   if getattr(tokenizer, "mask_id", None) is None:
-    raise ValueError(f"the tokenizer's vocabulary ({getattr(tokenizer, 'source', type(tokenizer).__name__)}) has no "
-                     "[MASK] token, which MLM needs; use a BERT vocabulary or train one with the special tokens")
+    source = getattr(tokenizer, "source", type(tokenizer).__name__)
+    raise errors.ConfigError(f"the tokenizer's vocabulary ({source}) has no [MASK] token, which MLM needs; use a BERT "
+                             "vocabulary or train one with the special tokens")
   options = dict(mask_id=tokenizer.mask_id, vocab_size=tokenizer.vocab_size,
                  special_ids=tuple(tokenizer.special_ids))
   options.update(overrides)
@@ -205,17 +207,17 @@ def validate(objectives: Sequence[str], packing: str, masking_mode: str | None =
   for name in objectives:
     registry.get(name)
   if packing not in PACKINGS:
-    raise ValueError(f"packing {packing!r} is not one of {PACKINGS}")
+    raise errors.ConfigError(f"packing {packing!r} is not one of {PACKINGS}")
   for name in objectives:
     clash = sorted(set(_EXCLUDES.get(name, ())) & set(objectives))
     if clash:
-      raise ValueError(f"objective {name!r} cannot be combined with {clash}: its generator predicts the masked tokens "
-                       f"and its samples replace them in the encoder's input; drop {clash}")
+      raise errors.ConfigError(f"config.objectives: {name!r} cannot be combined with {clash}: its generator predicts "
+                               f"the masked tokens and its samples replace them in the encoder's input; drop {clash}")
     needed = _NEEDS_PACKING.get(name)
     if needed and packing != needed:
-      raise ValueError(f"objective {name!r} needs packing={needed!r} (sentence pairs with nsp_label), but the config "
-                       f"has packing={packing!r}; set packing={needed!r} or drop {name!r} from the objectives")
+      raise errors.ConfigError(f"config.data.packing={packing!r}: objective {name!r} needs {needed!r} (sentence pairs "
+                               f"with nsp_label); set it to {needed!r} or drop {name!r} from config.objectives")
     needed = _NEEDS_MASKING.get(name)
     if needed and masking_mode is not None and masking_mode != needed:
-      raise ValueError(f"objective {name!r} needs masking mode {needed!r} (span boundaries), but the config has "
-                       f"{masking_mode!r}; set the masking mode to {needed!r} or drop {name!r}")
+      raise errors.ConfigError(f"config.masking.mode={masking_mode!r}: objective {name!r} needs {needed!r} (span "
+                               f"boundaries); set it to {needed!r} or drop {name!r} from config.objectives")

@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import numpy as np
 from array_record.python import array_record_module
 
+from encoder import errors
 from encoder import files
 from encoder.array_files import load_npy
 from encoder.files import Path
@@ -109,7 +110,8 @@ class PreparedCorpus:
     counts[np.asarray(list(special_ids), np.int64)] = 0
     total = counts.sum()
     if total <= 0:
-      raise ValueError("unigram_probs: the corpus has no non-special tokens; check the corpus files and tokenizer")
+      raise errors.ConfigError("unigram_probs: the corpus has no non-special tokens; check the corpus files and "
+                               "tokenizer")
     return counts / total
 
 
@@ -156,7 +158,7 @@ def open_prepared(directory: str | Path, tokenizer: Any = None, *, min_document_
                   short_documents: str = "skip") -> PreparedCorpus:
   """The prepared corpus in `directory`, with load_corpus's document filter; checks the tokenizer's fingerprint."""
   if short_documents not in ("skip", "error"):
-    raise ValueError(f"short_documents={short_documents!r} is not 'skip' or 'error'")
+    raise errors.ConfigError(f"short_documents={short_documents!r} is not 'skip' or 'error'")
   directory = files.path(directory)  # Local or gs:// (array_record reads gs:// shards itself).
   meta_path = directory / "metadata.json"
   if not meta_path.is_file():

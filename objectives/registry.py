@@ -2,6 +2,7 @@
 
 from typing import Any, Callable, Mapping
 
+from encoder import errors
 from objectives import electra, mlm, nsp, sbo
 from objectives.objective import Objective
 
@@ -16,8 +17,8 @@ OBJECTIVES: dict[str, Callable[[Mapping[str, Any] | None], Objective]] = {
 def get(name: str) -> Callable[[Mapping[str, Any] | None], Objective]:
   """The builder registered as `name`; an unknown name lists the registered ones."""
   if name not in OBJECTIVES:
-    raise ValueError(f"unknown objective {name!r}; registered objectives: {sorted(OBJECTIVES)} "
-                     "(objectives/registry.py)")
+    raise errors.ConfigError(f"config.objectives: unknown objective {name!r}; registered objectives: "
+                             f"{sorted(OBJECTIVES)} (objectives/registry.py)")
   return OBJECTIVES[name]
 
 

@@ -10,14 +10,16 @@ from typing import Sequence
 
 import numpy as np
 
+from encoder import errors
+
 
 def language_probs(sizes: Sequence[float], alpha: float = 0.3) -> np.ndarray:
   """q [N] from corpus sizes n_i (sentences) by the spec's α-smoothing; α = 1 keeps the data proportions."""
   sizes = np.asarray(sizes, np.float64)
   if sizes.ndim != 1 or len(sizes) == 0 or (sizes < 0).any() or sizes.sum() <= 0:
-    raise ValueError(f"language sizes must be non-negative counts with a positive total, got {sizes.tolist()}")
+    raise errors.ConfigError(f"language sizes must be non-negative counts with a positive total, got {sizes.tolist()}")
   if alpha < 0:
-    raise ValueError(f"alpha must be >= 0 (0.3 in XLM-R; 1 keeps the data proportions), got {alpha}")
+    raise errors.ConfigError(f"alpha must be >= 0 (0.3 in XLM-R; 1 keeps the data proportions), got {alpha}")
   p = sizes / sizes.sum()
   weights = np.where(p > 0, p ** alpha, 0.0)  # An empty corpus keeps probability 0, also at α = 0.
   return weights / weights.sum()
@@ -59,10 +61,10 @@ def conllu_sentences(path: str | Path) -> list[str]:
       if line.startswith("# text"):
         _, sep, text = line.partition("=")
         if not sep:
-          raise ValueError(f"{path}:{number}: a '# text' line without '=': expected '# text = <sentence>'")
+          raise errors.ConfigError(f"{path}:{number}: a '# text' line without '=': expected '# text = <sentence>'")
         sentences.append(text.strip())
   if not sentences:
-    raise ValueError(f"{path}: no '# text = ...' lines; is it a CoNLL-U file with sentence text comments?")
+    raise errors.ConfigError(f"{path}: no '# text = ...' lines; is it a CoNLL-U file with sentence text comments?")
   return sentences
 
 
@@ -73,7 +75,7 @@ def write_sampled_text(corpora: dict[str, Sequence[str]], path: str | Path, num_
   names = list(corpora)
   for name in names:
     if not corpora[name]:
-      raise ValueError(f"corpus {name!r} has no sentences")
+      raise errors.ConfigError(f"corpus {name!r} has no sentences")
   probs = language_probs([len(corpora[name]) for name in names], alpha)
   rng = np.random.default_rng(seed)
   counts = rng.multinomial(num_sentences, probs)

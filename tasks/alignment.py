@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from encoder import errors
 from tasks import word_shape
 
 IGNORE = -1  # A subword without a training label (the slides' `X`, and specials/padding).
@@ -27,7 +28,7 @@ def first_subword_positions(word_ids: Sequence[int | None]) -> list[int]:
 def subword_labels(word_ids: Sequence[int | None], word_labels: Sequence[int], alignment: str = "first") -> np.ndarray:
   """[len(word_ids)] int32 training labels: each word's label on its first subword, and on the rest for "all"."""
   if alignment not in ALIGNMENTS:
-    raise ValueError(f"alignment {alignment!r} is not one of {ALIGNMENTS}")
+    raise errors.ConfigError(f"alignment {alignment!r} is not one of {ALIGNMENTS}")
   labels = np.full(len(word_ids), IGNORE, np.int32)
   previous = None
   for position, word in enumerate(word_ids):

@@ -107,7 +107,8 @@ def pooling_of(config: Mapping[str, Any]) -> str:
   """config's sentence pooling, checked."""
   pooling = layers.option(config, "pooling", "cls")
   if pooling not in POOLINGS:
-    raise ValueError(f"task.pooling {pooling!r} is not one of {POOLINGS}")
+    raise errors.ConfigError(f"config.task.pooling={pooling!r}: expected one of {', '.join(map(repr, POOLINGS))} "
+                             "for a sentence task")
   return pooling
 
 
@@ -217,7 +218,7 @@ class Classification(SentenceFamily):
     positive = self.task.get("positive_label")
     if positive and positive not in self.task["labels"]:
       raise errors.ConfigError(f"config.task.positive_label={positive!r} is not one of the task's labels "
-                               f"{list(self.task['labels'])}")
+                                       f"{list(self.task['labels'])}")
     return super().train_fields(train_records)
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:

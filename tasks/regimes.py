@@ -13,6 +13,8 @@ import jax
 import numpy as np
 import optax
 
+from encoder import errors
+
 REGIMES = ("full", "frozen", "top_k")
 _LAYER = re.compile(r"layer_(\d+)$")
 
@@ -33,9 +35,9 @@ def update_scales(params: Any, *, num_layers: int, regime: str = "full", top_k: 
                   layer_decay: float = 1.0) -> Any:
   """A pytree like `params` of per-parameter update factors for the regime and layer-wise decay."""
   if regime not in REGIMES:
-    raise ValueError(f"fine-tuning regime {regime!r} is not one of {REGIMES}")
+    raise errors.ConfigError(f"config.regime={regime!r}: expected one of {', '.join(map(repr, REGIMES))}")
   if regime == "top_k" and not 0 < top_k <= num_layers:
-    raise ValueError(f"regime 'top_k' needs 0 < top_k <= num_layers ({num_layers}); got top_k={top_k}")
+    raise errors.ConfigError(f"config.top_k={top_k}: regime 'top_k' needs 0 < top_k <= num_layers ({num_layers})")
 
   def scale(path, _):
     depth, in_body = _depth(path, num_layers)

@@ -109,7 +109,8 @@ def build(config: Mapping[str, Any]) -> Objective:
   num_labels = layers.option(config, "num_labels", 0) or len(config["labels"])
   pooling = layers.option(config, "pooling", "mean")
   if pooling not in POOLINGS:
-    raise ValueError(f"task.pooling {pooling!r} is not one of {POOLINGS} for span_ner")
+    raise errors.ConfigError(f"config.task.pooling={pooling!r}: expected one of {', '.join(map(repr, POOLINGS))} "
+                             "for span_ner")
   head = SpanClassifierHead(num_labels, pooling=pooling, boundary_ffn=layers.option(config, "boundary_ffn", True),
                             hidden=layers.option(config, "span_hidden", 256),
                             dropout=layers.option(config, "dropout", 0.1),
@@ -277,7 +278,7 @@ class SpanNER:
   def conll(self, output: dict) -> str:
     if self.task.get("nested"):
       raise errors.UserError("--output conll cannot hold nested spans (the run trained with config.task.nested): "
-                             "use --output jsonl")
+                                   "use --output jsonl")
     spans = [(e["label"], e["start"], e["end"]) for e in output["entities"]]
     return tagging.conll_block(output["words"],
                                tag_schemes.tags_from_spans(spans, len(output["words"]), self.scheme)) + "\n"

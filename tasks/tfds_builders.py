@@ -100,7 +100,7 @@ def custom(format: str, files: Mapping[str, str | os.PathLike],  # pylint: disab
   file prepares it again instead of reading a stale cache.
   """
   if format not in readers.READERS:
-    raise ValueError(f"format {format!r} is not one of {sorted(readers.READERS)}")
+    raise errors.ConfigError(f"format {format!r} is not one of {sorted(readers.READERS)}")
   files = {split: str(Path(path).expanduser().resolve()) for split, path in files.items()}
   stamp = {split: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for split, path in files.items()}
   key = json.dumps([format, files, options, stamp], sort_keys=True, default=str)
@@ -217,8 +217,8 @@ def _config(dataset: str | DatasetConfig) -> DatasetConfig:
     return dataset
   if dataset not in PRESETS:
     close = difflib.get_close_matches(dataset, list(PRESETS), n=3)
-    raise ValueError(f"unknown dataset {dataset!r}{f' (did you mean {close}?)' if close else ''}; known: "
-                     f"{sorted(PRESETS)}, or a tasks.tfds_builders.custom(...) config")
+    raise errors.ConfigError(f"unknown dataset {dataset!r}{f' (did you mean {close}?)' if close else ''}; known: "
+                             f"{sorted(PRESETS)}, or a tasks.tfds_builders.custom(...) config")
   return PRESETS[dataset]
 
 
@@ -299,7 +299,7 @@ def prepare(dataset: str | DatasetConfig, *, data_dir: str | os.PathLike | None 
   root = _data_root(config, data_dir)
   cache = Path(cache_dir if cache_dir is not None else DEFAULT_CACHE_DIR).expanduser().resolve()
   if root is not None and cache.is_relative_to(root.resolve()):
-    raise ValueError(f"cache_dir {cache} is inside the data directory {root}: choose another cache_dir")
+    raise errors.ConfigError(f"cache_dir {cache} is inside the data directory {root}: choose another cache_dir")
   manual_dir = root if root is not None else Path(next(iter(config.files.values()))).parent
   with _quiet_absl(), _locked(cache / f"{config.name}.lock"):  # The builder reads what is prepared when made.
     builder = _builder(config, cache)

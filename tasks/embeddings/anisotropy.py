@@ -45,17 +45,17 @@ def unit_vectors(vectors: np.ndarray) -> np.ndarray:
   """Rows scaled to length 1 (float64); a zero row is an error, as its cosine is undefined."""
   x = np.asarray(vectors, np.float64)
   if x.ndim != 2 or len(x) < 2:
-    raise ValueError(f"anisotropy needs vectors [n >= 2, H], got shape {x.shape}")
+    raise errors.UserError(f"anisotropy needs vectors [n >= 2, H], got shape {x.shape}")
   norms = np.linalg.norm(x, axis=1, keepdims=True)
   if not np.all(norms > 0):
-    raise ValueError(f"vector {int(np.argmin(norms[:, 0]))} is all zeros: its cosine is undefined")
+    raise errors.UserError(f"vector {int(np.argmin(norms[:, 0]))} is all zeros: its cosine is undefined")
   return x / norms
 
 
 def sample_pairs(n: int, pairs: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
   """`pairs` uniform random ordered pairs (i, j) of distinct indices below n."""
   if pairs < 1:
-    raise ValueError(f"pairs must be a positive number or 'all', got {pairs}")
+    raise errors.UserError(f"pairs must be a positive number or 'all', got {pairs}")
   rng = np.random.default_rng(seed)
   i = rng.integers(0, n, size=pairs)
   j = rng.integers(0, n - 1, size=pairs)
@@ -76,8 +76,8 @@ def _check_groups(groups, n: int) -> np.ndarray:
     return np.arange(n)
   groups = np.asarray(groups)
   if groups.shape != (n,) or not np.issubdtype(groups.dtype, np.integer) or groups.min() < 0:
-    raise ValueError(f"groups must be {n} non-negative integer ids (one per vector), got {groups.shape} "
-                     f"{groups.dtype}")
+    raise errors.UserError(f"groups must be {n} non-negative integer ids (one per vector), got {groups.shape} "
+                           f"{groups.dtype}")
   return np.unique(groups, return_inverse=True)[1]
 
 
@@ -104,7 +104,7 @@ def anisotropy(vectors: np.ndarray, *, pairs: Pairs = 100_000, seed: int = 0, bo
       pair_weights = w[:, i] * w[:, j]
       return pair_weights @ cosines / pair_weights.sum(axis=1)
   else:
-    raise ValueError(f"pairs must be a positive number or 'all', got {pairs!r}")
+    raise errors.UserError(f"pairs must be a positive number or 'all', got {pairs!r}")
   samples = np.concatenate([stat(_resample_weights(rng, groups, min(chunk, bootstrap - start)))
                             for start in range(0, bootstrap, chunk)]) if bootstrap > 0 else np.array([mean])
   low, high = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2])
@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                   else Standardizer.fit(vectors[:, 0] if len(names) == 1 else vectors))
   if vectors.shape[1:][vectors.ndim - 1 - standardizer.mean.ndim:] != standardizer.mean.shape:
     raise errors.UserError(f"{args.standardizer}: fitted on vectors of shape {standardizer.mean.shape}, --layers "
-                           f"{args.layers} gives {vectors.shape[1:]}")
+                                 f"{args.layers} gives {vectors.shape[1:]}")
   if args.fit_out:
     standardizer.save(args.fit_out)
   result = report(vectors, line_of, standardizer, names, args)

@@ -153,7 +153,7 @@ class Embedder:
       raise errors.UserError(f"transfer_dtype {transfer_dtype!r} is not one of {sorted(TRANSFER_DTYPES)}")
     if not 3 <= max_length <= cfg.max_positions:
       raise errors.UserError(f"max_length {max_length} must be between 3 and the model's {cfg.max_positions} "
-                             "positions")
+                                   "positions")
     window = max_length - 2
     stride = window // 2 if stride is None else stride
     if not 1 <= stride <= window:
@@ -256,7 +256,7 @@ class Embedder:
     word_lists = []
     for index, words in chunk:
       if isinstance(words, str):
-        raise TypeError(f"sentence {index}: expected a list of words, got a str; use encode_texts for raw text")
+        raise errors.UserError(f"sentence {index}: expected a list of words, got a str; use encode_texts for raw text")
       word_lists.append(list(words))
     encodings = self.tokenizer.encode_batch(word_lists, add_special_tokens=False)
     for (index, _), words, encoding in zip(chunk, word_lists, encodings):

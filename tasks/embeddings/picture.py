@@ -194,7 +194,7 @@ def sense_picture(embedder, occurrences: Occurrences, out: str | os.PathLike, *,
                   projection: str = "auto", annotate: int = 6, seed: int = 0) -> dict:
   """Embeds the occurrences, projects them and writes the PNG; returns {"path", "points", "labels", ...}."""
   if not occurrences.positions:
-    raise ValueError(f"no occurrence of {word!r} to draw")
+    raise errors.UserError(f"no occurrence of {word!r} to draw")
   used = sorted({sentence for sentence, _ in occurrences.positions})  # Only sentences with a drawn occurrence.
   arrays = dict(zip(used, embedder.encode_words([occurrences.sentences[s] for s in used], layers=layers)))
   vectors = np.stack([arrays[s][i] for s, i in occurrences.positions])

@@ -33,7 +33,7 @@ class Standardizer:
     """Per-dimension mean and population std of `vectors` [n, ...] (accumulated in float64, a chunk at a time)."""
     vectors = np.asarray(vectors)
     if vectors.ndim < 2:
-      raise ValueError(f"Standardizer.fit needs vectors [n, dims...], got shape {vectors.shape}")
+      raise errors.UserError(f"Standardizer.fit needs vectors [n, dims...], got shape {vectors.shape}")
     return cls.fit_batches(vectors[start:start + FIT_CHUNK] for start in range(0, len(vectors), FIT_CHUNK))
 
   @classmethod
@@ -43,8 +43,8 @@ class Standardizer:
     for batch in batches:
       x = np.asarray(batch, np.float64)
       if x.ndim < 2 or (mean is not None and x.shape[1:] != mean.shape):
-        raise ValueError(f"Standardizer.fit needs batches [n, dims...] of one shape, got {x.shape}"
-                         + ("" if mean is None else f" after {mean.shape}"))
+        raise errors.UserError(f"Standardizer.fit needs batches [n, dims...] of one shape, got {x.shape}"
+                               + ("" if mean is None else f" after {mean.shape}"))
       if len(x) == 0:
         continue
       batch_mean = x.mean(axis=0)
@@ -58,7 +58,7 @@ class Standardizer:
       m2 = m2 + batch_m2 + np.square(delta) * (count * len(x) / total)
       count = total
     if mean is None:
-      raise ValueError("Standardizer.fit needs at least one vector [n >= 1, dims...], got none")
+      raise errors.UserError("Standardizer.fit needs at least one vector [n >= 1, dims...], got none")
     std = np.sqrt(m2 / count)  # Population std, 1/|C| (spec).
     alive = std > DEAD_DIMENSION * np.median(std, axis=-1, keepdims=True)
     return cls(mean.astype(np.float32), np.where(alive, std, 1.0).astype(np.float32), count)
@@ -67,7 +67,7 @@ class Standardizer:
     """z = (x - mu) / sigma for vectors [..., *mean.shape] (spec eq. for the standardized vector), float32."""
     vectors = np.asarray(vectors)
     if vectors.shape[vectors.ndim - self.mean.ndim:] != self.mean.shape:
-      raise ValueError(f"vectors of shape {vectors.shape} do not end with the fitted shape {self.mean.shape}")
+      raise errors.UserError(f"vectors of shape {vectors.shape} do not end with the fitted shape {self.mean.shape}")
     return ((vectors - self.mean) / self.std).astype(np.float32)
 
   def save(self, path: str | os.PathLike) -> None:
@@ -82,5 +82,5 @@ class Standardizer:
     mean, std, count = data["mean"], data["std"], int(data["count"])
     if mean.shape != std.shape or mean.dtype != np.float32 or std.dtype != np.float32:
       raise errors.UserError(f"{path}: mean {mean.shape} {mean.dtype} and std {std.shape} {std.dtype} must be float32 "
-                       f"arrays of one shape")
+                             f"arrays of one shape")
     return cls(mean, std, count)

@@ -7,6 +7,7 @@ documents. Tags are returned raw (IOB1 or IOB2 as in the file); scheme conversio
 from collections.abc import Iterator, Sequence
 import os
 
+from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
 
 CONLL2003_COLUMNS = ("word", "pos", "chunk", "ner")
@@ -20,7 +21,7 @@ def column_index(column: str | int, columns: Sequence[str]) -> int:
       return column
   elif column in columns:
     return list(columns).index(column)
-  raise ValueError(f"tag column {column!r} is not one of {list(columns)} or an index below {len(columns)}")
+  raise errors.UserError(f"tag column {column!r} is not one of {list(columns)} or an index below {len(columns)}")
 
 
 def read_conll(path: str | os.PathLike, *, columns: Sequence[str] = CONLL2003_COLUMNS, tag_column: str | int = "ner",

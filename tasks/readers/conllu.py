@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 import os
 import re
 
+from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
 
 CONLLU_COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
@@ -25,7 +26,7 @@ def read_conllu(path: str | os.PathLike, *, tag_column: str = "upos",
   before the first one are in document 0).
   """
   if tag_column not in CONLLU_COLUMNS[2:]:
-    raise ValueError(f"tag_column {tag_column!r} is not one of {list(CONLLU_COLUMNS[2:])}")
+    raise errors.UserError(f"tag_column {tag_column!r} is not one of {list(CONLLU_COLUMNS[2:])}")
   tag_at = CONLLU_COLUMNS.index(tag_column)
   allowed = None if label_names is None else set(label_names)
   words, tags, doc_index, doc_has_sentences = [], [], 0, False

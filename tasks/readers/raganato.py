@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from xml.parsers import expat
 
+from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
 from tasks.readers.wordnet import parse_sense_key
 
@@ -106,11 +107,11 @@ def check_same_instances(keys: dict[str, tuple[str, ...]], key_path: str | os.Pa
   xml_ids = {instance["id"] for sentence in sentences for instance in sentence["instances"]}
   extra = [i for i in keys if i not in xml_ids]
   if extra:
-    raise ValueError(f"{key_path}: {len(extra)} instance ids that {xml_path} lacks, the first {extra[0]!r}: use "
-                     "the key file of the same dataset")
+    raise errors.UserError(f"{key_path}: {len(extra)} instance ids that {xml_path} lacks, the first {extra[0]!r}: use "
+                           "the key file of the same dataset")
   missing = [i for i in sorted(xml_ids) if i not in keys]
   if missing:
-    raise ValueError(f"{key_path}: no keys for {len(missing)} instances of {xml_path}, the first {missing[0]!r}")
+    raise errors.UserError(f"{key_path}: no keys for {len(missing)} instances of {xml_path}, the first {missing[0]!r}")
 
 
 def dataset_paths(root: str | os.PathLike, name: str) -> tuple[Path, Path]:
@@ -150,6 +151,6 @@ def read_all(root: str | os.PathLike, names: Sequence[str] = DATASETS) -> tuple[
     check_same_instances(expected, all_gold, sentences, "the five datasets' XML")
     different = [i for i in expected if set(expected[i]) != set(gold[i])]
     if different:
-      raise ValueError(f"{all_gold}: the keys of {len(different)} instances differ from their dataset's gold key "
-                       f"file, the first {different[0]!r}")
+      raise errors.UserError(f"{all_gold}: the keys of {len(different)} instances differ from their dataset's gold key "
+                             f"file, the first {different[0]!r}")
   return sentences, gold

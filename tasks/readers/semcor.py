@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 import re
 
+from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
 
 SEMCOR_PARTS = ("brown1", "brown2", "brownv")
@@ -30,12 +31,12 @@ def sense_keys(lemma: str, wnsn: str, lexsn: str) -> list[str]:
   """WordNet 3.0 sense keys of one token's `lemma`, `wnsn` and `lexsn` attributes (none for `wnsn=0` parts)."""
   numbers, lexsns = wnsn.split(";"), lexsn.split(";")
   if len(numbers) != len(lexsns):
-    raise ValueError(f"as many ';'-separated wnsn as lexsn values, got wnsn={wnsn} lexsn={lexsn}")
+    raise errors.UserError(f"as many ';'-separated wnsn as lexsn values, got wnsn={wnsn} lexsn={lexsn}")
   keys = []
   for number, sense in zip(numbers, lexsns):
     if not number.isdigit() or not _LEXSN.fullmatch(_HEAD_MARKER.sub("", sense)):
-      raise ValueError(f"wnsn a sense number and lexsn 'ss_type:lex_filenum:lex_id:head_word:head_id', got "
-                       f"wnsn={number} lexsn={sense}")
+      raise errors.UserError(f"wnsn a sense number and lexsn 'ss_type:lex_filenum:lex_id:head_word:head_id', got "
+                             f"wnsn={number} lexsn={sense}")
     if int(number) != 0:
       keys.append(f"{lemma}%{_HEAD_MARKER.sub('', sense)}")
   return keys

@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from encoder import errors
 from tasks.readers.lines import ReaderError
 
 
@@ -22,7 +23,7 @@ def article_slice(articles: str | None) -> slice:
     return slice(None)
   parts = articles.split(":")
   if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() or not p.strip() for p in parts):
-    raise ValueError(f"articles={articles!r}: expected 'start:stop' (Python slice syntax, e.g. ':40' or '40:')")
+    raise errors.UserError(f"articles={articles!r}: expected 'start:stop' (Python slice syntax, e.g. ':40' or '40:')")
   return slice(*(int(p) if p.strip() else None for p in parts))
 
 

@@ -10,17 +10,18 @@ from collections.abc import Iterator, Sequence
 import math
 import os
 
+from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
 
 
 def _resolve(path, number: int, column: str | int | None, role: str, header: list[str] | None) -> int | None:
   """Index of a column given by name (needs a header) or index."""
   if isinstance(column, int) and not isinstance(column, bool) and column < 0:
-    raise ValueError(f"{path}: column {role}={column} is negative; give a 0-based index or a header name")
+    raise errors.UserError(f"{path}: column {role}={column} is negative; give a 0-based index or a header name")
   if column is None or (isinstance(column, int) and not isinstance(column, bool)):
     return column
   if header is None:
-    raise ValueError(f"{path}: column {role}={column!r} is a name but header=False; give a 0-based index instead")
+    raise errors.UserError(f"{path}: column {role}={column!r} is a name but header=False; give a 0-based index instead")
   if column not in header:
     raise ReaderError(path, number, f"a header with a column named {column!r} for {role} (header: {header})")
   return header.index(column)
@@ -37,7 +38,7 @@ def read_tsv(path: str | os.PathLike, *, text_a: str | int, text_b: str | int | 
   skipped.
   """
   if label_names is not None and label is None:
-    raise ValueError(f"{path}: label_names {list(label_names)} given without a label column")
+    raise errors.UserError(f"{path}: label_names {list(label_names)} given without a label column")
   allowed = None if label_names is None else set(label_names)
   roles = {"text_a": text_a, "text_b": text_b, "label": label} | ({} if score is None else {"score": score})
   indices, width, first = None, None, None

@@ -14,6 +14,7 @@ from pathlib import Path
 import re
 from typing import NamedTuple
 
+from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
 
 POS_OF_SS_TYPE = {"1": "n", "2": "v", "3": "a", "4": "r", "5": "a"}  # Satellites (5) merged with adjectives (3).
@@ -43,12 +44,12 @@ def parse_sense_key(key: str) -> SenseKey:
   """The fields of `lemma%ss_type:lex_filenum:lex_id:head_word:head_id`; ValueError when malformed."""
   match = _SENSE_KEY.fullmatch(key)
   if not match:
-    raise ValueError(f"malformed sense key {key!r}: expected lemma%ss_type:lex_filenum:lex_id:head_word:head_id "
-                     "as in 'art%1:09:00::' or 'previous%5:00:00:preceding:00'")
+    raise errors.UserError(f"malformed sense key {key!r}: expected lemma%ss_type:lex_filenum:lex_id:head_word:head_id "
+                           "as in 'art%1:09:00::' or 'previous%5:00:00:preceding:00'")
   lemma, ss_type, lex_filenum, lex_id, head_word, head_id = match.groups()
   if (ss_type == "5") != bool(head_word) or bool(head_word) != bool(head_id):
-    raise ValueError(f"malformed sense key {key!r}: a head word and head id are given for satellite adjectives "
-                     "(ss_type 5) and only for them")
+    raise errors.UserError(f"malformed sense key {key!r}: a head word and head id are given for satellite adjectives "
+                           "(ss_type 5) and only for them")
   return SenseKey(lemma, POS_OF_SS_TYPE[ss_type], ss_type, int(lex_filenum), int(lex_id), head_word)
 
 

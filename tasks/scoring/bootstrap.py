@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from encoder import errors
 from tasks.scoring import metrics, squad
 
 Metric = Callable[[np.ndarray], np.ndarray]  # summed statistics [S, ...] -> metric values [S]
@@ -34,10 +35,10 @@ def paired_bootstrap(stats_a: np.ndarray, stats_b: np.ndarray, metric: Metric, s
   """Paired bootstrap p-value that A beats B, from per-example additive statistics [N, ...] of each system."""
   stats_a, stats_b = np.asarray(stats_a, np.float64), np.asarray(stats_b, np.float64)
   if len(stats_a) != len(stats_b) or len(stats_a) == 0:
-    raise ValueError(f"systems A and B need statistics for the same non-empty test set, got {len(stats_a)} "
-                     f"and {len(stats_b)} examples")
+    raise errors.UserError(f"systems A and B need statistics for the same non-empty test set, got {len(stats_a)} "
+                           f"and {len(stats_b)} examples")
   if samples < 1:
-    raise ValueError(f"samples must be at least 1, got {samples}")
+    raise errors.UserError(f"samples must be at least 1, got {samples}")
   n = len(stats_a)
   flat = np.concatenate([stats_a.reshape(n, -1), stats_b.reshape(n, -1)], axis=1)  # [N, Da + Db]
   split = stats_a[0].size
@@ -130,6 +131,6 @@ def median_over_seeds_bootstrap(stats_a: Sequence[np.ndarray], stats_b: Sequence
   (examples paired across seeds and systems; the seeds need not be the same, nor their number). `stats_a`: one
   [N, ...] array of per-example statistics per seed (`example_statistics`)."""
   if not len(stats_a) or not len(stats_b):
-    raise ValueError(f"each system needs at least one seed's statistics, got {len(stats_a)} and {len(stats_b)}")
+    raise errors.UserError(f"each system needs at least one seed's statistics, got {len(stats_a)} and {len(stats_b)}")
   median = lambda summed: np.median(metric(summed), axis=1)  # summed: [S, seeds, ...] -> [S].
   return paired_bootstrap(np.stack(stats_a, axis=1), np.stack(stats_b, axis=1), median, samples, seed)

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from encoder import errors
 from tasks.scoring import tag_schemes
 
 TP, PRED, GOLD = 0, 1, 2  # Columns of the count arrays: true positives, predicted, gold.
@@ -20,10 +21,10 @@ TP, PRED, GOLD = 0, 1, 2  # Columns of the count arrays: true positives, predict
 def check_paired(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> None:
   """Raises ValueError naming the first sentence where gold and pred disagree in length."""
   if len(gold) != len(pred):
-    raise ValueError(f"gold has {len(gold)} sentences but pred has {len(pred)}: score the same sentences")
+    raise errors.UserError(f"gold has {len(gold)} sentences but pred has {len(pred)}: score the same sentences")
   for i, (g, p) in enumerate(zip(gold, pred)):
     if len(g) != len(p):
-      raise ValueError(f"sentence {i}: gold has {len(g)} tags but pred has {len(p)}: tag every token once")
+      raise errors.UserError(f"sentence {i}: gold has {len(g)} tags but pred has {len(p)}: tag every token once")
 
 
 def sentence_spans(tags: Sequence[str], mode: str = "conlleval", scheme: str = "IOB2") -> set[tag_schemes.Span]:
@@ -32,7 +33,7 @@ def sentence_spans(tags: Sequence[str], mode: str = "conlleval", scheme: str = "
     return set(tag_schemes.conlleval_spans(tags))
   if mode == "strict":
     return set(tag_schemes.strict_spans(tags, scheme))
-  raise ValueError(f"unknown scoring mode {mode!r}: use 'conlleval' or 'strict'")
+  raise errors.UserError(f"unknown scoring mode {mode!r}: use 'conlleval' or 'strict'")
 
 
 def entity_counts(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], mode: str = "conlleval",
@@ -44,7 +45,7 @@ def entity_counts(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]], 
     try:
       pairs.append((sentence_spans(g, mode, scheme), sentence_spans(p, mode, scheme)))
     except ValueError as err:
-      raise ValueError(f"sentence {i}: {err}") from err
+      raise errors.UserError(f"sentence {i}: {err}") from err
   return span_counts(pairs)
 
 
@@ -161,7 +162,7 @@ def pearson_moments(gold: Sequence[float], pred: Sequence[float]) -> np.ndarray:
   their sums (`pearson_from_moments`)."""
   x, y = np.asarray(gold, np.float64), np.asarray(pred, np.float64)
   if x.shape != y.shape or x.ndim != 1:
-    raise ValueError(f"gold and pred need one number per example, got shapes {x.shape} and {y.shape}")
+    raise errors.UserError(f"gold and pred need one number per example, got shapes {x.shape} and {y.shape}")
   return np.stack([np.ones_like(x), x, y, x * x, y * y, x * y], axis=-1)
 
 

@@ -11,6 +11,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from encoder import errors
+
 Span = tuple[str, int, int]  # (entity type, start, end exclusive)
 
 OUTSIDE = "O"
@@ -51,14 +53,14 @@ def canonical_scheme(scheme: str) -> str:
   """'BIO' -> 'IOB2', 'IOBES' -> 'BIOES', 'IOE2' -> 'IOE'; an error naming the choices otherwise."""
   name = _ALIASES.get(scheme.upper())
   if name is None:
-    raise ValueError(f"unknown tag scheme {scheme!r}: use one of {', '.join(SCHEMES)} (or BIO, IOBES, IOE2)")
+    raise errors.UserError(f"unknown tag scheme {scheme!r}: use one of {', '.join(SCHEMES)} (or BIO, IOBES, IOE2)")
   return name
 
 
 def split_tag(tag: str) -> tuple[str, str]:
   """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''). The prefix is the first character (as conlleval)."""
   if not tag:
-    raise ValueError("empty tag: every token needs a tag such as 'O' or 'B-PER'")
+    raise errors.UserError("empty tag: every token needs a tag such as 'O' or 'B-PER'")
   return tag[0], tag[1:].strip("-")
 
 
@@ -84,8 +86,8 @@ def check_tags(tags: Sequence[str], scheme: str) -> None:
   """Raises ValueError naming the first tag (and position) that is not a tag of `scheme`."""
   for i, tag in enumerate(tags):
     if not is_scheme_tag(tag, scheme):
-      raise ValueError(f"tag {tag!r} at position {i} is not a {canonical_scheme(scheme)} tag: expected 'O' or "
-                       f"one of {', '.join(p + '-TYPE' for p in _ENTITY_PREFIXES[canonical_scheme(scheme)])}")
+      raise errors.UserError(f"tag {tag!r} at position {i} is not a {canonical_scheme(scheme)} tag: expected 'O' or "
+                             f"one of {', '.join(p + '-TYPE' for p in _ENTITY_PREFIXES[canonical_scheme(scheme)])}")
 
 
 def conlleval_spans(tags: Sequence[str]) -> list[Span]:
@@ -97,7 +99,7 @@ def conlleval_spans(tags: Sequence[str]) -> list[Span]:
   spans, prev_prefix, prev_type, begin = [], "O", "", 0
   for i, tag in enumerate(list(tags) + [OUTSIDE]):
     if not tag:
-      raise ValueError(f"empty tag at position {i}: every token needs a tag such as 'O' or 'B-PER'")
+      raise errors.UserError(f"empty tag at position {i}: every token needs a tag such as 'O' or 'B-PER'")
     prefix, kind = tag[0], tag[1:].split("-", maxsplit=1)[-1] or "_"  # seqeval's type parsing, kept exactly.
     if _chunk_ends(prev_prefix, prefix, prev_type, kind):
       spans.append((prev_type, begin, i))
@@ -125,8 +127,8 @@ def strict_spans(tags: Sequence[str], scheme: str) -> list[Span]:
   for i, tag in enumerate(tags):
     prefix, kind = split_tag(tag)
     if prefix not in _PREFIXES[scheme]:
-      raise ValueError(f"tag {tag!r} at position {i} is not a {scheme} tag (allowed prefixes: "
-                       f"{', '.join(_PREFIXES[scheme])})")
+      raise errors.UserError(f"tag {tag!r} at position {i} is not a {scheme} tag (allowed prefixes: "
+                             f"{', '.join(_PREFIXES[scheme])})")
     tokens.append((prefix, kind or "_"))
   tokens.append(("O", "_"))
 
@@ -156,7 +158,7 @@ def spans_from_tags(tags: Sequence[str], scheme: str, mode: str = "conlleval") -
     return conlleval_spans(tags)
   if mode == "strict":
     return strict_spans(tags, scheme)
-  raise ValueError(f"unknown chunking mode {mode!r}: use 'conlleval' or 'strict'")
+  raise errors.UserError(f"unknown chunking mode {mode!r}: use 'conlleval' or 'strict'")
 
 
 def tags_from_spans(spans: Sequence[Span], length: int, scheme: str, allow_lossy: bool = False) -> list[str]:
@@ -166,11 +168,11 @@ def tags_from_spans(spans: Sequence[Span], length: int, scheme: str, allow_lossy
   prev_end, prev_type = -1, None
   for kind, start, end in sorted(spans, key=lambda s: s[1]):
     if start < max(prev_end, 0) or not 0 <= start < end <= length:
-      raise ValueError(f"span {(kind, start, end)} overlaps another or lies outside 0..{length}")
+      raise errors.UserError(f"span {(kind, start, end)} overlaps another or lies outside 0..{length}")
     touching = start == prev_end and kind == prev_type
     if scheme == "IO" and touching and not allow_lossy:
-      raise ValueError(f"spans ending and starting at {start} are both {kind!r}: IO cannot separate them "
-                       "(pass allow_lossy=True to merge them)")
+      raise errors.UserError(f"spans ending and starting at {start} are both {kind!r}: IO cannot separate them "
+                             "(pass allow_lossy=True to merge them)")
     n = end - start
     if scheme == "IO":
       body = ["I"] * n

@@ -2,6 +2,8 @@
 bias-free encoder has no bias, a window covering the sequence is global attention, GeGLU/SwiGLU equal a numpy
 restatement; padding and packing (positions restarting per sequence) never change an output under any switch."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from scipy.special import erf
 
 from encoder import ARCHITECTURES, Encoder, preset
+from encoder.errors import ConfigError
 from encoder.model import FeedForward, rotary_angles, rotate
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_size=32, num_heads=4, intermediate_size=48,
@@ -152,12 +155,12 @@ def test_modernbert_gradients_under_remat_equal_the_plain_block():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(embedding_norm=True), "embedding_norm=True is a pre-LN switch"),
-    (dict(position_embedding="alibi"), "position_embedding 'alibi' is not one of"),
-    (dict(hidden_act="relu"), "hidden_act 'relu'"),
-    (dict(position_embedding="rotary", hidden_size=36, num_heads=4), "head_dim 9 must be even"),
-    (dict(local_attention_window=-1), "local_attention_window -1 must be >= 0"),
+    (dict(embedding_norm=True), "config.model.embedding_norm=True is a pre-LN switch"),
+    (dict(position_embedding="alibi"), "config.model.position_embedding='alibi': expected one of 'absolute', 'rotary'"),
+    (dict(hidden_act="relu"), "config.model.hidden_act='relu': expected one of"),
+    (dict(position_embedding="rotary", hidden_size=36, num_heads=4), "must be even, got 36 / 4 = 9"),
+    (dict(local_attention_window=-1), "config.model.local_attention_window=-1: expected an integer >= 0"),
 ])
 def test_bad_switches_are_clear_errors(changes, message):
-  with pytest.raises(ValueError, match=message):
+  with pytest.raises(ConfigError, match=re.escape(message)):
     TINY.replace(**changes)

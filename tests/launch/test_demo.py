@@ -9,10 +9,11 @@ import re
 
 import pytest
 
+from configs import checks
 from configs import demo as demo_config
 from configs import finetune
 from encoder import errors
-from launch import demo, predict, train
+from launch import demo, predict
 from tasks import finetune_data
 from tasks.readers import read_conllu
 from tests.conftest import require_data
@@ -22,7 +23,7 @@ SENTENCE = "I can't believe it's not butter!"
 
 def test_pos_config_is_the_ud_pos_recipe_on_the_packaged_sample():
   config = demo_config.get_config("pos")
-  train.check_config(config)
+  checks.check_config(config)
   preset = finetune.get_config("task=ud_pos")
   assert (config.task.name, config.task.labels, config.task.case_features, config.task.last_subword) == (
       preset.task.name, preset.task.labels, preset.task.case_features, preset.task.last_subword)

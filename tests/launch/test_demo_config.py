@@ -8,10 +8,10 @@ import jax
 import numpy as np
 import pytest
 
-from configs import checks
+from configs import checks, paths
 from configs import demo as demo_config
 from encoder.tokenizer import load_tokenizer
-from launch import demo, input_pipeline, train
+from launch import demo, input_pipeline
 from launch.model import EncoderWithHeads, encoder_config
 from objectives import corpus, masking, registry
 
@@ -33,12 +33,12 @@ def _titles(path):
 
 
 def test_config_resolves_and_passes_the_engine_checks(config):
-  train.check_config(config)
+  checks.check_config(config)
   assert config.objectives == "mlm" and config.num_train_steps == demo_config.DEMO_STEPS
   assert demo_config.get_config("steps=7").num_train_steps == 7
   assert config.data.max_length <= config.model.max_positions
-  assert input_pipeline.resolve_files(config.data.train_files, "train_files") == [demo_config.sample_file("train")]
-  assert input_pipeline.resolve_files(config.data.eval_files, "eval_files") == [demo_config.sample_file("heldout")]
+  assert paths.resolve_files(config.data.train_files, "train_files") == [demo_config.sample_file("train")]
+  assert paths.resolve_files(config.data.eval_files, "eval_files") == [demo_config.sample_file("heldout")]
   # Runnable through the engine CLI too, and the saved config round-trips to JSON.
   assert checks.to_dict(config)["data"]["train_files"].endswith("wiki.train.txt")
 

@@ -7,6 +7,7 @@ import pytest
 from scipy.special import log_softmax
 
 from encoder import Encoder, preset
+from encoder.errors import ConfigError
 from encoder.tokenizer import load_tokenizer
 from objectives import corpus, masking, pairs, pipeline, registry
 from tests.conftest import require_data
@@ -230,16 +231,16 @@ def test_examples_are_deterministic(text_file, tokenizer, tmp_path):
 def test_validate_and_bad_inputs(tmp_path, tokenizer, text_file):
   pipeline.validate(["mlm", "nsp"], "nsp_pairs")
   pipeline.validate(["mlm", "sbo"], "full_sentences", "span")
-  with pytest.raises(ValueError, match=r"objective 'nsp' needs packing='nsp_pairs'.*full_sentences"):
+  with pytest.raises(ConfigError, match=r"config.data.packing='full_sentences': objective 'nsp' needs 'nsp_pairs'"):
     pipeline.validate(["mlm", "nsp"], "full_sentences")
-  with pytest.raises(ValueError, match=r"'sbo' needs masking mode 'span'"):
+  with pytest.raises(ConfigError, match=r"config.masking.mode='token': objective 'sbo' needs 'span'"):
     pipeline.validate(["sbo"], "segments", "token")
-  with pytest.raises(ValueError, match="unknown objective"):
+  with pytest.raises(ConfigError, match="unknown objective 'rtd'"):
     pipeline.validate(["mlm", "rtd"], "segments")
   pipeline.validate(["electra", "nsp"], "nsp_pairs")
-  with pytest.raises(ValueError, match=r"objective 'electra' cannot be combined with \['mlm'\]"):
+  with pytest.raises(ConfigError, match=r"'electra' cannot be combined with \['mlm'\]"):
     pipeline.validate(["mlm", "electra"], "full_sentences")
-  with pytest.raises(ValueError, match="packing 'docs'"):
+  with pytest.raises(ConfigError, match="packing 'docs'"):
     pipeline.pretraining_examples(files=[text_file], tokenizer=tokenizer, max_length=64, packing="docs")
   short = tmp_path / "short.txt"
   short.write_text("One sentence only.\n\nTwo here. And two.\n", encoding="utf-8")

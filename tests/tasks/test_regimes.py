@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 
+from encoder.errors import ConfigError
 from tasks import regimes
 
 PARAMS = {"encoder": {"embeddings": {"w": jnp.ones(2)}, "layer_0": {"w": jnp.ones(2)}, "layer_1": {"w": jnp.ones(2)},
@@ -45,9 +46,9 @@ def test_frozen_parameters_stay_bitwise_equal_under_adamw():
 
 
 def test_bad_regime_names_the_choices():
-  with pytest.raises(ValueError, match="not one of"):
+  with pytest.raises(ConfigError, match="config.regime='half': expected one of 'full', 'frozen', 'top_k'"):
     regimes.update_scales(PARAMS, num_layers=2, regime="half")
-  with pytest.raises(ValueError, match="top_k"):
+  with pytest.raises(ConfigError, match="config.top_k=0"):
     regimes.update_scales(PARAMS, num_layers=2, regime="top_k", top_k=0)
 
 

@@ -1,0 +1,166 @@
+"""What each field of an experiment config accepts (encoder.fields rules), by dotted key: checked by
+`configs.checks.check_config` before a run reads data or writes anything, shown in docs/config.md's "accepts" column,
+and broken on purpose, field by field, by the config fuzz test (tests/configs/test_fuzz.py).
+
+The encoder's fields (`model.*`) are EncoderConfig's own rules (encoder/config.py); an objective with a config block
+of its own (ELECTRA's `electra.*`) states its rules beside its builder (`FIELD_RULES` in its module). Relations
+between fields (max_length within max_positions, heads dividing the width, ...) are `configs.checks`'s.
+"""
+
+from collections.abc import Callable
+
+from encoder import config as encoder_config
+from encoder import fields
+from encoder.fields import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, PROBABILITY, Anything, Check, \
+    Choice, Number
+from objectives import electra
+from objectives import masking as masking_lib
+from objectives import pipeline
+from tasks import readers
+from tasks.scoring import tag_schemes
+
+OPTIMIZERS = ("adamw", "lamb")
+SIGNALS = ("SIGKILL", "SIGTERM")
+BOOL = Anything("true or false")
+EVERY = Number(1, integer=True, also=(-1,))  # A period in steps, or -1 (fine-tuning: every epoch / evaluation).
+
+
+def _registry_names(kind: str) -> Callable[[], tuple[str, ...]]:
+  """The names of a registry, imported when a value is checked (the registries import the heads)."""
+  def names() -> tuple[str, ...]:
+    if kind == "objectives":
+      from objectives import registry  # pylint: disable=import-outside-toplevel
+      return tuple(registry.OBJECTIVES)
+    if kind == "families":
+      from tasks import registry  # pylint: disable=import-outside-toplevel
+      return tuple(registry.FAMILIES)
+    from tasks import tfds_builders  # pylint: disable=import-outside-toplevel
+    return ("", *tfds_builders.PRESETS)
+  return names
+
+
+def _objectives_problem(value: str) -> str | None:
+  known = _registry_names("objectives")()
+  unknown = [name for name in value.split("+") if name not in known]
+  return f"'+'-joined objective names of {', '.join(known)}, got unknown {unknown}" if unknown else None
+
+
+def _init_problem(value: str) -> str | None:
+  ok = value == "" or (value.partition(":")[0] in ("hf", "run") and value.partition(":")[2])
+  return None if ok else "'hf:<name or directory>', 'run:<workdir>' or '' (random init)"
+
+
+def _comma_paths(value: str) -> str | None:
+  return "comma-separated file paths" if any(not part.strip() for part in value.split(",")) else None
+
+
+def _files_problem(value: str) -> str | None:
+  items = [item.partition(":") for item in value.split(",")] if value else []
+  bad = [split + colon + path for split, colon, path in items if not (split and colon and path)]
+  return f"'split:path' items such as train:a.tsv,validation:b.tsv, got {bad[0]!r}" if bad else None
+
+
+def _columns_problem(value: str) -> str | None:
+  for item in filter(None, value.split(",")):
+    key, colon, option = item.partition(":")
+    if not (key and colon and option):
+      return f"'name:value' items such as text_a:sentence1,label:2,header:true, got {item!r}"
+    if option.lstrip("-").isdigit() and int(option) < 0:
+      return f"column indices >= 0 (0 is the first column), got {item!r}"
+  return None
+
+
+def _buckets_problem(value) -> str | None:
+  ok = len(value) > 0 and all(isinstance(b, int) and b > 0 for b in value) and list(value) == sorted(set(value))
+  return None if ok else "increasing positive token lengths such as (16, 32, 64)"
+
+
+def _scheme_problem(value: str) -> str | None:
+  ok = value == "" or value.upper() in tag_schemes.SCHEME_NAMES
+  return None if ok else f"a tag scheme of {', '.join(tag_schemes.SCHEME_NAMES)} or '' (plain tags)"
+
+
+def _best_metric_problem(value: str) -> str | None:
+  return None if value == "" or value.startswith(("eval/", "train/")) else \
+      "a metric name such as 'eval/loss' or 'eval/accuracy' (or '' for the latest checkpoint only)"
+
+
+ENGINE: dict[str, fields.Rule] = {
+    "seed": NON_NEGATIVE_INT, "batch_size": POSITIVE_INT, "grad_accum_steps": POSITIVE_INT,
+    "parallelism": Choice(("jit", "pmap")), "mesh_model": POSITIVE_INT, "fsdp": BOOL,
+    "log_every_steps": POSITIVE_INT, "eval_every_steps": Number(0, integer=True, also=(-1,)),
+    "eval_steps": Number(1, integer=True, also=(-1,)), "checkpoint_every_steps": EVERY,
+    "keep_checkpoints": POSITIVE_INT, "best_metric": Check(_best_metric_problem, "a metric name ('eval/...') or ''",
+                                                           ("accuracy",)),
+    "best_mode": Choice(("min", "max")), "measure_mfu": BOOL, "compile_ahead": BOOL,
+    "debug_nan_step": Number(0, integer=True, also=(-1,)), "debug_kill_at_step": Number(1, integer=True, also=(-1,)),
+    "debug_kill_signal": Choice(SIGNALS), "debug_kill_during_save": Choice(("", "write", "commit")),
+    "init": Check(_init_problem, "'hf:<name or directory>', 'run:<workdir>' or ''", ("bert-base", "hf:")),
+}
+OPTIMIZER: dict[str, fields.Rule] = {
+    "optimizer.name": Choice(OPTIMIZERS), "optimizer.learning_rate": POSITIVE,
+    "optimizer.warmup_steps": NON_NEGATIVE_INT, "optimizer.end_learning_rate": NON_NEGATIVE,
+    "optimizer.weight_decay": NON_NEGATIVE, "optimizer.b1": PROBABILITY, "optimizer.b2": PROBABILITY,
+    "optimizer.eps": POSITIVE, "optimizer.clip_norm": NON_NEGATIVE, "optimizer.ema_decay": PROBABILITY,
+    "optimizer.warmup_fraction": PROBABILITY,
+}
+PRETRAINING: dict[str, fields.Rule] = {
+    "objectives": Check(_objectives_problem, "'+'-joined objective names (objectives/registry.py)",
+                        ("mlm+no_such_objective",)),
+    "objective_weights": Anything("a weight >= 0 per objective, one per name in objectives (checked with them)"),
+    "task": Check(lambda v: None if v == "" else "'' for pretraining (a task block is configs/finetune.py's)",
+                  "'' (pretraining)", ("sst2",)),
+    "num_train_steps": POSITIVE_INT, "eval_every_steps": NON_NEGATIVE_INT, "checkpoint_every_steps": POSITIVE_INT,
+    "data.train_files": Check(_comma_paths, "comma-separated existing files (checked with the data directory)",
+                              ("a.txt,,b.txt",)),
+    "data.eval_files": Anything("comma-separated existing files, or '' for no evaluation (checked with the data "
+                                "directory)"),
+    "data.prepared": Anything("a directory of objectives.prepare, or '' (checked when opened)"),
+    "data.tokenizer": Anything("a tokenizer path or packaged checkpoint name (checked when loaded)"),
+    "data.max_length": Number(8, integer=True), "data.packing": Choice(pipeline.PACKINGS),
+    "data.cache_dir": Anything("any directory path ('' = workdir/cache)"), "data.prefetch": NON_NEGATIVE_INT,
+    "data.workers": NON_NEGATIVE_INT,
+    "masking.rate": Number(0.0, 1.0, low_open=True, high_open=True), "masking.max_predictions": POSITIVE_INT,
+    "masking.mode": Choice(masking_lib.MODES), "masking.replacement": Choice(masking_lib.REPLACEMENTS),
+    "masking.mask_prob": Number(0.0, 1.0), "masking.random_prob": Number(0.0, 1.0),
+    **{f"electra.{key}": rule for key, rule in electra.FIELD_RULES.items()},
+}
+FINETUNING: dict[str, fields.Rule] = {
+    "objectives": Check(lambda v: None if v == "" else "'' (fine-tuning trains the task's head)", "''",
+                        ("mlm",)),
+    "objective_weights": Anything("unused by fine-tuning"),
+    "num_train_steps": NON_NEGATIVE_INT, "epochs": NON_NEGATIVE_INT,
+    "regime": Choice(("full", "frozen", "top_k")), "top_k": NON_NEGATIVE_INT,
+    "layer_decay": Number(0.0, 1.0, low_open=True),
+    "data.tokenizer": Anything("a tokenizer path or packaged checkpoint name (checked when loaded)"),
+    "data.buckets": Check(_buckets_problem, "increasing positive token lengths", ((32, 16), (0, 16))),
+    "data.compile_cost": NON_NEGATIVE, "data.cache_dir": Anything("any directory path ('' = the default cache)"),
+    "data.prefetch": NON_NEGATIVE_INT,
+    "task.name": Choice(_registry_names("families")), "task.dataset": Choice(_registry_names("datasets")),
+    "task.format": Choice(lambda: tuple(readers.READERS)),
+    "task.files": Check(_files_problem, "'split:path' items (the files must exist)", ("train.tsv",)),
+    "task.columns": Check(_columns_problem, "'name:value' reader options", ("text_a", "label:-1")),
+    "task.train_split": Anything("a split name of the data, tfds slicing allowed (checked when read)"),
+    "task.eval_split": Anything("a split name of the data (checked when read)"),
+    "task.test_split": Anything("a split name of the data, or '' (checked when read)"),
+    "task.labels": Anything("any label names, in index order (checked against the data when read)"),
+    "task.scheme": Check(_scheme_problem, "a tag scheme name or ''", ("BIOX",)),
+    "task.source_scheme": Check(_scheme_problem, "a tag scheme name or ''", ("BIOX",)),
+    "task.score_mode": Choice(("conlleval", "strict")), "task.alignment": Choice(("first", "all")),
+    "task.crf": BOOL, "task.case_features": NON_NEGATIVE_INT, "task.last_subword": BOOL,
+    "task.max_length": Number(3, integer=True), "task.max_span_width": POSITIVE_INT,
+    "task.doc_stride": POSITIVE_INT, "task.max_question_length": POSITIVE_INT,
+    "task.max_answer_length": POSITIVE_INT, "task.n_best": POSITIVE_INT, "task.unanswerable": BOOL,
+    "task.pooling": Choice(("cls", "pooled", "mean", "attention")), "task.boundary_ffn": BOOL,
+    "task.span_hidden": POSITIVE_INT, "task.nested": BOOL, "task.dropout": PROBABILITY,
+    "task.rdrop": NON_NEGATIVE, "task.score_weight": NON_NEGATIVE,
+    "task.positive_label": Anything("a label of the task, or '' (checked against the labels when read)"),
+    "task.metric": Anything("a metric the task's family scores (checked when the run is built)"),
+}
+
+
+def rules(finetuning: bool) -> dict[str, fields.Rule]:
+  """Every field's rule for a fine-tuning or a pretraining config."""
+  model = {f"model.{key}": rule for key, rule in encoder_config.FIELD_RULES.items()}
+  return ENGINE | OPTIMIZER | model | (FINETUNING if finetuning else PRETRAINING)
+
