@@ -223,6 +223,11 @@ def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -
   if task.positive_label and task.labels and task.positive_label not in task.labels:
     raise ConfigError(f"config.task.positive_label={task.positive_label!r}: expected one of config.task.labels "
                       f"{list(task.labels)}")
-  finetune_data.dataset_of(task)  # The dataset is known, or the files exist.
-  placeholder = list(task.labels) or ["A", "B"]
-  registry.family(finetune_data.task_mapping(task, placeholder)).objective()  # The head accepts its options.
+  dataset = finetune_data.dataset_of(task)  # The dataset is known, or the files exist.
+  family = registry.family(finetune_data.task_mapping(task, list(task.labels) or ["A", "B"]))
+  data_format = finetune_data.data_format(dataset)
+  if data_format not in family.formats:
+    remedy = f"set config.task.format={family.formats[0]}" if not task.dataset else "choose a dataset of its kind"
+    raise ConfigError(f"config.task.{'dataset' if task.dataset else 'format'}={task.dataset or task.format!r}: task "
+                      f"family {task.name!r} reads {' or '.join(family.formats)} files, not {data_format} ({remedy})")
+  family.objective()  # The head accepts its options.

@@ -209,9 +209,9 @@ class Predictor:
     "probabilities"} for classification, {"words", "tags"} for tagging (None for words past max_length)."""
     return self.predict_records([self.record(item) for item in inputs])
 
-  def predict_records(self, records: Sequence[dict]) -> list[dict]:
-    """`predict` for reader records."""
-    records = [self._checked(i, r) for i, r in enumerate(records)]
+  def predict_records(self, records: Sequence[dict], where: Sequence[str] | None = None) -> list[dict]:
+    """`predict` for reader records; `where` names each record in an error ("file:line"; default "inputs[i]")."""
+    records = [self._checked(where[i] if where else f"inputs[{i}]", r) for i, r in enumerate(records)]
     if not records:
       return []
     unlabelled = [self.family.unlabelled(r) for r in records]
@@ -222,22 +222,22 @@ class Predictor:
     return [self.family.output(record, example, r, d) for record, example, r, d in
             zip(records, evaluation.per_record(split, split.examples), evaluation.per_record(split, raw), decoded)]
 
-  def _checked(self, index: int, record: dict) -> dict:
-    """The record, or a UserError naming input `index` when it cannot be labelled by this run."""
+  def _checked(self, where: str, record: dict) -> dict:
+    """The record, or a UserError naming it (`where`) when it cannot be labelled by this run."""
     if self.word_task:
       words = record.get("words")
       if not words or not all(isinstance(w, str) and w.strip() for w in words):
-        raise errors.UserError(f"input {index}: expected a list of words (non-empty strings), got {words!r}")
+        raise errors.UserError(f"{where}: expected a list of words (non-empty strings), got {words!r}")
     elif self.questions:
       for key in ("question", "context"):
         if not isinstance(record.get(key), str) or not record[key].strip():
-          raise errors.UserError(f"input {index}: expected a non-empty {key}, got {record.get(key)!r} (a QA run reads "
+          raise errors.UserError(f"{where}: expected a non-empty {key}, got {record.get(key)!r} (a QA run reads "
                                  '{"question": ..., "context": ...})')
     else:
       if not isinstance(record.get("text_a"), str) or not record["text_a"].strip():
-        raise errors.UserError(f"input {index}: expected a non-empty text, got {record.get('text_a')!r}")
+        raise errors.UserError(f"{where}: expected a non-empty text, got {record.get('text_a')!r}")
       if self.pairs != bool(record.get("text_b")):
-        raise errors.UserError(f"input {index}: expected "
+        raise errors.UserError(f"{where}: expected "
                                f"{'two texts (a sentence pair)' if self.pairs else 'one text'}: the run was trained on "
                                f"{'pairs' if self.pairs else 'single texts'}")
     return record
@@ -389,8 +389,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     raise errors.UserError(f"--output conll is for word-level tasks; {args.workdir} is a {predictor.task['name']} "
                            "task: use --output jsonl")
   records, lines = read_inputs(args.input, args.format, predictor)
-  outputs = predictor.predict_records(records)
   name = "<stdin>" if args.input == STDIN else args.input
+  outputs = predictor.predict_records(records, [f"{name}:{line}" for line in lines])
   cut = [line for line, record in zip(lines, records)
          if predictor.word_task and predictor.words_kept(record["words"]) < len(record["words"])]
   if cut:

@@ -149,6 +149,7 @@ class SentenceFamily:
   """What sentence(-pair) families share: [CLS] A [SEP] (B [SEP]) examples, one row of outputs per example, scores
   from real-valued `score` columns, `.labels` prediction files (one prediction a line)."""
   word_level = False
+  formats = ("tsv",)
 
   def __init__(self, task: Mapping[str, Any]):
     self.task = dict(task)

@@ -46,6 +46,7 @@ class TaskFamily(Protocol):
   name: str  # The registry name (config.task.name).
   word_level: bool  # Labels words (inputs are word lists) rather than whole texts.
   bootstrap: tuple[str, str] | None  # (tasks.scoring.score bootstrap --task, prediction file suffix) for reports.
+  formats: tuple[str, ...]  # The reader formats (tasks.readers.READERS) whose records it trains on.
   task: dict[str, Any]
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:

@@ -145,7 +145,8 @@ def _records(dataset, split: str, cache_dir: str, key: str) -> list[dict]:
   return source.__getitems__(list(range(len(source)))) if len(source) else []
 
 
-def _format(dataset: str | tfds_builders.DatasetConfig) -> str:
+def data_format(dataset: str | tfds_builders.DatasetConfig) -> str:
+  """The reader format of a dataset preset name or custom dataset."""
   return (tfds_builders.PRESETS[dataset] if isinstance(dataset, str) else dataset).format
 
 
@@ -202,7 +203,7 @@ def check_splits(task: ml_collections.ConfigDict, dataset, splits: dict[str, str
   family = registry.family(task_mapping(task, label_vocabulary(task, records["train"])))
   for role, split in splits.items():
     _check_records(family, dataset, split, records[role])
-    _check_labels(dataset, split, records[role], family.file_labels(_format(dataset)))
+    _check_labels(dataset, split, records[role], family.file_labels(data_format(dataset)))
 
 
 def load(config: ml_collections.ConfigDict) -> TaskData:
@@ -220,7 +221,7 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
                              "has no records")
   family = registry.family(task_mapping(task, label_vocabulary(task, train_records)))
   family = registry.family(family.task | family.train_fields(train_records))
-  allowed = family.file_labels(_format(dataset))
+  allowed = family.file_labels(data_format(dataset))
 
   records = {"train": train_records, "dev": read("eval_split")} | (
       {"test": read("test_split")} if task.test_split else {})

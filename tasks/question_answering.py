@@ -151,6 +151,7 @@ class QuestionAnswering:
   name = "question_answering"
   word_level = False
   bootstrap = ("squad", "json")
+  formats = ("squad",)
 
   def __init__(self, task: Mapping[str, Any]):
     self.task = dict(task)
@@ -164,15 +165,14 @@ class QuestionAnswering:
     return None
 
   def usable(self, records: Sequence[dict]) -> bool:
-    return True
+    """A SQuAD v1.1 run (no task.unanswerable) refuses v2.0's unanswerable questions in any split: it can neither
+    learn nor predict "no answer", and v1.1's metric cannot score one."""
+    return self.unanswerable() or not any(r["is_impossible"] for r in records)
 
   def reader_checks(self) -> dict[str, Any]:
-    return {}
+    return {} if self.unanswerable() else {"answerable": True}
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
-    if not self.task.get("unanswerable") and any(r["is_impossible"] for r in train_records):
-      raise errors.ConfigError("the training data has unanswerable questions (SQuAD 2.0, is_impossible): set "
-                               "config.task.unanswerable=True")
     return {}
 
   def objective(self) -> Objective:

@@ -168,6 +168,7 @@ class SpanNER:
   name = "span_ner"
   word_level = True
   bootstrap = ("conll", "conll")  # Flat runs only: nested predictions have no .conll file.
+  formats = ("conll", "conllu", "spans")
 
   def __init__(self, task: Mapping[str, Any]):
     self.task = dict(task)

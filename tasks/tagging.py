@@ -109,6 +109,7 @@ class Tagging:
   name = "tagging"
   word_level = True
   bootstrap = ("conll", "conll")
+  formats = ("conll", "conllu", "spans")
 
   def __init__(self, task: Mapping[str, Any]):
     self.task = dict(task)

@@ -100,6 +100,34 @@ def test_data_file_errors_before_tfds_prepares_anything(tmp_path, case):
   assert "prepared" not in done.stderr and not any((tmp_path / "tfds").rglob("*.array_record*"))
 
 
+def _squad(*questions: tuple[str, bool]) -> str:
+  """A SQuAD file of (id, unanswerable) questions on one paragraph, a question per line."""
+  qas = ",\n".join(json.dumps({"id": qid, "question": "Where is Paris?", "is_impossible": impossible, "answers": (
+      [] if impossible else [{"text": "France", "answer_start": 12}])}) for qid, impossible in questions)
+  return '{"version": "1.1", "data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [\n' \
+      + qas + "]}]}]}\n"
+
+
+@pytest.mark.parametrize("case", ["repeated id", "v2.0 dev file in a v1.1 run", "no task.format"])
+def test_squad_files_a_run_cannot_score_are_refused_before_training(tmp_path, case):
+  """Predictions are keyed by question id; a v1.1 run can neither predict nor score an unanswerable question; own
+  SQuAD files need task.format=squad (the default format is tsv). The workdir is never created."""
+  train = write(tmp_path / "train.json", _squad(("q1", False), ("q2", False)))
+  if case == "repeated id":
+    args = finetune(tmp_path, "squad", "squad", write(tmp_path / "dup.json", _squad(("q1", False), ("q1", False))),
+                    train)
+    named = ["dup.json:3:", "each question id once", "'q1' again, first at line 2"]
+  elif case == "v2.0 dev file in a v1.1 run":
+    args = finetune(tmp_path, "squad", "squad", train, write(tmp_path / "dev.json", _squad(("a", False), ("b", True))))
+    named = ["dev.json:3:", "'b' unanswerable", "config.task.unanswerable=True"]
+  else:
+    args = [arg for arg in finetune(tmp_path, "squad", "squad", train, train) if not arg.startswith("--config.task.f")]
+    args.append(f"--config.task.files=train:{train},validation:{train}")
+    named = ["config.task.format='tsv'", "reads squad files", "set config.task.format=squad"]
+  assert_one_line(command(*args), *named)
+  assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("text, named", [
     (" \n\t\n", ["empty corpus file", "only whitespace"]),
     ("\u2603\ufe0f \U0001F600\n", ["no usable text", "[UNK]"]),  # Every token of it is [UNK] to MiniLM's vocabulary.

@@ -4,11 +4,13 @@ answer text, character offsets, score; the run's own dev predictions given back)
 BertForQuestionAnswering with our start/end logits."""
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from configs import finetune
+from encoder import errors
 from encoder.tokenizer import load_tokenizer
 from launch import export, predict, train
 from launch.model import EncoderWithHeads, encoder_config
@@ -85,9 +87,11 @@ def test_predict_command_reads_json_lines_and_tsv(run, tmp_path, capsys):
 
 def test_predict_refuses_a_question_without_context(run, tmp_path):
   path = tmp_path / "bad.jsonl"
-  path.write_text('{"question": "Who?"}\n', encoding="utf-8")
-  with pytest.raises(Exception, match="input 0: expected a non-empty context"):
+  path.write_text('{"question": "Who?", "context": "Me."}\n\n{"question": "Who?"}\n', encoding="utf-8")
+  with pytest.raises(errors.UserError, match=f"^{re.escape(str(path))}:3: expected a non-empty context"):
     predict.main(["--workdir", str(run), "--input", str(path), "--format", "jsonl"])
+  with pytest.raises(errors.UserError, match=r"^inputs\[1\]: expected a non-empty context"):
+    predict.Predictor.from_workdir(run).predict_records([{"question": "Who?", "context": "Me."}, {"question": "?"}])
 
 
 def test_export_loads_as_bert_for_question_answering_with_our_logits(run, tmp_path, capsys):

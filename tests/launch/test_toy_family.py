@@ -49,6 +49,7 @@ class WordCount:
   name = "word_count"
   word_level = False
   bootstrap = None
+  formats = ("tsv",)
 
   def __init__(self, task: dict[str, Any]):
     self.task = dict(task)

@@ -200,6 +200,23 @@ def test_reader_names_the_line_of_a_bad_answer(tmp_path):
     list(read_squad(file))
 
 
+def test_reader_refuses_a_repeated_id_and_unanswerable_questions_of_a_v1_run(tmp_path):
+  """Predictions and the official metric are keyed by question id: a repeated one would silently drop answers; a
+  v1.1 run (`answerable`) can neither predict nor score a v2.0 unanswerable question."""
+  question = lambda qid, impossible=False: json.dumps({
+      "id": qid, "question": "Where?", "is_impossible": impossible,
+      "answers": [] if impossible else [{"text": "France", "answer_start": 12}]})
+  file = tmp_path / "squad.json"
+  file.write_text('{"data": [{"title": "T", "paragraphs": [{"context": "Paris is in France.", "qas": [\n'
+                  f'{question("q1")},\n{question("q2", True)},\n{question("q1")}]}}]}}]}}\n', encoding="utf-8")
+  with pytest.raises(ReaderError, match=r"squad.json:4: expected each question id once .* found 'q1' again, first "
+                                        r"at line 2 \(data\[0\].paragraphs\[0\].qas\[2\]\)"):
+    list(read_squad(file))
+  with pytest.raises(ReaderError, match=r"squad.json:3: expected answerable questions \(a SQuAD v1.1 run\), found "
+                                        r"'q2' unanswerable .*set config.task.unanswerable=True"):
+    list(read_squad(file, answerable=True))
+
+
 def test_the_squad_preset_stores_the_readers_records():
   """tfds preset "squad": train = the first 40 articles, validation = the last 4, test = the official dev set."""
   from tasks.tfds_builders import load_split  # pylint: disable=import-outside-toplevel
