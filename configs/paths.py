@@ -36,7 +36,7 @@ def resolve_files(spec: str, what: str) -> list[files.Path]:
   data dir)."""
   found = []
   for name in filter(None, (part.strip() for part in spec.split(","))):
-    path = files.path(name)
+    path = files.reachable(name)
     if path.is_absolute() or path.exists():
       if not path.is_file():
         raise FileNotFoundError(f"{what}: {path} does not exist (config.data.{what})")
@@ -51,7 +51,7 @@ def resolve_files(spec: str, what: str) -> list[files.Path]:
 
 def resolve_prepared(spec: str) -> files.Path:
   """config.data.prepared -> the directory (absolute, relative to the working directory, or gs://)."""
-  path = files.path(spec)
+  path = files.reachable(spec)
   if not path.is_dir():
     raise FileNotFoundError(f"prepared: {path} is not a directory written by objectives.prepare (config.data.prepared)")
   return path

@@ -13,12 +13,17 @@ temporary file and uploaded as one object.
 """
 
 import contextlib
+import functools
+import json
 import os
 import pathlib
 import re
 import shutil
+import socket
 import tempfile
+import threading
 from typing import Iterator
+from urllib.parse import urlsplit
 
 from etils import epath
 
@@ -26,16 +31,109 @@ from encoder import errors
 
 Path = epath.Path  # The type every workdir and data path has (pathlib's API, gs:// included).
 _LOST_SLASH = re.compile(r"^(gs|s3|az|hf):/(?!/)")
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"  # A GCS emulator's http://host:port (gcsfs reads it too).
+PROBE_SECONDS = 20.0  # How long `reachable` waits for GCS before it gives up (gcsfs alone retries for ~70 s).
+_REMEDY = ("check the network, the bucket name and the credentials (gcloud auth application-default login, or "
+           f"GOOGLE_APPLICATION_CREDENTIALS); for a local emulator set {EMULATOR_ENV}=http://host:port")
 
 
 def path(p: str | os.PathLike) -> epath.Path:
-  """A local path or gs:// URL as a Path; `gs:/bucket/...` (a URL whose `//` pathlib collapsed) is a UserError."""
+  """A local path or gs:// URL as a Path; `gs:/bucket/...` (a URL whose `//` pathlib collapsed) and `gs:///...` (no
+  bucket) are UserErrors."""
   text = os.fspath(p)
+  if is_remote(text):
+    _bucket_of(text)  # epath would read gs:///runs/x (an unset $BUCKET) as the bucket "runs".
   if _LOST_SLASH.match(text):
     fixed = _LOST_SLASH.sub(r"\1://", text)
     raise errors.UserError(f"{text}: a gs:// URL that lost a slash (pathlib.Path('gs://...') makes that); "
                            f"expected {fixed}")
   return epath.Path(text)
+
+
+def reachable(p: str | os.PathLike) -> epath.Path:
+  """`path(p)`, after checking once per bucket that a gs:// URL names a bucket that answers (network, credentials,
+  the bucket exists) within PROBE_SECONDS: else one UserError naming the URL and the remedy, instead of a minute of
+  retries ending in a traceback. Commands call it on every path a user gives them, before reading or writing."""
+  result = path(p)
+  if is_remote(result):
+    url = os.fspath(result)
+    problem = _bucket_problem(_bucket_of(url), *_endpoint())
+    if problem:
+      raise errors.UserError(f"{url}: {problem}; {_REMEDY}")
+  return result
+
+
+def _bucket_of(url: str) -> str:
+  """The bucket of a gs:// URL; a URL without one (gs:///runs/x: an unset $BUCKET) is a UserError."""
+  parts = urlsplit(url)
+  if parts.scheme != "gs":
+    raise errors.UserError(f"{url}: expected a local path or a gs:// URL (other object stores are not supported)")
+  if not parts.netloc:
+    raise errors.UserError(f"{url}: expected gs://<bucket>/<path>, found no bucket name after gs:// (an unset "
+                           "variable, such as $BUCKET?)")
+  return parts.netloc
+
+
+def _endpoint() -> tuple[str, int]:
+  """(host, port) GCS requests go to: the emulator's, else Google's."""
+  emulator = os.environ.get(EMULATOR_ENV)
+  if not emulator:
+    return "storage.googleapis.com", 443
+  parts = urlsplit(emulator if "://" in emulator else f"http://{emulator}")
+  return parts.hostname or "localhost", parts.port or (443 if parts.scheme == "https" else 80)
+
+
+@functools.lru_cache(maxsize=None)
+def _bucket_problem(bucket: str, host: str, port: int) -> str | None:
+  """What keeps gs://bucket from being used through host:port, or None (asked once per process)."""
+  try:  # DNS and TCP first: without a network gcsfs would retry for about a minute.
+    socket.create_connection((host, port), timeout=PROBE_SECONDS / 4).close()
+  except OSError as err:
+    return f"cannot connect to {host}:{port} ({err.strerror or err})"
+  outcome: list[BaseException | None] = []
+
+  def ask() -> None:
+    try:
+      fs, _ = _filesystem(f"gs://{bucket}")
+      fs.ls(bucket, detail=False)  # A page of objects: the bucket exists and these credentials may read it.
+      outcome.append(None)
+    except BaseException as err:  # pylint: disable=broad-except  (reported in the caller's thread)
+      outcome.append(err)
+
+  worker = threading.Thread(target=ask, daemon=True)
+  worker.start()
+  worker.join(PROBE_SECONDS)
+  if not outcome:
+    return f"GCS ({host}:{port}) gave no answer within {PROBE_SECONDS:.0f} s"
+  if isinstance(outcome[0], FileNotFoundError):
+    return f"the bucket gs://{bucket} does not exist (or these credentials cannot see it)"
+  if outcome[0] is not None:
+    err = outcome[0]
+    return f"GCS refused to list gs://{bucket} ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+  return None
+
+
+def read_json(p: str | os.PathLike) -> object:
+  """A JSON file's value; a file that is not JSON is a UserError `path:line: expected JSON, ...`."""
+  text = path(p).read_text(encoding="utf-8")
+  try:
+    return json.loads(text)
+  except json.JSONDecodeError as err:
+    raise errors.UserError(f"{p}:{err.lineno}: expected JSON, found an error at column {err.colno} ({err.msg}); "
+                           "the file is damaged or not this project's") from None
+
+
+def read_json_lines(p: str | os.PathLike) -> list:
+  """The values of a JSON-lines file (blank lines skipped); a bad line is a UserError `path:line: ...`."""
+  values = []
+  for number, line in enumerate(path(p).read_text(encoding="utf-8").splitlines(), 1):
+    if line.strip():
+      try:
+        values.append(json.loads(line))
+      except json.JSONDecodeError as err:
+        raise errors.UserError(f"{p}:{number}: expected a JSON value per line, found an error at column {err.colno} "
+                               f"({err.msg}); the file is damaged or not this project's") from None
+  return values
 
 
 def is_remote(p: str | os.PathLike) -> bool:

@@ -9,7 +9,6 @@ an `hf:` init never loads it.
 """
 
 import dataclasses
-import json
 import pathlib
 from typing import Any
 
@@ -46,11 +45,11 @@ def model_fields(init: str) -> tuple[dict[str, Any], str]:
     directory = _hf_directory(init, where)
     cfg = hf_checkpoint.checked_config(directory)  # A CheckpointError naming the file, before any data is read.
     return dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32"}, str(directory)
-  saved = files.path(where) / "config.json"
+  saved = files.reachable(where) / "config.json"
   if not saved.is_file():
     raise ConfigError(f"init={init!r}: {saved} does not exist; expected the workdir of a training run")
   try:
-    run = json.loads(saved.read_text(encoding="utf-8"))
+    run = files.read_json(saved)
     return dict(run["model"]), run["data"]["tokenizer"]
   except (ValueError, KeyError, TypeError) as err:
     raise ConfigError(f"init={init!r}: {saved} is not a run's config.json (expected JSON with model and "

@@ -144,7 +144,7 @@ def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:
   has_checkpoints = checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
   if not (has_checkpoints and saved_path.is_file()):
     return
-  differences = checks.incompatible_fields(json.loads(saved_path.read_text()), checks.to_dict(config))
+  differences = checks.incompatible_fields(files.read_json(saved_path), checks.to_dict(config))
   if differences:
     raise errors.ConfigError(
         f"{workdir} holds checkpoints of a different model ({saved_path} differs: {'; '.join(differences)}); "

@@ -76,4 +76,4 @@ def summarize(sums: dict[str, np.ndarray], prefix: str, weights: dict[str, float
 
 def read_jsonl(path: Path) -> list[dict]:
   """The records of a metrics.jsonl file (for tests, benchmarks and reports)."""
-  return [json.loads(line) for line in files.path(path).read_text().splitlines() if line.strip()]
+  return files.read_json_lines(path)

@@ -68,7 +68,7 @@ def run_config(workdir: Path, expected: str) -> ml_collections.ConfigDict:
     raise errors.UserError(f"{path} does not exist: {workdir} is not a run directory (give the --workdir of "
                            f"{expected})")
   try:
-    config = ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+    config = ml_collections.ConfigDict(files.read_json(path))
   except (json.JSONDecodeError, UnicodeDecodeError) as err:
     raise errors.UserError(f"{path}: expected the JSON config the run wrote, found unreadable text ({err})") from None
   if not isinstance(config.get("model"), ml_collections.ConfigDict):
@@ -91,7 +91,7 @@ def read_config(workdir: Path) -> ml_collections.ConfigDict:
 def read_results(workdir: Path) -> dict[str, Any]:
   """The run's results.json ({} when it has none)."""
   path = workdir / "results.json"
-  return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+  return files.read_json(path) if path.is_file() else {}
 
 
 def labels_and_buckets(config: ml_collections.ConfigDict, results: dict[str, Any]
@@ -148,7 +148,7 @@ class Predictor:
   @classmethod
   def from_workdir(cls, workdir: str | Path, checkpoint: str = "best") -> "Predictor":
     """The run in `workdir` with its best-dev ("best") or newest ("latest") checkpoint."""
-    workdir = files.path(workdir)
+    workdir = files.reachable(workdir)
     config = read_config(workdir)
     step, params = restore_params(workdir, config, checkpoint)
     results = read_results(workdir)
@@ -377,7 +377,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
-  if args.out != STDIN and files.path(args.out).is_dir():
+  if args.out != STDIN and files.reachable(args.out).is_dir():
     raise errors.UserError(f"--out {args.out}: expected the file to write the predictions to, found a directory")
   predictor = Predictor.from_workdir(args.workdir, args.checkpoint)
   kind = "word-level" if predictor.word_task else "text"

@@ -11,7 +11,6 @@ are what differ.
 """
 
 import functools
-import json
 import os
 import signal
 import sys
@@ -59,7 +58,7 @@ def _fetch(acc: dict[str, jax.Array], parallelism: str) -> dict[str, np.ndarray]
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
-  workdir = files.path(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
+  workdir = files.reachable(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
   if workdir.exists() and not workdir.is_dir():
     raise errors.UserError(f"--workdir {workdir}: expected a run directory, found a file")
   lead = jax.process_index() == 0
@@ -101,7 +100,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   if start >= total_steps and (workdir / "results.json").is_file():  # A finished run: keep what it wrote.
     manager.close()
     progress.message(f"already trained {start} steps; results in {workdir / 'results.json'}")
-    return json.loads((workdir / "results.json").read_text())
+    return files.read_json(workdir / "results.json")
   checkpointing.write_config(workdir, config)  # What this run trains with (a finished run keeps its own).
   progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
                    f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "

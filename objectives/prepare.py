@@ -258,12 +258,13 @@ def _finished(directory: Path, index: int, settings: dict[str, Any]) -> dict[str
   marker = directory / f"{shard_name(index)}.done.json"
   if not marker.is_file():
     return None
-  done = json.loads(marker.read_text())
+  done = files.read_json(marker)
   if done["settings"] != settings:
     raise corpus_lib.CorpusError(f"{marker}: the shard was prepared with other settings ({done['settings']}), not "
                                  f"{settings}; give an empty --out directory")
-  files = {directory / f"{done['shard']['name']}{suffix}": digest for suffix, digest in done["shard"]["sha256"].items()}
-  ok = all(path.is_file() and sha256(path) == digest for path, digest in files.items())
+  expected = {directory / f"{done['shard']['name']}{suffix}": digest
+              for suffix, digest in done["shard"]["sha256"].items()}
+  ok = all(path.is_file() and sha256(path) == digest for path, digest in expected.items())
   return done["shard"] if ok else None
 
 
@@ -280,7 +281,7 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
   for spec in (f for f in found if isinstance(f, str)):
     sources[spec], described[spec] = tfds_source(spec, tfds_data_dir)
   vocab = load_tokenizer(tokenizer)
-  directory = files.path(out)  # Local or gs:// (each file uploaded as one object).
+  directory = files.reachable(out)  # Local or gs:// (each file uploaded as one object).
   directory.mkdir(parents=True, exist_ok=True)
   inputs_meta = [described[f] | {"text_key": tfds_text_key} if isinstance(f, str)
                  else {"path": str(f), "bytes": f.stat().length, "sha256": sha256(f)} for f in found]

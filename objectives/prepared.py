@@ -9,7 +9,6 @@ are identical.
 """
 
 import collections
-import json
 import threading
 from typing import Any, Sequence
 
@@ -159,12 +158,12 @@ def open_prepared(directory: str | Path, tokenizer: Any = None, *, min_document_
   """The prepared corpus in `directory`, with load_corpus's document filter; checks the tokenizer's fingerprint."""
   if short_documents not in ("skip", "error"):
     raise errors.ConfigError(f"short_documents={short_documents!r} is not 'skip' or 'error'")
-  directory = files.path(directory)  # Local or gs:// (array_record reads gs:// shards itself).
+  directory = files.reachable(directory)  # Local or gs:// (array_record reads gs:// shards itself).
   meta_path = directory / "metadata.json"
   if not meta_path.is_file():
     raise corpus_lib.CorpusError(f"{directory}: no metadata.json: not a finished prepared corpus; run "
                                  f"python -m objectives.prepare --out {directory} (it resumes an unfinished one)")
-  metadata = json.loads(meta_path.read_text())
+  metadata = files.read_json(meta_path)
   if metadata.get("format") != prepare.FORMAT:
     raise corpus_lib.CorpusError(f"{meta_path}: format {metadata.get('format')!r}, expected {prepare.FORMAT!r}")
   if tokenizer is not None and corpus_lib.tokenizer_fingerprint(tokenizer) != metadata["tokenizer_fingerprint"]:

@@ -70,7 +70,7 @@ def unfinished_points(paths: Sequence[str | Path]) -> dict[str, str]:
 
 
 def _read_json(path: Path) -> Any:
-  return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+  return files.read_json(path) if path.is_file() else None
 
 
 def load_run(workdir: Path) -> dict[str, Any]:
@@ -78,7 +78,7 @@ def load_run(workdir: Path) -> dict[str, Any]:
   config = _read_json(workdir / "config.json")
   results = _read_json(workdir / "results.json")
   point = _read_json(workdir / POINT_FILE) or {}
-  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()] \
+  records = files.read_json_lines(workdir / "metrics.jsonl") \
       if (workdir / "metrics.jsonl").is_file() else []
   task = config.get("task") if isinstance(config.get("task"), dict) else None  # "" for pretraining.
   kind = f"{task['name']} on {task.get('dataset') or 'files'}" if task else "pretraining"
@@ -137,7 +137,7 @@ def gold_text(task: str, source: Path) -> str:
   if task == "conll":  # word gold predicted -> word gold
     lines = source.read_text(encoding="utf-8").split("\n")
     return "\n".join(" ".join(line.split()[:-1]) for line in lines)
-  records = [json.loads(line) for line in source.read_text(encoding="utf-8").splitlines() if line.strip()]
+  records = files.read_json_lines(source)
   if task == "squad":  # Questions as JSON lines of id and answers, what `score squad --gold` reads.
     return "".join(json.dumps({"id": r["id"], "answers": r["answers"]}, ensure_ascii=False) + "\n" for r in records)
   key = "label" if task == "labels" else "score"

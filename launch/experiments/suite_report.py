@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from configs.sweeps import suite
-from encoder import errors
+from encoder import errors, files
 from launch.experiments import report
 from launch.experiments.sweep import POINT_FILE
 from tasks import registry
@@ -41,7 +41,7 @@ DEFAULT_SAMPLES = 10_000
 def task_key(run: dict[str, Any]) -> str:
   """The preset a run fine-tuned (`task=` of its sweep point's config spec), else its kind ('tagging on conll2003')."""
   point = Path(run["workdir"]) / POINT_FILE
-  spec = json.loads(point.read_text(encoding="utf-8")).get("config", "") if point.is_file() else ""
+  spec = files.read_json(point).get("config", "") if point.is_file() else ""
   arguments = dict(item.partition("=")[::2] for item in spec.partition(":")[2].split(",") if item)
   return arguments.get("task") or run["kind"]
 
@@ -131,7 +131,7 @@ def run_statistics(run: dict[str, Any], split: str) -> tuple[Any, np.ndarray, bo
       return None
     gold, pred = _conll_columns(directory / f"{split}.conll")
   elif kind in ("labels", "scores", "squad"):
-    rows = [json.loads(line) for line in (directory / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = files.read_json_lines(directory / f"{split}.jsonl")
     if kind == "squad":  # Gold answer texts; the predicted answer is the context's characters start:end.
       gold = [[a["text"] for a in r["answers"]] for r in rows]
       pred = [r["context"][r["prediction"]["start"]:r["prediction"]["end"]] for r in rows]

@@ -180,7 +180,7 @@ def command(point: Point, root: str | Path, python: str = "python") -> list[str]
 def is_finished(workdir: Path) -> bool:
   """Whether the workdir holds the results of a run that trained to the end (not stopped by SIGTERM)."""
   try:
-    return not json.loads((workdir / "results.json").read_text()).get("stopped_early", False)
+    return not files.read_json(workdir / "results.json").get("stopped_early", False)
   except (OSError, ValueError):
     return False
 
@@ -197,7 +197,7 @@ def run_point(point: Point, root: Path, stop: list[bool]) -> dict[str, Any]:
   workdir.mkdir(parents=True, exist_ok=True)
   argv = command(point, root, python=sys.executable)
   info_path = workdir / POINT_FILE
-  info = json.loads(info_path.read_text()) if info_path.is_file() else {"wall_s": 0.0, "attempts": 0}
+  info = files.read_json(info_path) if info_path.is_file() else {"wall_s": 0.0, "attempts": 0}
   info |= {"name": point.name, "group": point.group, "config": point.config, "overrides": point.overrides,
            "parent": point.parent, "command": shlex.join(command(point, root))}
   start = time.time()

@@ -40,7 +40,7 @@ def complete_shards(directory: str | os.PathLike) -> int:
 
 def read_meta(directory: str | os.PathLike) -> dict:
   """The store's meta.json."""
-  return json.loads((Path(directory) / META).read_text(encoding="utf-8"))
+  return files.read_json(Path(directory) / META)
 
 
 def write_meta(directory: str | os.PathLike, meta: dict) -> None:

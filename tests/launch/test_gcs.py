@@ -6,6 +6,7 @@ fine-tuned gs:// run. Tiny runs of a few steps on the packaged sample corpora (n
 import json
 import os
 import pathlib
+import socket
 
 import numpy as np
 import pytest
@@ -75,6 +76,38 @@ def test_a_gs_url_never_becomes_a_local_path(tmp_path, monkeypatch):
   assert str(files.absolute("gs://bucket/runs/x")) == "gs://bucket/runs/x"
   assert str(files.path("gs://bucket/runs") / "x") == "gs://bucket/runs/x"
   assert not any(tmp_path.iterdir())
+
+
+def _closed_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]  # Closed again when the block ends: nothing listens there.
+
+
+@pytest.mark.parametrize("url, endpoint, expected", [
+    ("gs:///runs/x", None, "expected gs://<bucket>/<path>, found no bucket name after gs:// (an unset variable"),
+    ("gs://bucket/runs/x", "http://127.0.0.1:{closed}", "gs://bucket/runs/x: cannot connect to 127.0.0.1:{closed}"),
+    ("gs://bucket/runs/x", "http://no-such-host.invalid:4443", "cannot connect to no-such-host.invalid:4443"),
+])
+def test_an_unreachable_gs_url_is_one_line_naming_it_and_the_remedy(monkeypatch, url, endpoint, expected):
+  """No bucket, no server, no name: refused before any gcsfs call (which retries for about a minute)."""
+  closed = _closed_port()
+  if endpoint:
+    monkeypatch.setenv(files.EMULATOR_ENV, endpoint.format(closed=closed))
+  with pytest.raises(errors.UserError) as raised:
+    files.reachable(url)
+  assert expected.format(closed=closed) in str(raised.value) and "\n" not in str(raised.value)
+  assert endpoint is None or "STORAGE_EMULATOR_HOST" in str(raised.value)
+
+
+def test_a_missing_bucket_is_named_and_a_command_stops_before_writing(gcs, tmp_path):
+  with pytest.raises(errors.UserError, match=r"gs://no-such-bucket/runs/x: the bucket gs://no-such-bucket does not "
+                                             r"exist"):
+    files.reachable("gs://no-such-bucket/runs/x")
+  assert str(files.reachable(f"gs://{gcs_emulator.BUCKET}/runs/x")) == f"gs://{gcs_emulator.BUCKET}/runs/x"
+  done = determinism.run(files.path("gs://no-such-bucket/runs/x"), STEPS, cache=tmp_path / "cache", check=False)
+  assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+  assert done.stderr.strip().splitlines()[-1].startswith("error: gs://no-such-bucket/runs/x: the bucket")
 
 
 def test_atomic_writes_moves_and_arrays_in_the_bucket(gcs):

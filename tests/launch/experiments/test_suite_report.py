@@ -4,6 +4,8 @@ same resampling draws (median over seeds of each side on every resample)."""
 
 import json
 import random
+import re
+import shutil
 
 import numpy as np
 import pytest
@@ -205,3 +207,11 @@ def test_by_point_mistakes_are_one_line_errors(suites, ablation, tmp_path):
   with pytest.raises(SystemExit) as exit_info:
     suite_report.main([str(ablation), "--baseline", "p-a"])
   assert exit_info.value.code == "error: --baseline names an ablation's point: it needs --by-point"
+
+
+def test_a_damaged_results_json_is_named_with_its_line(suites, tmp_path):
+  root = shutil.copytree(suites[1]["a"][0], tmp_path / "suite")
+  damaged = next(root.rglob("results.json"))
+  damaged.write_text('{"dev": {"f1": 91.2},\n "test": \n', encoding="utf-8")  # Cut short, as by a full disk.
+  with pytest.raises(errors.UserError, match=f"^{re.escape(str(damaged))}:3: expected JSON"):
+    suite_report.write([root], tmp_path / "out")
