@@ -231,3 +231,13 @@ def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -
     raise ConfigError(f"config.task.{'dataset' if task.dataset else 'format'}={task.dataset or task.format!r}: task "
                       f"family {task.name!r} reads {' or '.join(family.formats)} files, not {data_format} ({remedy})")
   family.objective()  # The head accepts its options.
+  names = family.metric_names()
+  per_type = "f1" in names and family.word_level  # Entity F1 per type: "f1_<type>", types named by the data.
+  scores = f"{', '.join(names)}{' or f1_<type>' if per_type else ''}"
+  valid = lambda metric: metric in names or (per_type and metric.startswith("f1_"))
+  if not valid(task.metric):
+    raise ConfigError(f"config.task.metric={task.metric!r}: expected a dev score of task family {task.name!r} "
+                      f"({scores})")
+  if config.best_metric and not (config.best_metric.startswith("eval/") and valid(config.best_metric[5:])):
+    raise ConfigError(f"config.best_metric={config.best_metric!r}: expected 'eval/' and a dev score of task family "
+                      f"{task.name!r} ({scores}), or '' (the latest checkpoint)")

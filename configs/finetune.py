@@ -144,7 +144,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.eval_steps = -1  # Always the whole dev split.
   config.checkpoint_every_steps = -1  # -1: with every evaluation (the best one is kept for the test score).
   config.keep_checkpoints = 1  # The latest checkpoint (plus the best one by best_metric).
-  config.best_metric = f"eval/{config.task.metric}"  # Dev metric for the best checkpoint.
+  # Dev metric for the best checkpoint: follows task.metric unless set itself.
+  config.best_metric = ml_collections.FieldReference("eval/") + config.task.get_ref("metric")
   config.best_mode = "max"
   config.measure_mfu = False
 

@@ -155,7 +155,7 @@ FINETUNING: dict[str, fields.Rule] = {
     "task.span_hidden": POSITIVE_INT, "task.nested": BOOL, "task.dropout": PROBABILITY,
     "task.rdrop": NON_NEGATIVE, "task.score_weight": NON_NEGATIVE,
     "task.positive_label": Anything("a label of the task, or '' (checked against the labels when read)"),
-    "task.metric": Anything("a metric the task's family scores (checked when the run is built)"),
+    "task.metric": Anything("a score of the task's family (checked with it: configs.checks)"),
 }
 
 

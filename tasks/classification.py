@@ -245,6 +245,9 @@ class Classification(SentenceFamily):
   def has_labels(self, records: Sequence[dict]) -> bool:
     return all(r.get("label") is not None for r in records)
 
+  def metric_names(self) -> tuple[str, ...]:
+    return ("accuracy", "macro_f1") + (("f1",) if self.task.get("positive_label") else ())
+
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     gold = [r["label"] for r in records]
     result = metrics.label_scores(gold, list(predictions))

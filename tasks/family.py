@@ -91,6 +91,10 @@ class TaskFamily(Protocol):
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """The family's metrics of a split (fractions)."""
 
+  def metric_names(self) -> tuple[str, ...]:
+    """The metrics `score` returns whatever the data (what config.task.metric may name; per-type "f1_<type>" scores
+    are named by the data, not here)."""
+
   def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
     """Files written beside `<split>.jsonl`: suffix -> text (`.conll` columns, `.labels` lines)."""
 

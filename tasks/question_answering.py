@@ -218,6 +218,9 @@ class QuestionAnswering:
   def has_labels(self, records: Sequence[dict]) -> bool:
     return all(r["answers"] or r["is_impossible"] for r in records)
 
+  def metric_names(self) -> tuple[str, ...]:
+    return ("exact_match", "f1")
+
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """SQuAD's exact match and F1 (evaluate-v1.1.py; v2.0's rules for unanswerable tasks)."""
     golds = [[a["text"] for a in record["answers"]] for record in records]

@@ -63,6 +63,9 @@ class Regression(classification.SentenceFamily):
   def has_labels(self, records: Sequence[dict]) -> bool:
     return all(r.get("score") is not None for r in records)
 
+  def metric_names(self) -> tuple[str, ...]:
+    return ("pearson", "spearman", "mse")
+
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     return metrics.regression_scores([r["score"] for r in records], list(predictions))
 

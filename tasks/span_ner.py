@@ -235,6 +235,9 @@ class SpanNER:
   def has_labels(self, records: Sequence[dict]) -> bool:
     return True
 
+  def metric_names(self) -> tuple[str, ...]:
+    return ("precision", "recall", "f1") + (() if self.task.get("nested") else ("accuracy",))
+
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """Exact-match span P/R/F1 (micro, and F1 per type) over each sentence's set of spans, nested or not; flat runs
     also token accuracy (of the spans written as tags)."""

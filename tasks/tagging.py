@@ -166,6 +166,9 @@ class Tagging:
   def has_labels(self, records: Sequence[dict]) -> bool:
     return True
 
+  def metric_names(self) -> tuple[str, ...]:
+    return ("precision", "recall", "f1", "accuracy") if self.task.get("scheme") else ("accuracy",)
+
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """Entity P/R/F1 (micro, and F1 per type) and token accuracy; plain tags: word accuracy."""
     gold = [self.gold_tags(r) for r in records]

@@ -101,6 +101,11 @@ def test_every_field_refuses_bad_values_in_one_line_naming_it(name):
      "config.top_k=5: regime 'top_k' trains the top top_k layers, expected 1 to config.model.num_layers=2"),
     ("configs/finetune.py:task=mrpc,runlocal", {"task.labels": ("0", "1"), "task.positive_label": "yes"},
      "config.task.positive_label='yes'"),
+    ("configs/finetune.py:task=sst2,runlocal", {"task.metric": "acuracy"},
+     "config.task.metric='acuracy': expected a dev score of task family 'classification' (accuracy, macro_f1)"),
+    ("configs/finetune.py:task=conll2003,runlocal", {"best_metric": "eval/F1"},
+     "config.best_metric='eval/F1': expected 'eval/' and a dev score of task family 'tagging' (precision, recall, f1, "
+     "accuracy or f1_<type>)"),
 ])
 def test_relations_between_fields_are_checked_before_anything_is_read(spec, overrides, expected):
   config = checks.load_config_file(spec)

@@ -92,6 +92,9 @@ class WordCount:
   def has_labels(self, records: Sequence[dict]) -> bool:
     return True
 
+  def metric_names(self) -> tuple[str, ...]:
+    return ("pearson", "spearman", "mse")
+
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     return metrics.regression_scores([len(r["text_a"].split()) for r in records], list(predictions))
 
