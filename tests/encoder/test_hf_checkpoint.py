@@ -235,7 +235,7 @@ def test_config_errors(bert, tmp_path):
     ({"is_decoder": True}, hf.UnsupportedArchitectureError, "is_decoder"),
     ({"num_hidden_layers": None}, hf.CheckpointError, "num_hidden_layers"),
     ({"hidden_size": "32"}, hf.CheckpointError, "hidden_size"),
-    ({"num_attention_heads": 5}, hf.CheckpointError, "divisible"),
+    ({"num_attention_heads": 5}, hf.CheckpointError, "num_heads=5: expected a divisor"),
 ])
 def test_config_from_hf_refuses(change, error, field):
   config = {"model_type": "bert", **TINY, **change}
