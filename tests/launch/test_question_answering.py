@@ -45,7 +45,7 @@ def test_run_writes_the_official_predictions_and_scores_them_as_the_official_scr
     dataset = [{"paragraphs": [{"qas": [{"id": r["id"], "answers": [{"text": a["text"]} for a in r["answers"]]}
                                         for r in records]}]}]
     official = official_evaluate(dataset, answers)
-    assert results[split]["f1"] == pytest.approx(official["f1"], abs=1e-9)  # results.json: percents.
+    assert results[split]["f1"] == pytest.approx(official["f1"], abs=1e-9)  # Percents, float64 both sides.
     assert results[split]["exact_match"] == pytest.approx(official["exact_match"], abs=1e-9)
     capsys.readouterr()
     score.score_files(["squad", "--gold", str(run / "predictions" / f"{split}.jsonl"), "--pred",
@@ -125,5 +125,5 @@ def test_report_bootstraps_squad_runs_on_their_gold_questions(run, tmp_path):
   perfect = tmp_path / "perfect.json"
   perfect.write_text(json.dumps({r["id"]: r["answers"][0]["text"] for r in records}), encoding="utf-8")
   result = report.bootstrap_p(kind, gold, perfect, pred, 200)
-  assert result["a"] == 1.0 and result["b"] * 100 == pytest.approx(
+  assert result["a"] == 1.0 and result["b"] * 100 == pytest.approx(  # Float64 both sides.
       json.loads((run / "results.json").read_text())["dev"]["f1"], abs=1e-9)

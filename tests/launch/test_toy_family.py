@@ -127,6 +127,7 @@ def test_a_family_registered_from_a_test_file_trains_evaluates_and_predicts(tmp_
   results = json.loads((workdir / "results.json").read_text())
   rows = [json.loads(line) for line in (workdir / "predictions" / "dev.jsonl").read_text().splitlines()]
   gold, predicted = [len(r["text_a"].split()) for r in rows], [r["prediction"] for r in rows]
+  # Float64 scores of the same predictions on both sides: rounding only.
   assert results["dev"]["mse"] == pytest.approx(float(np.mean(np.square(np.subtract(gold, predicted)))))
   assert results["dev"]["pearson"] == pytest.approx(100 * np.corrcoef(gold, predicted)[0, 1], abs=1e-6)
   assert {"dev", "test", "best_step"} <= set(results)
