@@ -88,7 +88,7 @@ def test_hf_reference_learning_rates_weight_decay_and_frozen_parameters_match_ou
       assert parameter.requires_grad == (scale > 0) == (id(parameter) in of_tensor), name
       if scale > 0:
         factor, decayed = of_tensor[id(parameter)]
-        np.testing.assert_allclose(factor, scale, rtol=1e-12, err_msg=name)
+        np.testing.assert_allclose(factor, scale, rtol=1e-12, err_msg=name)  # Float64 powers of the decay: ~1e-16.
         assert decayed == decay, name
       checked += 1
   assert checked == len(hf_names) and len(of_tensor) == sum(p.requires_grad for p in hf_names.values())
