@@ -38,7 +38,7 @@ test: install-test
 	  echo "numerics lane: the tests marked numerics again under $(NUMERICS_ENV)"; \
 	  env $(NUMERICS_ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) -m numerics tests; \
 	else \
-	  echo "numerics lane skipped: no AVX-512 in /proc/cpuinfo, so capping at AVX2 would compute what the suite just did"; \
+	  echo "numerics lane skipped: no AVX-512 in /proc/cpuinfo, so an AVX2 cap would compute what the suite just did"; \
 	fi
 
 clean:

@@ -37,6 +37,7 @@ TINY = dict(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_he
 B, L, P = 3, 12, 4
 LENGTHS = (12, 8, 5)
 IGNORE = -100  # HF's ignored label.
+pytestmark = pytest.mark.numerics  # Parity with PyTorch (docs/testing.md).
 
 
 def _randomize(module, rng):

@@ -28,7 +28,7 @@ from launch import predict
 from tests.launch.conftest import RUNS
 
 PINS = Path(__file__).with_name("pinned_results.json")
-pytestmark = pytest.mark.numerics
+pytestmark = pytest.mark.numerics  # Its off-CPU bounds are checked under the ISA cap too (docs/testing.md).
 
 
 def _as_pinned(pins: dict) -> bool:

@@ -17,6 +17,7 @@ from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from tasks.embeddings.extract import Embedder, pack_rows, plan_windows, pool_words
 
+pytestmark = pytest.mark.numerics  # Float32 bounds set by summation order (docs/testing.md).
 SENTENCES = [
     ["The", "bank", "of", "the", "river", "."],
     ["New York", "is", "", "unbelievably", "big", "!"],  # A multi-word expression; an empty word ([UNK]).
