@@ -17,7 +17,7 @@ u is a format's unit roundoff, the largest relative error of one rounding: |fl(x
   softmax(s) v errs by at most that plus the product's sum_bound(n), times sum_j p_j |v_j| <= max|v|.
 - LayerNorm. An error of at most delta on its input moves x - mean by at most 2 delta and the standard deviation by
   at most delta, so y = (x - mean) / sigma moves by at most (2 + |y|) delta / sigma: errors come out relative to the
-  input's spread, and a LayerNorm keeps an encoder's per-layer errors from growing with depth.
+  input's spread.
 - Two float32 computations differ by at most the sum of their bounds; against float64 only ours counts. Where
   exactness is the point the reference is float64: numpy, or HF's model in double precision.
 - A whole network's outputs or a training step's gradients chain too many of these for a useful closed form. There

@@ -62,6 +62,8 @@ def test_predict_gives_back_the_runs_dev_predictions(run):
   outputs = predict.Predictor.from_workdir(run).predict([(r["question"], r["context"]) for r in records])
   assert [(o["start"], o["end"]) for o in outputs] == [(r["prediction"]["start"], r["prediction"]["end"])
                                                        for r in records]
+  # The same float32 model on other batch shapes (summation order only): measured 4.9e-7 on scores up to 6.1 on
+  # Zen 3, 1/20 of the bound; a wrong window or offset changes the answer itself (compared exactly above).
   assert [o["score"] for o in outputs] == pytest.approx([r["prediction"]["score"] for r in records], abs=1e-5)
   assert all(o["answer"] == r["context"][o["start"]:o["end"]] for o, r in zip(outputs, records))
 
@@ -111,7 +113,7 @@ def test_export_loads_as_bert_for_question_answering_with_our_logits(run, tmp_pa
   real = batch["attention_segments"].astype(bool)
   for side, logits in (("start", out.start_logits), ("end", out.end_logits)):
     difference = np.abs(np.asarray(ours[f"{side}_logits"]) - logits.numpy())[real].max()
-    assert difference <= 1e-4, (side, difference)
+    assert difference <= 1e-4, (side, difference)  # Ours and HF's float32 model: measured 9.5e-7 on Zen 3 (1/100).
 
 
 def test_report_bootstraps_squad_runs_on_their_gold_questions(run, tmp_path):
