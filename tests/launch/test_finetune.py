@@ -141,7 +141,7 @@ def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
   manager.close()
   ema, params = state["opt_state"]["ema"], state["params"]
   kernel = lambda tree: np.asarray(tree["encoder"]["layer_1"]["mlp"]["output"]["kernel"])
-  assert not np.allclose(kernel(ema), kernel(params))
+  assert not np.allclose(kernel(ema), kernel(params))  # A guard: the average lags the parameters by far more.
   work = workload.build(config, tmp_path)
   predict = jax.jit(evaluation.device_outputs(EncoderWithHeads(encoder_config(config.model, work.vocab_size),
                                                                work.objectives), work.data.family))

@@ -88,7 +88,7 @@ def test_nested_scores_and_decoding_against_brute_force():
                                                {"start": 3, "end": 5, "label": "LOC"}]}]
   predictions = [[(0, 3, "ORG"), (1, 2, "LOC"), (1, 3, "LOC"), (0, 1, "ORG")]]
   scores = family.score(records, predictions)
-  assert (scores["precision"], scores["recall"], scores["f1"]) == pytest.approx(
+  assert (scores["precision"], scores["recall"], scores["f1"]) == pytest.approx(  # Float64 ratios of counts.
       _span_prf([{("ORG", 0, 3), ("LOC", 1, 2), ("LOC", 3, 5)}],
                 [{("ORG", 0, 3), ("LOC", 1, 2), ("LOC", 1, 3), ("ORG", 0, 1)}]))
   assert scores["f1_ORG"] == pytest.approx(2 / 3) and scores["f1_LOC"] == pytest.approx(0.5)

@@ -51,7 +51,7 @@ def test_run_writes_the_official_predictions_and_scores_them_as_the_official_scr
     score.score_files(["squad", "--gold", str(run / "predictions" / f"{split}.jsonl"), "--pred",
                        str(run / "predictions" / f"{split}.json")])
     printed = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert printed["f1"] * 100 == pytest.approx(results[split]["f1"], abs=1e-9) and printed["questions"] == 32
+    assert printed["f1"] * 100 == pytest.approx(results[split]["f1"], abs=1e-9) and printed["questions"] == 32  # f64.
   assert any(r["prediction"]["end"] > r["prediction"]["start"] for r in records)
   assert set(results["evaluation_examples_per_second"]) == {"dev", "test"}  # Windows per second, each split timed.
   assert all(rate > 0 for rate in results["evaluation_examples_per_second"].values())

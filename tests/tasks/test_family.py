@@ -120,7 +120,7 @@ def test_scores_are_encoded_when_the_task_trains_on_them(tokenizer):
   regression = {"name": "regression", "max_length": 128, "labels": []}
   assert family(regression).label_vocabulary(records) == []
   encoded = encode(regression, tokenizer, records, [])
-  assert [float(e["score"]) for e in encoded] == pytest.approx([r["score"] for r in records])
+  assert [float(e["score"]) for e in encoded] == pytest.approx([r["score"] for r in records])  # As above.
   assert all(int(e["label"]) == -1 for e in encoded)
   unscored = [{k: v for k, v in r.items() if k != "score"} for r in records]
   assert "score" not in encode(regression, tokenizer, unscored, [])[0]  # An unlabeled test split.

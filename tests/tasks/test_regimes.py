@@ -41,7 +41,7 @@ def test_frozen_parameters_stay_bitwise_equal_under_adamw():
     updates, state = optimizer.update(grads, state, params)
     params = optax.apply_updates(params, updates)
   np.testing.assert_array_equal(params["encoder"]["layer_1"]["w"], PARAMS["encoder"]["layer_1"]["w"])
-  assert not np.allclose(params["heads"]["classification"]["w"], 1.0)
+  assert not np.allclose(params["heads"]["classification"]["w"], 1.0)  # Three updates moved it (a guard).
 
 
 def test_bad_regime_names_the_choices():

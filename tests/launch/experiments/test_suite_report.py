@@ -142,7 +142,8 @@ def test_two_suites_compared_task_by_task_as_a_plain_bootstrap_loop(suites, tmp_
   shared = ["mrpc", "sick_relatedness", "conll2003", "squad"]
   assert numbers["shared"] == shared and set(numbers["comparison"]) == set(shared)
   for i, values in enumerate((values_a, values_b)):
-    assert numbers["averages"][i] == pytest.approx(np.mean([np.median(values[t]) for t in shared]), abs=1e-12)
+    assert numbers["averages"][i] == pytest.approx(np.mean([np.median(values[t]) for t in shared]),  # Float64.
+                                                  abs=1e-12)
   for task in shared:
     reference, g = TASKS[task][3], gold[task]
     draws = np.random.default_rng(0).integers(0, N, size=(SAMPLES, N))

@@ -87,7 +87,7 @@ def test_dimension_contributions_sum_to_anisotropy_and_match_brute_force():
                              atol=2 * gamma(608, U64))
   sampled = dimension_contributions(x, pairs=5000, seed=1)
   i, j = sample_pairs(25, 5000, seed=1)
-  np.testing.assert_allclose(sampled.sum(), np.mean(np.sum(u[i] * u[j], axis=1)), atol=2 * gamma(5008, U64))
+  np.testing.assert_allclose(sampled.sum(), np.mean(np.sum(u[i] * u[j], axis=1)), atol=2 * gamma(5008, U64))  # 5000.
 
 
 def test_rogue_dimensions_finds_the_offset_dimension_and_standardizing_removes_it():

@@ -127,7 +127,7 @@ def test_scorer_equals_hand_computed_precision_recall_f1(tmp_path, capsys):
   wsd.main(["score", "--gold", str(tmp_path / "gold.key"), "--pred", str(tmp_path / "pred.key")])
   lines = capsys.readouterr().out.splitlines()
   assert lines[:3] == ["P=\t83.3%", "R=\t62.5%", "F1=\t71.4%"]
-  assert json.loads(lines[-1])["f1"] == pytest.approx(5 / 7)
+  assert json.loads(lines[-1])["f1"] == pytest.approx(5 / 7)  # Float64, JSON keeps every digit.
   with pytest.raises(ValueError, match="1 instance ids not in gold, the first 'e'"):
     wsd.score_keys(gold, pred | {"e": ["x%1:00:00::"]})
   (tmp_path / "bad.key").write_text(PRED_KEYS + "e x%1:00:00::\n")
