@@ -144,5 +144,7 @@ def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   assert len(jax.tree.leaves(states[0].opt_state)) < len(jax.tree.leaves(states[1].opt_state))
   embeddings = states[0].params["encoder"]["embeddings"]["word_embeddings"]["embedding"]
   np.testing.assert_array_equal(embeddings, start.params["encoder"]["embeddings"]["word_embeddings"]["embedding"])
+  # Frozen gradients skipped or zeroed: the same arithmetic on the live parameters (measured equal on Zen 3); a
+  # frozen update let through moves a parameter by lr ~ 1e-3.
   for a, b in zip(jax.tree.leaves(states[0].params), jax.tree.leaves(states[1].params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
