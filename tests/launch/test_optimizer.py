@@ -121,7 +121,7 @@ def test_parameter_ema_follows_the_recurrence_and_is_what_evaluation_reads():
     np.testing.assert_allclose(updates["dense"]["kernel"], updates_plain["dense"]["kernel"], rtol=1e-6)  # Equal.
     params, plain = optax.apply_updates(params, updates), optax.apply_updates(plain, updates_plain)
     expected = 0.75 * expected + 0.25 * np.asarray(params["dense"]["kernel"])
-  # Four steps of 0.75 e + 0.25 p in float32 against float64: 3 roundings each, <= 12 u = 7e-7 (measured equal).
+  # Four steps of 0.75 e + 0.25 p in float32 on both sides, 3 roundings a step: <= 12 u = 7e-7 (measured equal).
   np.testing.assert_allclose(state.ema["dense"]["kernel"], expected, rtol=1e-6)
   assert not np.allclose(expected, params["dense"]["kernel"])  # A guard: the average lags by O(lr).
 
