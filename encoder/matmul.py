@@ -16,6 +16,8 @@ float32 ones; there the operands are rounded to bf16 and multiplied as float32 (
 
 import functools
 import math
+import os
+import re
 from pathlib import Path
 
 import jax
@@ -67,16 +69,30 @@ def cpu_bf16_flags(cpuinfo: str) -> set[str]:
           for flag in line.split(":", 1)[-1].split()} & BF16_FLAGS
 
 
+# XLA's CPU ISA names below the first with bf16 matrix instructions (xla/tsl cpu_features: AVX512_BF16, AMX).
+ISAS_WITHOUT_BF16 = frozenset({"SSE4_2", "AVX", "AVX2", "AVX512", "AVX512_VNNI"})
+
+
+def xla_isa_cap_allows_bf16(xla_flags: str) -> bool:
+  """False where XLA_FLAGS caps XLA's CPU code at an ISA without bf16 matrix instructions (the last
+  --xla_cpu_max_isa wins; `make test`'s numerics lane sets AVX2, docs/testing.md): XLA then computes as on a CPU
+  without them."""
+  caps = re.findall(r"--xla_cpu_max_isa=(\S+)", xla_flags)
+  return not caps or caps[-1].upper() not in ISAS_WITHOUT_BF16
+
+
 @functools.cache
 def bf16_dots() -> bool:
   """Whether dots take bf16 operands as they are: off CPU always; on a CPU only where /proc/cpuinfo lists bf16 matrix
-  instructions. Elsewhere (or where it cannot be read) `matmul` gives its dots the bf16-rounded operands in float32."""
+  instructions and XLA_FLAGS does not cap XLA below them. Elsewhere (or where /proc/cpuinfo cannot be read) `matmul`
+  gives its dots the bf16-rounded operands in float32."""
   if jax.default_backend() != "cpu":
     return True
   try:
-    return bool(cpu_bf16_flags(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")))
+    flags = cpu_bf16_flags(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"))
   except OSError:
     return False
+  return bool(flags) and xla_isa_cap_allows_bf16(os.environ.get("XLA_FLAGS", ""))
 
 
 def dot_dtype(dtype) -> jnp.dtype:

@@ -31,5 +31,6 @@ def test_operations_are_attributed_to_their_source_with_layers_merged(tmp_path):
   # The two layers' operations are summed into their shared sources.
   layers = {source for _, _, _, source in top if source.startswith("layer_N/")}
   assert {"layer_N/dot_general", "layer_N/jit(sort)/sort"} <= layers
+  # Both sides sum milliseconds rounded to 3 decimals (step_profile.top_ops): k of them differ by <= k x 0.0005.
   assert sum(ms for _, ms, _, source in top if source in layers) == pytest.approx(
       sum(ms for source, ms, _ in by_source if source in layers), abs=0.01)

@@ -63,6 +63,8 @@ def test_exports_discriminator_and_generator(runs, tmp_path):
   discriminator = transformers.ElectraForPreTraining.from_pretrained(out).eval()
   with torch.no_grad():
     theirs = discriminator(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
+  # Ours and HF's float32 discriminator (2 layers): a measured bound, as test_export's (HF's logits of exported runs
+  # within 7.2e-7 of ours on Zen 3); a weight exported into the wrong place moves logits by O(1).
   assert np.abs(np.asarray(ours) - theirs)[mask > 0].max() <= 1e-4
   generator = transformers.ElectraForMaskedLM.from_pretrained(out / "generator")
   assert generator.config.hidden_size == 16 and generator.config.embedding_size == 32  # 1/4 of 64; shared width.

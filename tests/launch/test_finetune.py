@@ -67,13 +67,14 @@ def test_best_dev_checkpoint_scores_test_and_predictions_rescore(conll_run):
   assert [r["step"] for r in evals] == [4, 8]  # Every epoch (4 steps of 16 of the 64 sentences).
   best = max(evals, key=lambda r: (r["eval/f1"], -r["step"]))
   assert results["best_step"] == best["step"]
-  assert results["dev"]["f1"] == pytest.approx(100 * best["eval/f1"])  # Re-evaluated with the restored best params.
+  # Re-evaluated with the restored best params: the same predictions, so the same F1 (float64, approx's 1e-6 relative).
+  assert results["dev"]["f1"] == pytest.approx(100 * best["eval/f1"])
   for split, count in (("dev", 32), ("test", 32)):
     blocks = (workdir / "predictions" / f"{split}.conll").read_text().strip().split("\n\n")
     rows = [[line.split() for line in block.splitlines()] for block in blocks]
     assert len(rows) == count
     gold, pred = [[r[1] for r in s] for s in rows], [[r[2] for r in s] for s in rows]
-    assert results[split]["f1"] == pytest.approx(100 * seqeval.metrics.f1_score(gold, pred), abs=1e-6)
+    assert results[split]["f1"] == pytest.approx(100 * seqeval.metrics.f1_score(gold, pred), abs=1e-6)  # Float64.
     jsonl = [json.loads(line) for line in (workdir / "predictions" / f"{split}.jsonl").read_text().splitlines()]
     assert [r["prediction"] + ["O"] * (len(r["words"]) - len(r["prediction"])) for r in jsonl] == pred
 
@@ -123,7 +124,7 @@ def test_pos_preset_trains_with_word_endings_and_writes_every_word(tmp_path):
   padded = [r["prediction"] + ["O"] * (len(r["words"]) - len(r["prediction"])) for r in rows]
   assert [[p for _, _, p in block] for block in blocks] == padded
   words = [(g, p) for block in blocks for _, g, p in block]
-  assert results["test"]["accuracy"] == pytest.approx(100 * np.mean([g == p for g, p in words]))  # In %.
+  assert results["test"]["accuracy"] == pytest.approx(100 * np.mean([g == p for g, p in words]))  # %, float64.
 
 
 def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
@@ -140,7 +141,7 @@ def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
   manager.close()
   ema, params = state["opt_state"]["ema"], state["params"]
   kernel = lambda tree: np.asarray(tree["encoder"]["layer_1"]["mlp"]["output"]["kernel"])
-  assert not np.allclose(kernel(ema), kernel(params))
+  assert not np.allclose(kernel(ema), kernel(params))  # A guard: the average lags the parameters by far more.
   work = workload.build(config, tmp_path)
   predict = jax.jit(evaluation.device_outputs(EncoderWithHeads(encoder_config(config.model, work.vocab_size),
                                                                work.objectives), work.data.family))
@@ -157,8 +158,9 @@ def test_sick_relatedness_regression_and_its_predictions_rescore(tmp_path):
   assert results["metric"] == "pearson" and set(results["dev"]) == {"pearson", "spearman", "mse"}
   rows = [json.loads(line) for line in (tmp_path / "predictions" / "test.jsonl").read_text().splitlines()]
   scores = [float(line) for line in (tmp_path / "predictions" / "test.labels").read_text().split()]
-  assert [r["prediction"] for r in rows] == pytest.approx(scores) and len(rows) == 32
+  assert [r["prediction"] for r in rows] == pytest.approx(scores) and len(rows) == 32  # The same floats, twice written.
   gold = [r["score"] for r in rows]
+  # Float64 scores of the same 32 predictions on both sides: rounding only (~1e-13 in percent).
   assert results["test"]["pearson"] == pytest.approx(100 * scipy.stats.pearsonr(gold, scores).statistic, abs=1e-6)
   assert results["test"]["mse"] == pytest.approx(np.mean((np.asarray(gold) - scores) ** 2), rel=1e-6)
 

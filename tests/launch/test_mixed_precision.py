@@ -65,7 +65,9 @@ def test_bf16_training_tracks_float32(runs):
   f32, bf16 = runs["float32"][0], runs["bfloat16"][0]
   assert f32[0] != bf16[0]  # bf16 really computed something else...
   assert f32[-10:].mean() < 0.7 * f32[:10].mean()  # ...training really learned (ln 69 -> near ln 8)...
-  assert abs(bf16[-10:].mean() - f32[-10:].mean()) < 0.02 * f32[-10:].mean()  # ...and bf16 tracks float32 within 2%.
+  # ...and bf16 tracks float32 within 2%: a training run, not a rounding bound (measured: 2.5508 in both to the 4
+  # digits docs/performance.md prints).
+  assert abs(bf16[-10:].mean() - f32[-10:].mean()) < 0.02 * f32[-10:].mean()
 
 
 def test_bf16_keeps_float32_master_weights_and_optimizer_state(runs):

@@ -22,7 +22,7 @@ def test_accuracy_and_positive_f1_equal_scikit_learn(mrpc_run, split):
   rows = [json.loads(line) for line in (workdir / "predictions" / f"{split}.jsonl").read_text().splitlines()]
   assert len(rows) == 32  # runlocal's slices of dev and test.
   gold, pred = [r["label"] for r in rows], [r["prediction"] for r in rows]
-  assert results[split]["accuracy"] == pytest.approx(100 * accuracy_score(gold, pred), abs=1e-9)
+  assert results[split]["accuracy"] == pytest.approx(100 * accuracy_score(gold, pred), abs=1e-9)  # Float64, counts.
   assert results[split]["f1"] == pytest.approx(100 * f1_score(gold, pred, pos_label="1", zero_division=0), abs=1e-9)
   assert (workdir / "predictions" / f"{split}.labels").read_text().split() == pred
 
@@ -30,7 +30,7 @@ def test_accuracy_and_positive_f1_equal_scikit_learn(mrpc_run, split):
 def test_best_checkpoint_is_chosen_by_dev_f1(mrpc_run):
   _, results = mrpc_run
   assert results["metric"] == "f1" and results["best"]["metric"] == "eval/f1" and results["labels"] == ["0", "1"]
-  assert results["best"]["value"] == pytest.approx(results["dev"]["f1"] / 100, abs=1e-9)
+  assert results["best"]["value"] == pytest.approx(results["dev"]["f1"] / 100, abs=1e-9)  # Float64 both sides.
 
 
 def test_a_positive_label_outside_the_labels_is_a_config_error():

@@ -74,7 +74,7 @@ def test_nested_run_scores_span_sets_and_writes_overlapping_predictions(nested_r
     gold = [{(s["label"], s["start"], s["end"]) for s in r["spans"]} for r in rows]
     predicted = [{(label, start, end) for start, end, label in r["prediction"]} for r in rows]
     precision, recall, f1 = _span_prf(gold, predicted)
-    assert results[split]["precision"] == pytest.approx(100 * precision, abs=1e-9)
+    assert results[split]["precision"] == pytest.approx(100 * precision, abs=1e-9)  # Float64 counts ratios.
     assert results[split]["recall"] == pytest.approx(100 * recall, abs=1e-9)
     assert results[split]["f1"] == pytest.approx(100 * f1, abs=1e-9)
     assert "accuracy" not in results[split] and "f1_HEAD" in results[split]  # Scored as spans, never as tags.
@@ -88,7 +88,7 @@ def test_nested_scores_and_decoding_against_brute_force():
                                                {"start": 3, "end": 5, "label": "LOC"}]}]
   predictions = [[(0, 3, "ORG"), (1, 2, "LOC"), (1, 3, "LOC"), (0, 1, "ORG")]]
   scores = family.score(records, predictions)
-  assert (scores["precision"], scores["recall"], scores["f1"]) == pytest.approx(
+  assert (scores["precision"], scores["recall"], scores["f1"]) == pytest.approx(  # Float64 ratios of counts.
       _span_prf([{("ORG", 0, 3), ("LOC", 1, 2), ("LOC", 3, 5)}],
                 [{("ORG", 0, 3), ("LOC", 1, 2), ("LOC", 1, 3), ("ORG", 0, 1)}]))
   assert scores["f1_ORG"] == pytest.approx(2 / 3) and scores["f1_LOC"] == pytest.approx(0.5)

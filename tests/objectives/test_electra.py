@@ -25,6 +25,7 @@ DISCRIMINATOR = dict(vocab_size=60, embedding_size=16, hidden_size=32, num_hidde
 GENERATOR = DISCRIMINATOR | dict(hidden_size=8, num_attention_heads=1, intermediate_size=12)
 RTD_WEIGHT = 50.0
 MASK_ID = 3
+pytestmark = pytest.mark.numerics  # Parity with PyTorch (docs/testing.md).
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +106,8 @@ def test_logits_and_loss_match_transformers(checkpoint, ours, rows, length, leng
     generator = models["generator"](**torch_inputs(batch["input_ids"]), labels=torch.tensor(labels))
     discriminator = models["discriminator"](**torch_inputs(replaced), labels=torch.tensor(rtd_labels))
   generator_logits = np.take_along_axis(generator.logits.numpy(), batch["masked_positions"][..., None], axis=1)
+  # Measured bounds (two float32 models, other kernels): benchmarks.parity on ELECTRA-small's shape found 6.0e-8 and
+  # 3.4e-8 on the Intel Xeon VM (docs/results.md), the loss here 1.8e-7 relative on Zen 3 (1/50 of its bound).
   assert np.abs(np.asarray(predictions["generator"])[real] - generator_logits[real]).max() <= 1e-4
   assert np.abs(np.asarray(predictions["discriminator"])[valid] - discriminator.logits.numpy()[valid]).max() <= 1e-4
   loss, metrics = objective.loss(predictions, batch)
@@ -134,7 +137,7 @@ def test_a_sampled_original_counts_as_original():
   _, metrics = electra.build({"rtd_weight": 1.0}).loss(predictions, batch)
   assert float(metrics["rtd_loss"][1]) == 4 and float(metrics["rtd_accuracy"][0]) == 4
   expected = np.log1p(np.exp(-5.0))  # Every real token predicted right with margin 5: -log sigmoid(5).
-  np.testing.assert_allclose(float(metrics["rtd_loss"][0]) / 4, expected, rtol=1e-5)
+  np.testing.assert_allclose(float(metrics["rtd_loss"][0]) / 4, expected, rtol=1e-5)  # 4 float32 log1p's: a few u.
 
 
 def test_gradients(ours):

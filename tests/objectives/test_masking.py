@@ -251,6 +251,7 @@ def test_span_masking_structure_and_sbo_targets():
 
 def test_unigram_probs_zero_specials():
   probs = masking.unigram_probs([np.array([CLS, 5, 5, 6, SEP]), np.array([6, 7, PAD])], 10 + 400, SPECIALS)
+  # Float64 ratios of counts: rounding only.
   assert probs[5] == pytest.approx(0.4) and probs[6] == pytest.approx(0.4) and probs[7] == pytest.approx(0.2)
   assert probs[list(SPECIALS)].sum() == 0
   with pytest.raises(ValueError, match="no non-special tokens"):

@@ -17,6 +17,7 @@ def test_language_probs_formula():
   sizes = [900, 90, 10]
   p = np.array(sizes) / 1000
   expected = p ** 0.3 / (p ** 0.3).sum()
+  # Float64 both sides (a power and a sum of 3 terms): rounding only, 1e-12 (1e-7, assert_allclose's default, below).
   np.testing.assert_allclose(sampling.language_probs(sizes, 0.3), expected, rtol=1e-12)
   np.testing.assert_allclose(sampling.language_probs(sizes, 1.0), p)
   np.testing.assert_allclose(sampling.language_probs(sizes, 0.0), [1 / 3] * 3)

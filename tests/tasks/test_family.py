@@ -72,7 +72,8 @@ def test_gold_predictions_score_perfectly_except_truncation(conll, tokenizer, tm
   result = subprocess.run([sys.executable, "-m", "tasks.scoring.score", "conll", "--gold", str(gold), "--pred", str(pred),
                            "--scheme", "BIOES"], capture_output=True, text=True, check=True)
   last = json.loads(result.stdout.strip().splitlines()[-1])
-  assert 0.5 < last["f1"] < 1.0 and last["f1"] == pytest.approx(scores["f1"], abs=1e-6)  # Both fractions in [0, 1].
+  # Both float64 fractions of the same counts (JSON keeps every digit): rounding only.
+  assert 0.5 < last["f1"] < 1.0 and last["f1"] == pytest.approx(scores["f1"], abs=1e-6)
 
 
 def test_span_task_from_tagging_records(conll, tokenizer):
@@ -99,7 +100,7 @@ def test_classification_examples_on_sick(tokenizer):
   assert set(first["type_ids"]) == {0, 1}
   gold = [r["label"] for r in records]
   assert family(task).score(records, gold) == {"accuracy": 1.0, "macro_f1": 1.0}
-  assert family(task).score(records, ["NEUTRAL"] * len(gold))["accuracy"] == pytest.approx(282 / 500)
+  assert family(task).score(records, ["NEUTRAL"] * len(gold))["accuracy"] == pytest.approx(282 / 500)  # Float64.
   with pytest.raises(ValueError, match="record 0: label '[A-Z]+' is not in"):
     encode({**task, "labels": ["ENTAILMENT"]}, tokenizer, records[:5], ["ENTAILMENT"])
 
@@ -114,14 +115,16 @@ def test_scores_are_encoded_when_the_task_trains_on_them(tokenizer):
   plain = {"name": "classification", "max_length": 128, "labels": labels}
   assert "score" not in encode(plain, tokenizer, records, labels)[0]
   auxiliary = encode({**plain, "score_weight": 0.5}, tokenizer, records, labels)
+  # Scores with one decimal stored as float32: within u = 6e-8 relative (approx allows 1e-6).
   assert [float(e["score"]) for e in auxiliary] == pytest.approx([r["score"] for r in records])
   regression = {"name": "regression", "max_length": 128, "labels": []}
   assert family(regression).label_vocabulary(records) == []
   encoded = encode(regression, tokenizer, records, [])
-  assert [float(e["score"]) for e in encoded] == pytest.approx([r["score"] for r in records])
+  assert [float(e["score"]) for e in encoded] == pytest.approx([r["score"] for r in records])  # As above.
   assert all(int(e["label"]) == -1 for e in encoded)
   unscored = [{k: v for k, v in r.items() if k != "score"} for r in records]
   assert "score" not in encode(regression, tokenizer, unscored, [])[0]  # An unlabeled test split.
   gold = [r["score"] for r in records]
+  # Float64 correlations of a list with itself: 1 up to rounding.
   assert family(regression).score(records, gold) == {"pearson": pytest.approx(1.0), "spearman": pytest.approx(1.0),
                                                          "mse": 0.0}

@@ -87,7 +87,7 @@ def test_table_is_mean_and_sample_std_of_results(runs):
   assert "| objectives-mlm | 1/1 | 0.1250 | 6.50 | 30 | 10.00 | 2500 |" in markdown
   cells = _table(summary, "classification on sick")["groups"]["lr-0.001"]["cells"]
   assert cells["test accuracy"]["values"] == [83.5, 81.0]
-  assert cells["test accuracy"]["std"] == pytest.approx(np.std([83.5, 81.0], ddof=1))
+  assert cells["test accuracy"]["std"] == pytest.approx(np.std([83.5, 81.0], ddof=1))  # Float64 both sides.
 
 
 def _score_bootstrap(gold: Path, pred_a: Path, pred_b: Path, task: str) -> dict:

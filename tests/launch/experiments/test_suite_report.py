@@ -128,7 +128,7 @@ def test_one_suite_gives_per_task_medians_and_their_mean(suites, tmp_path):
   assert numbers["tasks"] == ["sst2", "mrpc", "sick_relatedness", "conll2003", "squad"]  # The suite's order.
   for task, row in numbers["rows"][0].items():
     assert row["seeds"] == [0, 1, 2] and row["split"] == TASKS[task][2]
-    np.testing.assert_allclose(row["values"], values[task], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(row["values"], values[task], rtol=0, atol=1e-12)  # Float64 both sides: rounding only.
     assert row["median"] == pytest.approx(np.median(values[task]), abs=1e-12)
   assert numbers["averages"][0] == pytest.approx(np.mean([np.median(v) for v in values.values()]), abs=1e-12)
   assert "ud_pos" in numbers["not_run"] and "comparison" not in numbers
@@ -144,7 +144,8 @@ def test_two_suites_compared_task_by_task_as_a_plain_bootstrap_loop(suites, tmp_
   shared = ["mrpc", "sick_relatedness", "conll2003", "squad"]
   assert numbers["shared"] == shared and set(numbers["comparison"]) == set(shared)
   for i, values in enumerate((values_a, values_b)):
-    assert numbers["averages"][i] == pytest.approx(np.mean([np.median(values[t]) for t in shared]), abs=1e-12)
+    assert numbers["averages"][i] == pytest.approx(np.mean([np.median(values[t]) for t in shared]),  # Float64.
+                                                  abs=1e-12)
   for task in shared:
     reference, g = TASKS[task][3], gold[task]
     draws = np.random.default_rng(0).integers(0, N, size=(SAMPLES, N))
@@ -153,7 +154,7 @@ def test_two_suites_compared_task_by_task_as_a_plain_bootstrap_loop(suites, tmp_
     deltas = np.array([median(preds_a[task], idx) - median(preds_b[task], idx) for idx in draws])
     sign = 1 if observed >= 0 else -1  # Tested in the direction of the observed difference.
     compared = numbers["comparison"][task]
-    assert compared["delta"] == pytest.approx(100 * observed, abs=1e-9)
+    assert compared["delta"] == pytest.approx(100 * observed, abs=1e-9)  # Float64 percents: rounding only.
     assert compared["delta"] == pytest.approx(np.median(values_a[task]) - np.median(values_b[task]), abs=1e-9)
     assert compared["better"] == ("A" if sign > 0 else "B")
     assert compared["p_value"] == np.mean(sign * deltas >= 2 * sign * observed - 1e-12), task

@@ -206,6 +206,7 @@ def test_report_of_the_sweep(swept, tmp_path):
   (table,) = summary["tables"]
   base = table["groups"]["base"]["cells"]["test pearson"]
   values = [results[n]["test"]["pearson"] for n in ("seed-0", "seed-1")]
+  # Float64 both sides (approx's 1e-6 relative; rounding ~1e-16), one value off would move the mean by ~1%.
   assert base["values"] == values and base["mean"] == pytest.approx(np.mean(values))
   assert base["std"] == pytest.approx(np.std(values, ddof=1))
   assert "| base (baseline) | 2/2 | " in (tmp_path / "report" / "report.md").read_text()

@@ -29,6 +29,7 @@ def test_pca_equals_numpy_svd_up_to_sign():
   centred = x - x.mean(0)
   u, s, _ = np.linalg.svd(centred, full_matrices=False)
   reference = u[:, :2] * s[:2]
+  # Float64 both sides (two SVDs of a 40 x 7 matrix with well separated singular values): ~1e-13.
   np.testing.assert_allclose(np.abs(points), np.abs(reference), atol=1e-10)
   np.testing.assert_allclose(points.var(0), np.square(s[:2]) / 40, rtol=1e-10)  # Axes by decreasing variance.
 

@@ -58,14 +58,16 @@ def test_embed_pairs_takes_targets_and_context_means_and_fits_on_distinct_senten
   assert sorted(map(tuple, encoded)) == sorted({("the", "bank", "rose"), ("river", "bank"), ("bank",),
                                                 ("they", "run")})  # Each distinct sentence once.
   v = embedder.vector
-  np.testing.assert_allclose(pairs.target_a[0], v("bank", 1))
+  np.testing.assert_allclose(pairs.target_a[0], v("bank", 1))  # Copies: exact (the default rtol, 1e-7).
   np.testing.assert_allclose(pairs.target_b[2], v("run", 1))
+  # float32 means of two vectors (values ~1-5): two roundings, u = 6e-8 each (rtol 1e-6).
   np.testing.assert_allclose(pairs.context_a[0], (v("the", 0) + v("rose", 2)) / 2, rtol=1e-6)
   np.testing.assert_allclose(pairs.context_a[2], (v("the", 0) + v("bank", 1)) / 2, rtol=1e-6)
   np.testing.assert_array_equal(pairs.context_b[1], 0.0)  # A one-word sentence has no context.
   assert pairs.labels.tolist() == [False, True, True] and pairs.lemmas == ["bank", "bank", "run"]
   words = np.concatenate([np.stack([v(w, p) for p, w in enumerate(s)]) for s in encoded])
   reference = Standardizer.fit(words)
+  # Both fits accumulate the same 8 vectors in float64 and round to float32: within one float32 ulp (u = 6e-8).
   np.testing.assert_allclose(standardizer.mean, reference.mean, rtol=1e-6)
   np.testing.assert_allclose(standardizer.std, reference.std, rtol=1e-6)
   assert standardizer.count == 2 + 3 + 1 + 2
@@ -77,6 +79,8 @@ def test_pair_features_are_cosines_of_each_view():
   assert len(features) == 2 * 2 * (LAYERS + 2)
   assert wic.views(3) == ["0", "1", "2", "3"]  # No last4_mean without four blocks.
   a, b = pairs.target_a[:, 1], pairs.target_b[:, 1]
+  # float32 cosines of 8-dim vectors (all entries ~1-5: no cancellation), against numpy float32: sum_bound(8) ~ 1e-6
+  # relative on each side at worst; measured 1.2e-7.
   np.testing.assert_allclose(features["target 1 raw"],
                              np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1), rtol=1e-6)
   za, zb = standardizer.apply(pairs.target_a), standardizer.apply(pairs.target_b)
@@ -92,6 +96,7 @@ def test_best_threshold_equals_brute_force_and_never_splits_ties():
     threshold, accuracy = wic.best_threshold(scores, labels)
     candidates = np.concatenate([[-np.inf, np.inf], scores])
     brute = max(np.mean((scores >= t) == labels) for t in candidates)
+    # Float64 means of booleans over 30 pairs: exact multiples of 1/30 up to rounding.
     assert accuracy == pytest.approx(brute) == pytest.approx(np.mean((scores >= threshold) == labels))
   assert wic.best_threshold(np.array([0.1, 0.2, 0.8, 0.9]), np.array([0, 0, 1, 1], bool)) == (0.5, 1.0)
 
@@ -104,6 +109,9 @@ def test_logistic_regression_equals_scikit_learn():
   model = wic.fit_logistic(x, y, l2=2.0)
   z = (x - model.mean) / model.std
   reference = linear_model.LogisticRegression(C=1 / 2.0, tol=1e-12, max_iter=10_000).fit(z, y)
+  # Float64 both sides, the same strictly convex (L2) optimum: Newton's steps stop below 1e-10, scikit-learn's lbfgs at
+  # tol 1e-12 on the gradient; the weights are O(1), so 1e-5 relative is the solvers' agreement, not rounding
+  # (measured 1.3e-7).
   np.testing.assert_allclose(model.weights[:-1], reference.coef_[0], rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(model.weights[-1], reference.intercept_[0], rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(model.predict(x), reference.predict(z))
@@ -137,7 +145,7 @@ def test_choices_are_made_on_train_only():
   assert [row["method"] for row in table] == [m.name for m in wic.methods(LAYERS)]
   for row, other in zip(table, flipped):  # Dev labels change only the dev column.
     assert {k: v for k, v in row.items() if k != "dev"} == {k: v for k, v in other.items() if k != "dev"}
-    assert row["dev"] == pytest.approx(100 - other["dev"])
+    assert row["dev"] == pytest.approx(100 - other["dev"])  # Float64 percents of counts: rounding only.
   best = max(table, key=lambda row: row["train_cv"])
   assert best["method"] in ("cos 1 z", "logreg: target cosines (every layer, raw + z)") and best["dev"] > 60
 
@@ -166,7 +174,7 @@ def test_evaluate_wic_end_to_end_with_the_stand_in(tmp_path):
   train_pairs, standardizer = wic.embed_pairs(StandIn(), wic.read_wic_split(tmp_path, "train"))
   dev = wic.pair_features(wic.embed_pairs(StandIn(), wic.read_wic_split(tmp_path, "dev"))[0], standardizer)
   for row in table:
-    assert row["dev"] == pytest.approx(row["train"])
+    assert row["dev"] == pytest.approx(row["train"])  # Float64 percents of the same counts.
     if "threshold" in row:
       cosines = dev[row["method"].replace("cos ", "target ", 1)]
       assert row["dev"] == pytest.approx(100 * np.mean((cosines >= row["threshold"]) == gold))
@@ -188,6 +196,7 @@ def test_embed_pairs_with_a_tiny_real_embedder_equals_encode_words():
   pairs, _ = wic.embed_pairs(embedder, records)
   for i, r in enumerate(records):
     a, b = embedder.encode_words([r["words_a"], r["words_b"]], layers="all")
+    # The same tiny encoder on other batches: summation order only (measured equal on Zen 3).
     np.testing.assert_allclose(pairs.target_a[i], a[r["index_a"]], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(pairs.target_b[i], b[r["index_b"]], rtol=1e-5, atol=1e-6)
   assert pairs.target_a.shape == (3, 3, 16)

@@ -50,9 +50,10 @@ def test_sense_sums_count_every_sense_of_a_multisense_token():
   sentences = [_sentence(["a"], [[S2]]), _sentence(["b"], [[S2]]), _sentence(["c"], [[S1, S2]])]
   sums = wsd.accumulate_sense_sums(embedder, sentences)
   assert sums.keys == [S1, S2] and sums.counts.tolist() == [1, 3]
-  np.testing.assert_allclose(sums.sums[:, 1], [[4, 0], [6, 4]])
+  np.testing.assert_allclose(sums.sums[:, 1], [[4, 0], [6, 4]])  # Sums of small integers: exact in float32.
   np.testing.assert_allclose(sums.sums[:, 0], [[1, 0], [1, 0]])
-  # Eq. 11.6 in layer 1: v_s1 = (4, 0), v_s2 = (2, 4/3), as unit vectors; layer 0 gives (1, 0) for both.
+  # Eq. 11.6 in layer 1: v_s1 = (4, 0), v_s2 = (2, 4/3), as unit vectors; layer 0 gives (1, 0) for both. float32
+  # means and norms of 2-vectors: a few roundings of u = 6e-8 (rtol 1e-6).
   np.testing.assert_allclose(wsd.sense_table(sums, "1"), [[1, 0], np.array([2, 4 / 3]) / math.sqrt(52 / 9)],
                              rtol=1e-6)
   np.testing.assert_allclose(wsd.sense_table(sums, "0"), [[1, 0], [1, 0]])
@@ -102,6 +103,7 @@ def test_lmms_coverage_synset_then_hypernym_walk_then_lexicographer_file():
   keys, vectors = wsd.extend_table(table, seen, plan, net)
   assert keys == seen + ["b%1:14:00::", "c%1:14:01::", "f%1:17:00::"]
   expected_c = np.array([math.sqrt(0.5) / 2, 0.5 + math.sqrt(0.5) / 2])  # Mean of (0, 1) and (0.7071, 0.7071).
+  # float32 means and norms of 2-vectors against float64: a few roundings of u = 6e-8 (rtol 1e-6); copies exact.
   np.testing.assert_allclose(vectors[5:], [[1, 0], expected_c / np.linalg.norm(expected_c),
                                            [math.sqrt(0.5), math.sqrt(0.5)]], rtol=1e-6)
   np.testing.assert_allclose(vectors[:5], table)
@@ -119,12 +121,13 @@ def test_scorer_equals_hand_computed_precision_recall_f1(tmp_path, capsys):
   gold = {"a": ["x%1:00:00::"], "b": ["x%1:00:01::", "x%1:00:02::"], "c": ["x%1:00:03::"], "d": ["x%1:00:04::"]}
   pred = {"a": ["x%1:00:00::"], "b": ["x%1:00:02::"], "c": ["x%1:00:09::", "x%1:00:03::"]}
   result = wsd.score_keys(gold, pred)
+  # Float64 ratios of counts both sides: rounding only.
   assert result["precision"] == pytest.approx(2.5 / 3) and result["recall"] == pytest.approx(2.5 / 4)
   assert result["f1"] == pytest.approx(5 / 7) and (result["answered"], result["instances"]) == (3, 4)
   wsd.main(["score", "--gold", str(tmp_path / "gold.key"), "--pred", str(tmp_path / "pred.key")])
   lines = capsys.readouterr().out.splitlines()
   assert lines[:3] == ["P=\t83.3%", "R=\t62.5%", "F1=\t71.4%"]
-  assert json.loads(lines[-1])["f1"] == pytest.approx(5 / 7)
+  assert json.loads(lines[-1])["f1"] == pytest.approx(5 / 7)  # Float64, JSON keeps every digit.
   with pytest.raises(ValueError, match="1 instance ids not in gold, the first 'e'"):
     wsd.score_keys(gold, pred | {"e": ["x%1:00:00::"]})
   (tmp_path / "bad.key").write_text(PRED_KEYS + "e x%1:00:00::\n")

@@ -1,5 +1,7 @@
 """tasks.scoring.squad and `score squad` / `bootstrap --task squad` against a faithful restatement of the official
-SQuAD v1.1 evaluation script (evaluate-v1.1.py) and of v2.0's F1 rules (evaluate-v2.0.py), to 1e-9."""
+SQuAD v1.1 evaluation script (evaluate-v1.1.py) and of v2.0's F1 rules (evaluate-v2.0.py), to 1e-9: float64 on both
+sides, per-question F1 from token counts (1e-12) averaged over up to 10,570 questions in percent (rounding ~1e-12,
+while one question moves the score by >= 1e-4 points)."""
 
 import collections
 import json
