@@ -30,7 +30,7 @@ from tasks import tagging, word_shape
 from tasks.family import HfHead, not_in_hf
 from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions
-from tasks.readers import outermost_spans, overlaps, tagging_to_spans
+from tasks.readers import overlaps, tagging_to_spans
 
 NULL = 0  # Label index of "no entity"; entity types are 1..K.
 POOLINGS = ("mean", "attention")
@@ -187,13 +187,6 @@ def tune_threshold(probs: Sequence[np.ndarray], span_words: Sequence[np.ndarray]
   return float(max(grid, key=lambda t: (f1_at(t), -t)))
 
 
-def nesting_parts(spans: set[tuple[str, int, int]]) -> tuple[set, set]:
-  """(outer, inner) of a set of (label, start, end) spans: those inside no other span of the set, and the rest."""
-  outer = {(s["label"], s["start"], s["end"]) for s in
-           outermost_spans([{"label": label, "start": start, "end": end} for label, start, end in spans])}
-  return outer, spans - outer
-
-
 class SpanNER:
   """Every word span up to max_span_width classified over NULL + entity types; flat (greedy non-overlap) or nested
   (task.nested: overlapping spans kept), scored by exact-match span P/R/F1 (and token accuracy when flat)."""
@@ -278,21 +271,14 @@ class SpanNER:
 
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """Exact-match span P/R/F1 (micro, and F1 per type) over each sentence's set of spans, nested or not; flat runs
-    also token accuracy (of the spans written as tags); nested runs also the micro F1 of the outer spans alone
-    (`outer_f1`, comparable with a tagger of the outermost entities) and of the inner ones (`inner_f1`), gold and
-    predictions each split by their own nesting (`nesting_parts`), and the share of gold inner spans predicted
-    (`inner_recall`, whatever the prediction's nesting)."""
+    also token accuracy (of the spans written as tags); nested runs also the outer and inner entities apart
+    (`tasks.scoring.metrics.nesting_scores`: outer_f1, inner_f1, inner_recall)."""
     pairs = [({(s["label"], s["start"], s["end"]) for s in self.gold_spans(r)},
               {(label, start, end) for start, end, label in p}) for r, p in zip(records, predictions)]
-    micro_f1 = lambda pairs: metrics.prf(metrics.span_counts(pairs)[1].sum(axis=(0, 1)))[2]
     types, counts = metrics.span_counts(pairs)
     result = metrics.scores_from_counts(types, counts.sum(axis=0))
     if self.task.get("nested"):
-      parts = [(nesting_parts(g), nesting_parts(p)) for g, p in pairs]
-      found = sum(len(g[1] & p) for (g, _), (_, p) in zip(parts, pairs))
-      extra = {"outer_f1": float(micro_f1([(g[0], p[0]) for g, p in parts])),
-               "inner_f1": float(micro_f1([(g[1], p[1]) for g, p in parts])),
-               "inner_recall": found / max(sum(len(g[1]) for g, _ in parts), 1)}
+      extra = metrics.nesting_scores(pairs)
     else:
       extra = {"accuracy": float(metrics.accuracy_from_counts(
           metrics.accuracy_counts(*self.tag_columns(records, predictions)).sum(0)))}

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 import json
 import os
 
-from tasks.scoring import tag_schemes
+from tasks.scoring import metrics, tag_schemes
 from tasks.readers.lines import ReaderError, numbered_lines
 
 _FORMAT = 'a JSON object {"words": [str, ...], "spans": [{"start": int, "end": int, "label": str}, ...]}'
@@ -27,10 +27,10 @@ def overlaps(spans: Sequence[dict]) -> bool:
 
 
 def outermost_spans(spans: Sequence[dict]) -> list[dict]:
-  """The spans that lie inside no other span of the list (one with other start/end offsets that covers them)."""
-  inside = lambda s, o: o["start"] <= s["start"] and s["end"] <= o["end"] and (o["start"], o["end"]) != (
-      s["start"], s["end"])
-  return [s for s in spans if not any(inside(s, o) for o in spans)]
+  """The spans that lie inside no other span of the list (`tasks.scoring.metrics.nesting_parts`), in order."""
+  key = lambda s: (s["label"], s["start"], s["end"])
+  outer, _ = metrics.nesting_parts({key(s) for s in spans})
+  return [s for s in spans if key(s) in outer]
 
 
 def _check_record(obj, label_names: set[str] | None, flat: bool = False, outermost: bool = False) -> str | None:

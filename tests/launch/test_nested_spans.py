@@ -18,6 +18,7 @@ from configs import finetune
 from encoder import errors
 from launch import predict, train
 from tasks import finetune_data, readers, registry, span_ner
+from tasks.scoring import metrics
 from tests.conftest import require_data
 
 
@@ -173,9 +174,9 @@ def test_genia_predictions_nest_and_predict_returns_them(genia_run):
   _, workdir, results = genia_run
   rows = [json.loads(line) for line in (workdir / "predictions" / "dev.jsonl").read_text().splitlines()]
   predicted = [{(label, start, end) for start, end, label in r["prediction"]} for r in rows]
-  assert any(span_ner.nesting_parts(p)[1] for p in predicted)
+  assert any(metrics.nesting_parts(p)[1] for p in predicted)
   gold = [{(s["label"], s["start"], s["end"]) for s in r["spans"]} for r in rows]
-  parts = [(span_ner.nesting_parts(g), span_ner.nesting_parts(p)) for g, p in zip(gold, predicted)]
+  parts = [(metrics.nesting_parts(g), metrics.nesting_parts(p)) for g, p in zip(gold, predicted)]
   for key, side in (("outer_f1", 0), ("inner_f1", 1)):
     expected = _span_prf([g[side] for g, _ in parts], [p[side] for _, p in parts])[2]
     assert results["dev"][key] == pytest.approx(100 * expected, abs=1e-9)
