@@ -147,6 +147,9 @@ def build(config: Mapping[str, Any]) -> Objective:
                             case_features=layers.option(config, "case_features", 0),
                             label_bias=tuple(layers.option(config, "label_bias", ())))
   null_weight = float(layers.option(config, "null_weight", 1.0))
+  if not null_weight > 0:
+    raise errors.ConfigError(f"config.task.null_weight={null_weight}: expected a loss weight > 0 for NULL spans (1: "
+                             "plain cross-entropy; 0 would leave nothing teaching the head what is not an entity)")
   return Objective(name="span_ner", head=head, loss=functools.partial(span_loss, null_weight=null_weight))
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.special import erf, logsumexp
 
-from encoder import EncoderOutput
+from encoder import EncoderOutput, errors
 from tasks import alignment, batching, classification, registry, span_ner
 
 
@@ -281,6 +281,8 @@ def test_span_loss_weights_null_spans_as_numpy():
     loss, metrics = span_ner.span_loss(jnp.asarray(logits), {"span_labels": jnp.asarray(labels)}, null_weight)
     assert float(loss) == pytest.approx((nll * weights).sum() / weights.sum(), rel=1e-6)
     assert float(metrics["span_ner_loss"][1]) == pytest.approx(weights.sum())
+  with pytest.raises(errors.ConfigError, match=r"config.task.null_weight=0.0: expected a loss weight > 0"):
+    span_ner.build({"num_labels": 2, "null_weight": 0.0})
 
 
 def test_label_prior_counts_every_candidate_span_and_starts_the_head_there():
