@@ -9,7 +9,7 @@ then, for flat data, greedily drops overlaps by score; nested data keeps every a
 Almost every candidate is NULL (98.6% of GENIA's spans up to 10 words), so the classifier's biases start at the log
 frequencies of the labels among the training candidates (`task.prior_bias`, RetinaNet's prior initialization): the
 first steps then start at the null-rate loss instead of spending the run learning it. Adam moves a parameter by about
-the learning rate per step, so a bias starting at 0 cannot reach the ~5 logits of the null prior in a short run, and
+the learning rate per step, so a bias starting at 0 cannot reach the 5-8 logits of the null prior in a short run, and
 the head then makes every span NULL through its weights, the same output for every span. `task.null_weight` scales
 the NULL spans' share of the loss.
 """
