@@ -186,6 +186,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if reason := torch_device.autocast_skip_reason(torch_device.torch_device()):
       raise errors.UserError(f"--reference --precision bfloat16: {reason}; compare in float32 (--precision float32), "
                           "or run ours alone in bfloat16")
+  if args.reference and config.task.name == "span_ner" and config.task.nested:
+    parser.error("--reference compares span NER with HF's tagger of the same entities, which cannot hold nested ones "
+                 "(task.nested): compare the tagger of the outer entities instead (e.g. --task genia_flat)")
   if args.reference and config.optimizer.ema_decay > 0:
     parser.error(f"--reference tests its last parameters: it cannot mirror optimizer.ema_decay="
                  f"{config.optimizer.ema_decay} (a parameter average)")

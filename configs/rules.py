@@ -152,7 +152,7 @@ FINETUNING: dict[str, fields.Rule] = {
     "task.doc_stride": POSITIVE_INT, "task.max_question_length": POSITIVE_INT,
     "task.max_answer_length": POSITIVE_INT, "task.n_best": POSITIVE_INT, "task.unanswerable": BOOL,
     "task.pooling": Choice(("cls", "pooled", "mean", "attention")), "task.boundary_ffn": BOOL,
-    "task.span_hidden": POSITIVE_INT, "task.nested": BOOL, "task.dropout": PROBABILITY,
+    "task.span_hidden": POSITIVE_INT, "task.nested": BOOL, "task.prior_bias": BOOL, "task.null_weight": POSITIVE, "task.dropout": PROBABILITY,
     "task.rdrop": NON_NEGATIVE, "task.score_weight": NON_NEGATIVE,
     "task.positive_label": Anything("a label of the task, or '' (checked against the labels when read)"),
     "task.metric": Anything("a score of the task's family (checked with it: configs.checks)"),

@@ -20,6 +20,7 @@ from objectives import layers
 from objectives.objective import Objective
 from tasks import alignment, word_shape
 from tasks.family import HfHead, labels_config, not_in_hf
+from tasks.readers import overlaps
 from tasks.scoring import metrics, tag_schemes
 from tasks import crf as crf_lib
 
@@ -115,10 +116,16 @@ class Tagging:
     self.task = dict(task)
 
   def gold_tags(self, record: dict) -> list[str]:
-    """The record's tags in the trained scheme."""
+    """The record's tags in the trained scheme (a span record's flat spans written as tags)."""
+    if "spans" in record:
+      spans = [(s["label"], s["start"], s["end"]) for s in record["spans"]]
+      return tag_schemes.tags_from_spans(spans, len(record["words"]), self.task.get("scheme") or "IOB2")
     return tag_schemes.recode(record["tags"], self.task.get("source_scheme"), self.task.get("scheme"))
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
+    if any("spans" in r for r in train_records):
+      types = sorted({s["label"] for r in train_records for s in r["spans"]})
+      return tag_schemes.tag_vocab(types, self.task.get("scheme") or "IOB2")
     tags = {t for r in train_records for t in r["tags"]}
     if not self.task.get("scheme"):  # Plain labels (POS): every tag seen in training.
       return sorted(tags)
@@ -133,10 +140,11 @@ class Tagging:
         types, self.task.get("source_scheme") or self.task["scheme"])
 
   def usable(self, records: Sequence[dict]) -> bool:
-    return True
+    """Span records must be flat: tags cannot hold nested or crossing spans."""
+    return not any("spans" in r and overlaps(r["spans"]) for r in records)
 
   def reader_checks(self) -> dict[str, Any]:
-    return {}
+    return {"flat": True}  # Asked only for the span records `usable` refuses.
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
     return {}

@@ -84,6 +84,13 @@ PRESETS: dict[str, DatasetConfig] = {c.name: c for c in (
                   files={"train": "mrpc/train.tsv", "validation": "mrpc/dev.tsv", "test": "mrpc/test.tsv"},
                   options={"text_a": "#1 String", "text_b": "#2 String", "label": "Quality",
                            "label_names": ("0", "1")}),
+    # GENIA's biomedical entities, nested (genia_nested/SOURCE.md): a 1,400 / 227 sample, no test split; genia_outer
+    # keeps the outermost entities only (flat: what a BIO tagger can learn).
+    DatasetConfig(name="genia_nested", format="spans", description="GENIA nested NER sample (spans nest)",
+                  files={"train": "genia_nested/train.jsonl", "validation": "genia_nested/dev.jsonl"}),
+    DatasetConfig(name="genia_outer", format="spans", options={"outermost": True},
+                  description="GENIA nested NER sample, outermost entities only (flat)",
+                  files={"train": "genia_nested/train.jsonl", "validation": "genia_nested/dev.jsonl"}),
     _ud("ud_ewt_upos", "ud_english_ewt", "en_ewt"),
     _ud("ud_ewt_xpos", "ud_english_ewt", "en_ewt", "xpos"),
     _ud("ud_vi_vtb_upos", "ud_multilingual/UD_Vietnamese-VTB", "vi_vtb"),

@@ -11,7 +11,7 @@ from tasks.readers.conllu import CONLLU_COLUMNS, read_conllu
 from tasks.readers.lines import ReaderError, numbered_lines
 from tasks.readers.raganato import read_all, read_dataset, read_key_file, read_raganato_xml
 from tasks.readers.semcor import read_semcor, read_semcor_file
-from tasks.readers.spans import read_spans_jsonl, spans_to_tagging, tagging_to_spans
+from tasks.readers.spans import outermost_spans, overlaps, read_spans_jsonl, spans_to_tagging, tagging_to_spans
 from tasks.readers.squad import read_squad
 from tasks.readers.tsv import read_tsv
 from tasks.readers.wic import WIC_POS, read_wic, read_wic_split, wic_files
@@ -21,7 +21,8 @@ READERS = {"conll": read_conll, "tsv": read_tsv, "conllu": read_conllu, "spans":
 
 __all__ = [
     "CONLL2003_COLUMNS", "CONLLU_COLUMNS", "READERS", "ReaderError", "WIC_POS", "WordNet", "load_wordnet",
-    "numbered_lines", "parse_sense_key", "read_all", "read_conll", "read_conllu", "read_dataset", "read_index_sense",
-    "read_key_file", "read_raganato_xml", "read_semcor", "read_semcor_file", "read_spans_jsonl", "read_squad",
-    "read_tsv", "read_wic", "read_wic_split", "spans_to_tagging", "tagging_to_spans", "wic_files",
+    "numbered_lines", "outermost_spans", "overlaps", "parse_sense_key", "read_all", "read_conll", "read_conllu",
+    "read_dataset", "read_index_sense", "read_key_file", "read_raganato_xml", "read_semcor", "read_semcor_file",
+    "read_spans_jsonl", "read_squad", "read_tsv", "read_wic", "read_wic_split", "spans_to_tagging", "tagging_to_spans",
+    "wic_files",
 ]

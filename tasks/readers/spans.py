@@ -2,14 +2,15 @@
 
 One JSON object per line: `{"words": ["New", "York", "Times"], "spans": [{"start": 0, "end": 3, "label": "ORG"},
 {"start": 0, "end": 2, "label": "LOC"}]}`. Spans are token offsets, `end` exclusive; they may nest or overlap (nested
-NER); an exact duplicate is an error. Other keys are ignored.
+NER); an exact duplicate is an error. Other keys are ignored. With `outermost`, a span inside another one of its record
+is dropped: the outer entities of nested data, flat unless two spans cross.
 """
 
 from collections.abc import Iterator, Sequence
 import json
 import os
 
-from tasks.scoring import tag_schemes
+from tasks.scoring import metrics, tag_schemes
 from tasks.readers.lines import ReaderError, numbered_lines
 
 _FORMAT = 'a JSON object {"words": [str, ...], "spans": [{"start": int, "end": int, "label": str}, ...]}'
@@ -19,7 +20,20 @@ def _is_int(value) -> bool:
   return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _check_record(obj, label_names: set[str] | None, flat: bool = False) -> str | None:
+def overlaps(spans: Sequence[dict]) -> bool:
+  """Whether any two of a record's spans share a word (nested or crossing entities)."""
+  ordered = sorted((s["start"], s["end"]) for s in spans)
+  return any(start < previous_end for (_, previous_end), (start, _) in zip(ordered, ordered[1:]))
+
+
+def outermost_spans(spans: Sequence[dict]) -> list[dict]:
+  """The spans that lie inside no other span of the list (`tasks.scoring.metrics.nesting_parts`), in order."""
+  key = lambda s: (s["label"], s["start"], s["end"])
+  outer, _ = metrics.nesting_parts({key(s) for s in spans})
+  return [s for s in spans if key(s) in outer]
+
+
+def _check_record(obj, label_names: set[str] | None, flat: bool = False, outermost: bool = False) -> str | None:
   """What is wrong with a decoded line (None when it is a valid span record)."""
   if not isinstance(obj, dict) or "words" not in obj or "spans" not in obj:
     return f"{_FORMAT}; got a {type(obj).__name__}{f' with keys {sorted(obj)}' if isinstance(obj, dict) else ''}"
@@ -42,18 +56,19 @@ def _check_record(obj, label_names: set[str] | None, flat: bool = False) -> str 
       return f"spans[{i}] not to repeat an earlier span, got {span!r} twice"
     seen.add(key)
   if flat:
-    ordered = sorted(spans, key=lambda s: (s["start"], s["end"]))
+    ordered = sorted(outermost_spans(spans) if outermost else spans, key=lambda s: (s["start"], s["end"]))
     for first, second in zip(ordered, ordered[1:]):
       if second["start"] < first["end"]:
-        return (f"spans that do not overlap (set config.task.nested=true for nested entities), got {first!r} and "
-                f"{second!r}")
+        return ("spans that do not overlap (nested entities: span_ner with config.task.nested=true, or only the "
+                f"outermost with config.task.columns=outermost:true), got {first!r} and {second!r}")
   return None
 
 
 def read_spans_jsonl(path: str | os.PathLike, *, label_names: Sequence[str] | None = None,
-                     flat: bool = False) -> Iterator[dict]:
+                     flat: bool = False, outermost: bool = False) -> Iterator[dict]:
   """Yields {"words", "spans"} per non-blank line, spans sorted by (start, -end, label); validates every line (with
-  `flat`, overlapping spans are an error too)."""
+  `flat`, overlapping spans are an error too; with `outermost`, only the spans inside no other are kept, and `flat`
+  checks those)."""
   allowed = None if label_names is None else set(label_names)
   for number, line in numbered_lines(path):
     if not line.strip():
@@ -62,10 +77,11 @@ def read_spans_jsonl(path: str | os.PathLike, *, label_names: Sequence[str] | No
       obj = json.loads(line)
     except json.JSONDecodeError as err:
       raise ReaderError(path, number, f"{_FORMAT}; invalid JSON at column {err.colno}: {err.msg}") from None
-    problem = _check_record(obj, allowed, flat)
+    problem = _check_record(obj, allowed, flat, outermost)
     if problem:
       raise ReaderError(path, number, problem)
     spans = [{"start": s["start"], "end": s["end"], "label": s["label"]} for s in obj["spans"]]
+    spans = outermost_spans(spans) if outermost else spans
     yield {"words": obj["words"], "spans": sorted(spans, key=lambda s: (s["start"], -s["end"], s["label"]))}
 
 

@@ -62,6 +62,25 @@ def span_counts(pairs: Sequence[tuple[set, set]]) -> tuple[list[str], np.ndarray
   return types, counts
 
 
+def nesting_parts(spans: set[tuple[str, int, int]]) -> tuple[set, set]:
+  """(outer, inner) of a set of (type, start, end) spans: those inside no other span of the set (one with other
+  offsets that covers them), and the rest."""
+  inner = {s for s in spans if any(o[1] <= s[1] and s[2] <= o[2] and o[1:] != s[1:] for o in spans)}
+  return spans - inner, inner
+
+
+def nesting_scores(pairs: Sequence[tuple[set, set]]) -> dict[str, float]:
+  """Nested entities apart, from (gold, predicted) sets of (type, start, end) spans: micro F1 of the outer spans
+  (`outer_f1`: comparable with a flat tagger of the outermost entities) and of the inner ones (`inner_f1`), gold and
+  predictions each split by their own nesting (`nesting_parts`); and `inner_recall`, the share of gold inner spans
+  predicted, whatever the prediction's nesting."""
+  parts = [(nesting_parts(gold), nesting_parts(predicted)) for gold, predicted in pairs]
+  micro_f1 = lambda side: float(prf(span_counts([(g[side], p[side]) for g, p in parts])[1].sum(axis=(0, 1)))[2])
+  found = sum(len(g[1] & predicted) for (g, _), (_, predicted) in zip(parts, pairs))
+  return {"outer_f1": micro_f1(0), "inner_f1": micro_f1(1),
+          "inner_recall": found / max(sum(len(g[1]) for g, _ in parts), 1)}
+
+
 def prf(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Precision, recall, F1 from counts [..., (tp, pred, gold)], vectorised; 0/0 gives 0 (seqeval's default)."""
   counts = np.asarray(counts, np.float64)

@@ -4,6 +4,7 @@
   python -m tasks.scoring.score labels --gold FILE --pred FILE
   python -m tasks.scoring.score scores --gold FILE --pred FILE
   python -m tasks.scoring.score squad  --gold dev-v1.1.json --pred predictions.json
+  python -m tasks.scoring.score spans  --gold dev.jsonl --pred runs/X/predictions/dev.jsonl [--scheme IOB2]
   python -m tasks.scoring.score bootstrap --gold FILE --pred-a A --pred-b B [--samples 10000] [--seed 0]
                                   [--task conll|labels|scores|squad]
 
@@ -11,6 +12,10 @@ CoNLL files: one token per line, the tag in the LAST whitespace-separated column
 sentences, `-DOCSTART-` lines skipped. Label files: one example per non-blank line, the label in the last
 column; score files (regression) the same with a number there. SQuAD: the gold is SQuAD JSON (v1.1 or v2.0; or a
 run's predictions/<split>.jsonl), the predictions the official {question id: answer text} JSON (tasks.scoring.squad).
+Spans: the gold is a span file (JSON lines {"words", "spans"}; spans may nest), the predictions a word task's
+predictions/<split>.jsonl, the same sentences in order, each "prediction" a span run's [[start, end, type], ...] or a
+tagger's tags (--scheme; words past max_length untagged); scored as exact-match span sets, the outer and the inner
+(nested) entities also apart, so a flat tagger is scored against nested gold as a nested run is.
 Every score (table and JSON) is a fraction in
 [0, 1] (correlations in [-1, 1]; MSE in the data's units); the last printed line is one JSON object.
 
@@ -26,6 +31,7 @@ from typing import Any, Sequence
 from encoder import errors
 from tasks.scoring import bootstrap, metrics, squad, tag_schemes
 from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.readers.spans import read_spans_jsonl
 
 Column = tuple[list[list[str]], list[list[int]]]  # (sentences of tags, their 1-based line numbers)
 LENIENT_SCHEME = "BIOES"  # conlleval mode reads any scheme: O or B-, I-, E-, S- + a type.
@@ -145,7 +151,7 @@ def format_table(scores: dict[str, Any], first: str) -> str:
                          f"{r.get('gold', r['support']):>8}{r.get('pred', ''):>8}{r.get('tp', ''):>8}")
   rows = [row(name, r) for name, r in scores["per_type"].items()]
   rows += [row(f"{avg} avg", scores[avg]) for avg in ("micro", "macro", "weighted")]
-  return "\n".join([head] + rows + [f"{'accuracy':<14}{scores['accuracy']:>10.4f}"])
+  return "\n".join([head] + rows + ([f"{'accuracy':<14}{scores['accuracy']:>10.4f}"] if "accuracy" in scores else []))
 
 
 def regression_command(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,6 +168,49 @@ def squad_command(args: argparse.Namespace) -> dict[str, Any]:
   result = squad.scores(golds, squad.read_predictions(args.pred, ids), version2)
   print(f"exact_match {result['exact_match']:.4f}  f1 {result['f1']:.4f}")
   return dict(task="squad", **result, questions=len(ids), version="2.0" if version2 else "1.1")
+
+
+def read_predicted_spans(path: str, gold: Sequence[dict], gold_path: str, scheme: str) -> list[set]:
+  """Each sentence's predicted (type, start, end) spans from a run's predictions/<split>.jsonl, checked line by line
+  against the gold sentences."""
+  rows = [(n, line) for n, line in numbered_lines(path) if line.strip()]
+  if len(rows) != len(gold):
+    raise errors.UserError(f"{path}: {len(rows)} sentences but {gold_path} has {len(gold)}: the files must have the "
+                           "same sentences")
+  predicted = []
+  for (number, line), record in zip(rows, gold):
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError as err:
+      raise ReaderError(path, number, f"a JSON object (a run's prediction line); invalid JSON: {err.msg}") from None
+    if not isinstance(row, dict) or row.get("words") != record["words"] or not isinstance(row.get("prediction"), list):
+      raise ReaderError(path, number, 'a run\'s prediction line {"words", ..., "prediction"} with the words of '
+                        f"the same sentence in {gold_path}")
+    prediction = row["prediction"]
+    if all(isinstance(tag, str) for tag in prediction):  # A tagger's tags.
+      if not all(tag_schemes.is_scheme_tag(tag, LENIENT_SCHEME) for tag in prediction):
+        raise ReaderError(path, number, f"tags O or B-, I-, E-, S- + a type, got {prediction[:8]!r}")
+      predicted.append(set(tag_schemes.spans_from_tags(prediction, scheme)))
+    elif all(isinstance(s, list) and len(s) == 3 for s in prediction):
+      predicted.append({(label, start, end) for start, end, label in prediction})
+    else:
+      raise ReaderError(path, number, f'a "prediction" of [start, end, type] spans or of tags, got {prediction[:4]!r}')
+  return predicted
+
+
+def spans_command(args: argparse.Namespace) -> dict[str, Any]:
+  """`spans`: exact-match span P/R/F1 per type and micro, and the outer and inner entities apart."""
+  gold_records = list(read_spans_jsonl(args.gold))
+  gold = [{(s["label"], s["start"], s["end"]) for s in r["spans"]} for r in gold_records]
+  pairs = list(zip(gold, read_predicted_spans(args.pred, gold_records, args.gold, args.scheme)))
+  types, counts = metrics.span_counts(pairs)
+  scores = metrics.scores_from_counts(types, counts.sum(axis=0))
+  nesting = metrics.nesting_scores(pairs)
+  print(format_table(scores, "type"))
+  print("  ".join(f"{name} {value:.4f}" for name, value in nesting.items()))
+  average = scores["micro"]
+  return dict(task="spans", precision=average["precision"], recall=average["recall"], f1=average["f1"], **nesting,
+              sentences=len(gold))
 
 
 def score_command(args: argparse.Namespace) -> dict[str, Any]:
@@ -208,7 +257,7 @@ def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
   root = argparse.ArgumentParser(prog="python -m tasks.scoring.score", description=__doc__.split("\n")[0])
   commands = root.add_subparsers(dest="command", required=True)
-  for name in ("conll", "labels", "scores", "squad", "bootstrap"):
+  for name in ("conll", "labels", "scores", "squad", "spans", "bootstrap"):
     sub = commands.add_parser(name)
     sub.add_argument("--gold", required=True, help="gold file")
     if name == "bootstrap":
@@ -219,18 +268,21 @@ def parser() -> argparse.ArgumentParser:
       sub.add_argument("--task", choices=("conll", "labels", "scores", "squad"), default="conll")
     else:
       sub.add_argument("--pred", required=True, help="predictions, aligned line by line with gold")
-    if name not in ("labels", "scores", "squad"):
+    if name not in ("labels", "scores", "squad", "spans"):
       sub.add_argument("--mode", choices=("conlleval", "strict"), default="conlleval",
                        help="conlleval: lenient chunking (seqeval default); strict: only well-formed entities")
+    if name not in ("labels", "scores", "squad"):
       sub.add_argument("--scheme", type=str.upper, default="IOB2", choices=sorted(tag_schemes.SCHEME_NAMES),
-                       help="tag scheme for --mode strict: IOB1, IOB2 (= BIO), IOE, BIOES (= IOBES), IO")
+                       help="tag scheme for --mode strict (spans: of a tagger's predictions): IOB1, IOB2 (= BIO), IOE, "
+                            "BIOES (= IOBES), IO")
   return root
 
 
 def score_files(argv: Sequence[str] | None = None) -> None:
   """Parses the command line, scores, prints the table and the JSON summary."""
   args = parser().parse_args(argv)
-  commands = {"bootstrap": bootstrap_command, "scores": regression_command, "squad": squad_command}
+  commands = {"bootstrap": bootstrap_command, "scores": regression_command, "squad": squad_command,
+              "spans": spans_command}
   print(json.dumps(commands.get(args.command, score_command)(args)))
 
 

@@ -1,4 +1,9 @@
-"""benchmarks.finetune flags a --reference run whose machine changed speed between the two sides."""
+"""benchmarks.finetune flags a --reference run whose machine changed speed between the two sides, and refuses a
+--reference it cannot mirror."""
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,3 +20,11 @@ def test_warning_names_the_ceilings(ceilings, listed):
   warning = finetune.drift_warning(ceilings)
   assert warning.startswith("warning: the matmul ceiling moved") and f"({listed} GFLOP/s" in warning
   assert "\n" not in warning
+
+
+def test_reference_refuses_nested_span_ner():
+  """HF's side of --reference is a tagger of the same entities: nested ones it cannot hold, so it is refused before
+  anything trains."""
+  result = subprocess.run([sys.executable, "-m", "benchmarks.finetune", "--task", "genia_nested", "--reference"],
+                          capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=300)
+  assert result.returncode == 2 and "cannot hold nested ones (task.nested)" in result.stderr

@@ -3,16 +3,22 @@ the engine, scored as exact-match span sets (never rendered as tags), predicted 
 task.nested the same data is refused before training at its file and line.
 
 The data: CoNLL-2003 sentences (real text and entities) with a nested "HEAD" span on the first word of every
-multi-word entity, so about a third of the entities sit inside another.
+multi-word entity, so about a third of the entities sit inside another; and real nested data, GENIA (the
+genia_nested preset at runlocal size), where a head that only learns the NULL prior used to predict nothing.
 """
 
+import itertools
 import json
+import math
+
+import numpy as np
 import pytest
 
 from configs import finetune
 from encoder import errors
 from launch import predict, train
-from tasks import readers, registry
+from tasks import finetune_data, readers, registry, span_ner
+from tasks.scoring import metrics
 from tests.conftest import require_data
 
 
@@ -92,6 +98,14 @@ def test_nested_scores_and_decoding_against_brute_force():
       _span_prf([{("ORG", 0, 3), ("LOC", 1, 2), ("LOC", 3, 5)}],
                 [{("ORG", 0, 3), ("LOC", 1, 2), ("LOC", 1, 3), ("ORG", 0, 1)}]))
   assert scores["f1_ORG"] == pytest.approx(2 / 3) and scores["f1_LOC"] == pytest.approx(0.5)
+  # Outer spans: gold (0,3) ORG, (3,5) LOC; predicted (0,3) ORG. Inner: gold (1,2) LOC; predicted (1,2), (1,3) LOC
+  # and (0,1) ORG, all inside the predicted (0,3).
+  assert scores["outer_f1"] == pytest.approx(_span_prf([{("ORG", 0, 3), ("LOC", 3, 5)}], [{("ORG", 0, 3)}])[2])
+  assert scores["inner_f1"] == pytest.approx(_span_prf([{("LOC", 1, 2)}],
+                                                       [{("LOC", 1, 2), ("LOC", 1, 3), ("ORG", 0, 1)}])[2])
+  assert scores["inner_recall"] == 1.0
+  alone = family.score(records, [[(1, 2, "LOC")]])  # Found, but nothing predicted around it: outer there.
+  assert (alone["inner_recall"], alone["inner_f1"], alone["outer_f1"]) == (1.0, 0.0, 0.0)
 
 
 def test_predict_returns_the_runs_nested_predictions(nested_run):
@@ -114,3 +128,58 @@ def test_nested_gold_without_task_nested_is_refused_at_its_line(files, tmp_path)
   assert message.startswith(f"{files['train']}:{first}: expected spans that do not overlap")
   assert "config.task.nested=true" in message and "\n" not in message
   assert not (tmp_path / "flat" / "checkpoints").exists()  # Refused before training.
+
+
+# --- GENIA: real nested data ----------------------------------------------------------------------------------------
+
+GENIA_STEPS = 40  # Ten passes over 64 sentences in batches of 16.
+
+
+@pytest.fixture(scope="module")
+def genia_run(tmp_path_factory):
+  require_data("genia_nested/train.jsonl")
+  config = finetune.get_config("task=genia_nested,runlocal")
+  config.epochs = GENIA_STEPS * config.batch_size // 64
+  workdir = tmp_path_factory.mktemp("genia")
+  return config, workdir, train.train_and_evaluate(config, workdir)
+
+
+def test_genia_learns_beyond_the_null_prior_within_a_few_steps(genia_run):
+  """The training loss falls below the null-rate loss (the entropy of the labels of the training candidates: what a
+  head that predicts the same distribution for every span can reach), and dev F1 above labelling every candidate
+  with the commonest type. With the classifier's biases starting at 0 (task.prior_bias=False) the same run's loss
+  was still 0.23 after these 40 steps, 2.6 times the null rate, and its dev F1 0.1%."""
+  config, workdir, results = genia_run
+  data = finetune_data.load(config)
+  labels = np.concatenate([e["span_labels"] for e in data.train.examples])
+  frequencies = np.bincount(labels) / len(labels)
+  null_rate_loss = -sum(f * math.log(f) for f in frequencies if f > 0)
+  assert frequencies[span_ner.NULL] > 0.97
+  losses = [r["train/loss"] for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines())
+            if "train/loss" in r]
+  assert results["step"] == GENIA_STEPS and losses[-1] < null_rate_loss
+  width = config.task.max_span_width
+  types = [s["label"] for r in data.train.records for s in r["spans"]]
+  commonest = max(data.task["labels"], key=types.count)
+  gold = [{(s["label"], s["start"], s["end"]) for s in r["spans"]} for r in data.eval.records]
+  everything = [{(commonest, i, j) for i, j in itertools.combinations(range(len(r["words"]) + 1), 2) if j - i <= width}
+                for r in data.eval.records]
+  trivial = 100 * _span_prf(gold, everything)[2]
+  assert results["dev"]["f1"] > 3 * trivial > 0
+
+
+def test_genia_predictions_nest_and_predict_returns_them(genia_run):
+  """The run's dev predictions hold entities inside others, scored as span sets (outer and inner parts too), and
+  launch.predict gives back the same entities for the dev sentences."""
+  _, workdir, results = genia_run
+  rows = [json.loads(line) for line in (workdir / "predictions" / "dev.jsonl").read_text().splitlines()]
+  predicted = [{(label, start, end) for start, end, label in r["prediction"]} for r in rows]
+  assert any(metrics.nesting_parts(p)[1] for p in predicted)
+  gold = [{(s["label"], s["start"], s["end"]) for s in r["spans"]} for r in rows]
+  parts = [(metrics.nesting_parts(g), metrics.nesting_parts(p)) for g, p in zip(gold, predicted)]
+  for key, side in (("outer_f1", 0), ("inner_f1", 1)):
+    expected = _span_prf([g[side] for g, _ in parts], [p[side] for _, p in parts])[2]
+    assert results["dev"][key] == pytest.approx(100 * expected, abs=1e-9)
+  outputs = predict.Predictor.from_workdir(workdir).predict_records([{"words": r["words"]} for r in rows])
+  assert [[[e["start"], e["end"], e["label"]] for e in o["entities"]] for o in outputs] == [
+      r["prediction"] for r in rows]

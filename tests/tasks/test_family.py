@@ -90,6 +90,23 @@ def test_span_task_from_tagging_records(conll, tokenizer):
   assert family(task).score(conll, predictions)["f1"] == 1.0
 
 
+def test_tagging_task_from_flat_span_records(conll, tokenizer):
+  """A tagger reads span records (e.g. GENIA's outermost entities) as the tags of their spans in the trained scheme:
+  the same examples and scores as the tagging records they came from; overlapping spans it cannot use."""
+  bioes = {**NER, "source_scheme": None}
+  spans = [readers.tagging_to_spans(r, "IOB1") for r in conll]
+  tags = family(bioes).label_vocabulary(spans)
+  assert tags == family(NER).label_vocabulary(conll)
+  from_spans, from_tags = encode(bioes, tokenizer, spans, tags), encode(NER, tokenizer, conll, tags)
+  assert all(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(from_spans, from_tags))
+  predicted = [family(bioes, tags).gold_tags(r)[:-1] for r in spans]  # Each sentence's last word left untagged.
+  assert family(bioes, tags).score(spans, predicted) == family(NER, tags).score(conll, predicted)
+  nested = [{"words": ["a", "b"],
+             "spans": [{"start": 0, "end": 2, "label": "X"}, {"start": 0, "end": 1, "label": "Y"}]}]
+  assert family(bioes, tags).usable(spans) and not family(bioes, tags).usable(nested)
+  assert family(bioes, tags).reader_checks() == {"flat": True}
+
+
 def test_classification_examples_on_sick(tokenizer):
   path = require_data("sick/SICK_trial.txt")
   records = list(readers.read_tsv(path, text_a="sentence_A", text_b="sentence_B", label="entailment_judgment"))

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy.special import erf, logsumexp
 
-from encoder import EncoderOutput
+from encoder import EncoderOutput, errors
 from tasks import alignment, batching, classification, registry, span_ner
 
 
@@ -276,6 +276,46 @@ def test_span_head_matches_numpy(pooling):
     np.testing.assert_allclose(logits[s], want, rtol=2e-5, atol=2e-5 * terms.max())
   loss, metrics = span_ner.span_loss(jnp.asarray(logits[None]), batch)
   assert float(metrics["span_ner_loss"][1]) == 2  # The -1 span is padding.
+
+
+def test_span_loss_weights_null_spans_as_numpy():
+  rng = np.random.default_rng(3)
+  logits = rng.normal(size=(2, 5, 3)).astype(np.float32)
+  labels = np.asarray([[0, 1, 0, 2, -1], [0, 0, 2, -1, -1]])
+  nll = logsumexp(logits, axis=-1) - np.take_along_axis(logits, np.maximum(labels, 0)[..., None], -1)[..., 0]
+  for null_weight in (1.0, 0.25):
+    weights = np.where(labels == 0, null_weight, 1.0) * (labels >= 0)
+    loss, metrics = span_ner.span_loss(jnp.asarray(logits), {"span_labels": jnp.asarray(labels)}, null_weight)
+    assert float(loss) == pytest.approx((nll * weights).sum() / weights.sum(), rel=1e-6)
+    assert float(metrics["span_ner_loss"][1]) == pytest.approx(weights.sum())
+  with pytest.raises(errors.ConfigError, match=r"config.task.null_weight=0.0: expected a loss weight > 0"):
+    span_ner.build({"num_labels": 2, "null_weight": 0.0})
+
+
+def test_label_prior_counts_every_candidate_span_and_starts_the_head_there():
+  records = [{"words": list("abcdef"), "spans": [(0, 3, 1), (1, 2, 2), (2, 6, 1)]},  # (2, 6): wider than 3.
+             {"words": list("ab"), "spans": [(0, 1, 2)]}]
+  counts = np.zeros(3)
+  for record in records:
+    gold = {(start, end): label for start, end, label in record["spans"]}
+    for start, end in itertools.combinations(range(len(record["words"]) + 1), 2):
+      if end - start <= 3:
+        counts[gold.get((start, end), 0)] += 1
+  assert counts.tolist() == [15, 1, 2]  # 6 + 5 + 4 spans of 1-3 words in the first record, 2 + 1 in the second.
+  np.testing.assert_allclose(span_ner.label_prior(records, 2, max_width=3), np.log(counts / counts.sum()), rtol=1e-12)
+  weighted = counts * [0.5, 1, 1]
+  np.testing.assert_allclose(span_ner.label_prior(records, 2, max_width=3, null_weight=0.5),
+                             np.log(weighted / weighted.sum()), rtol=1e-12)
+  family = registry.family({"name": "span_ner", "labels": ["X", "Y"], "max_span_width": 3, "prior_bias": True})
+  fields = family.train_fields([{"words": r["words"], "spans": [{"start": s, "end": e, "label": "XY"[label - 1]}
+                                                                for s, e, label in r["spans"]]} for r in records])
+  np.testing.assert_allclose(fields["label_bias"], np.log(counts / counts.sum()), rtol=1e-12)
+  head = span_ner.build({"num_labels": 2, "span_hidden": 4, "label_bias": fields["label_bias"]}).head
+  outputs = _outputs(np.random.default_rng(0), batch=1, length=4)
+  batch = {"span_starts": jnp.asarray([[1]]), "span_ends": jnp.asarray([[2]])}
+  params = head.init(jax.random.key(0), outputs, batch)["params"]
+  np.testing.assert_allclose(params["classifier"]["bias"], fields["label_bias"], rtol=1e-6)
+  assert registry.family({"name": "span_ner", "labels": ["X"], "prior_bias": False}).train_fields(records) == {}
 
 
 def test_decode_spans_flat_nested_and_threshold():

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tasks.readers import (ReaderError, numbered_lines, read_conll, read_conllu, read_spans_jsonl, read_tsv,
-                           spans_to_tagging, tagging_to_spans)
+from tasks.readers import (ReaderError, numbered_lines, outermost_spans, read_conll, read_conllu, read_spans_jsonl,
+                           read_tsv, spans_to_tagging, tagging_to_spans)
 from tests.conftest import require_data
 
 SICK = dict(text_a="sentence_A", text_b="sentence_B", label="entailment_judgment",
@@ -234,6 +234,22 @@ def test_spans_jsonl_errors_name_file_line_and_expectation(tmp_path, line, expec
   assert message.startswith(f"{path}:2: expected") and expected in message
 
 
+def test_spans_jsonl_outermost_keeps_the_spans_inside_no_other(tmp_path):
+  line = ('{"words": ["a", "b", "c", "d", "e"], "spans": [{"start": 0, "end": 3, "label": "X"}, '
+          '{"start": 1, "end": 2, "label": "Y"}, {"start": 0, "end": 1, "label": "Y"}, {"start": 3, "end": 5, '
+          '"label": "Y"}, {"start": 3, "end": 5, "label": "X"}]}\n')
+  path = _write(tmp_path, "nested.jsonl", line)
+  everything = next(read_spans_jsonl(path))["spans"]
+  assert next(read_spans_jsonl(path, outermost=True))["spans"] == [  # (3, 5) twice: neither is inside the other.
+      {"start": 0, "end": 3, "label": "X"}, {"start": 3, "end": 5, "label": "X"}, {"start": 3, "end": 5, "label": "Y"}]
+  assert outermost_spans(everything) == [s for s in everything if (s["start"], s["end"]) in ((0, 3), (3, 5))]
+  # flat checks the kept spans: the two (3, 5) spans still overlap; without them the outer spans are flat.
+  assert "expected spans that do not overlap" in _error(read_spans_jsonl, path, flat=True, outermost=True)
+  assert "config.task.columns=outermost:true" in _error(read_spans_jsonl, path, flat=True)
+  flat = _write(tmp_path, "flat.jsonl", line.replace(', {"start": 3, "end": 5, "label": "X"}', ""))
+  assert len(next(read_spans_jsonl(flat, flat=True, outermost=True))["spans"]) == 2
+
+
 def test_tagging_spans_round_trip_and_overlap_error():
   rng = random.Random(1)
   for _ in range(100):
@@ -291,6 +307,25 @@ def test_conll2003_counts_and_the_two_copies_agree(conll2003, split):
   assert [tagging_to_spans(r, "IOB1") for r in iob1] == bio_spans
   assert [spans_to_tagging(r, "IOB1")["tags"] for r in bio_spans] == [r["tags"] for r in iob1]
   assert [spans_to_tagging(r)["tags"] for r in bio_spans] == [r["tags"] for r in bio]  # bio/ is well-formed IOB2.
+
+
+def test_genia_nested_counts():
+  """genia_nested/SOURCE.md: sentences, entities per type, entities inside another, the longest; and what the
+  outermost reader option keeps (those not inside another: every record then flat)."""
+  counts = {"train": (1400, {"protein": 2320, "DNA": 926, "cell_type": 476, "cell_line": 353, "RNA": 81}, 470, 15),
+            "dev": (227, None, 80, 10)}
+  for split, (sentences, types, inside, longest) in counts.items():
+    path = require_data(f"genia_nested/{split}.jsonl")
+    records = list(read_spans_jsonl(path))
+    spans = [s for r in records for s in r["spans"]]
+    assert len(records) == sentences and max(s["end"] - s["start"] for s in spans) == longest
+    assert types is None or collections.Counter(s["label"] for s in spans) == types
+    assert len(spans) == (4156 if split == "train" else 633)
+    inner = sum(any(o is not s and o["start"] <= s["start"] and s["end"] <= o["end"] for o in r["spans"])
+                for r in records for s in r["spans"])
+    assert inner == inside
+    outer = list(read_spans_jsonl(path, outermost=True, flat=True))
+    assert sum(len(r["spans"]) for r in outer) == len(spans) - inside
 
 
 def test_sst2_counts_labels_and_trailing_spaces_stripped():

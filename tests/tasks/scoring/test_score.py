@@ -102,6 +102,34 @@ def test_labels_command(tmp_path):
     score.main(["labels", "--gold", gold, "--pred", short])
 
 
+SPAN_GOLD = [{"words": ["No", "increase", "in", "TGF-beta", "mRNA"],
+              "spans": [{"start": 3, "end": 4, "label": "protein"}, {"start": 3, "end": 5, "label": "RNA"}]},
+             {"words": ["IL-2", "binds"], "spans": [{"start": 0, "end": 1, "label": "protein"}]}]
+
+
+def test_spans_command_scores_nested_runs_and_taggers_against_nested_gold(tmp_path):
+  gold = write(tmp_path, "gold.jsonl", "".join(json.dumps(r) + "\n" for r in SPAN_GOLD))
+  lines = lambda predictions: "".join(json.dumps({**r, "prediction": p}) + "\n" for r, p in zip(SPAN_GOLD, predictions))
+  nested = write(tmp_path, "nested.jsonl", lines([[[3, 4, "protein"], [3, 5, "RNA"], [1, 2, "DNA"]], []]))
+  done = run("spans", "--gold", gold, "--pred", nested)
+  assert done.returncode == 0, done.stderr
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  # 2 of 3 predicted right, 2 of 3 gold found. Outer: gold RNA (3,5), protein (0,1); predicted RNA (3,5), DNA (1,2)
+  # -> P 1/2, R 1/2. Inner: gold and predicted protein (3,4).
+  assert (summary["precision"], summary["recall"], summary["sentences"]) == (2 / 3, 2 / 3, 2)
+  assert (summary["outer_f1"], summary["inner_f1"], summary["inner_recall"]) == (0.5, 1.0, 1.0)
+  tagger = write(tmp_path, "tagger.jsonl", lines([["O", "O", "O", "B-RNA", "I-RNA"], ["B-protein"]]))
+  flat = json.loads(run("spans", "--gold", gold, "--pred", tagger).stdout.strip().splitlines()[-1])
+  assert (flat["precision"], flat["recall"], flat["outer_f1"], flat["inner_f1"]) == (1.0, 2 / 3, 1.0, 0.0)
+  other_words = write(tmp_path, "other.jsonl", lines([[], []]).replace('"IL-2"', '"IL-4"'))
+  with pytest.raises(SystemExit, match=r"other.jsonl:2: expected a run's prediction line .* same sentence in"):
+    score.main(["spans", "--gold", gold, "--pred", other_words])
+  with pytest.raises(SystemExit, match=r"short.jsonl: 1 sentences but .*gold.jsonl has 2"):
+    score.main(["spans", "--gold", gold, "--pred", write(tmp_path, "short.jsonl", lines([[]]))])
+  with pytest.raises(SystemExit, match=r"bad.jsonl:1: expected tags O or B-, I-, E-, S- \+ a type"):
+    score.main(["spans", "--gold", gold, "--pred", write(tmp_path, "bad.jsonl", lines([["O", "X"], []]))])
+
+
 def test_scores_command_and_its_bootstrap(tmp_path):
   """Regression files (one number a line, last column): Pearson/Spearman/MSE against scipy; the bootstrap on
   Pearson's r; a non-number or a missing line names the file and line."""
