@@ -3,6 +3,7 @@
 import dataclasses
 from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 
 
@@ -10,6 +11,10 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
 POSITION_EMBEDDINGS = ("absolute", "rotary")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}  # Names in configs -> dtypes.
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+# The attention implementations (EncoderConfig.attention); configs may also say AUTO, resolved at start-up.
+ATTENTIONS = ("matmul", "xla", "cudnn")
+AUTO = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +61,21 @@ class EncoderConfig:
   # recompute the rest in the backward); "dots_saveable" (keep matmul outputs, recompute elementwise work);
   # "dots_with_no_batch_dims_saveable" (keep the dense layers' outputs, recompute attention's [q, k] products).
   remat: str = "none"
+  # Attention implementation, each computing softmax(q k^T / sqrt(d) + mask) v (docs/design.md, "Attention paths"):
+  # "matmul": heads-first products of encoder/matmul.py (XLA CPU's fast kernels, attention dropout); "xla" / "cudnn":
+  # jax.nn.dot_product_attention on [batch, length, heads, dim] with that implementation (no attention dropout; cudnn:
+  # bf16/f16 on NVIDIA GPUs). Configs: "auto", the platform's path chosen at start-up (`resolve_attention`).
+  attention: str = "matmul"
+  # dtype of the activations between matmuls (dense outputs, bias, GELU, dropout, residuals, LayerNorm outputs):
+  # bfloat16 halves their memory and traffic; LayerNorm statistics, softmax, the returned hidden states and the
+  # loss stay float32. Needs dtype bfloat16 (configs: "float32" or "bfloat16").
+  activation_dtype: Any = jnp.float32
 
   def __post_init__(self):
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-    choices = dict(hidden_act=ACTIVATIONS, position_embedding=POSITION_EMBEDDINGS, remat=REMAT_POLICIES)
+    choices = dict(hidden_act=ACTIVATIONS, position_embedding=POSITION_EMBEDDINGS, remat=REMAT_POLICIES,
+                   attention=ATTENTIONS)
     for field, allowed in choices.items():
       if getattr(self, field) not in allowed:
         raise ValueError(f"{field} {getattr(self, field)!r} is not one of {', '.join(map(repr, allowed))}")
@@ -72,6 +87,13 @@ class EncoderConfig:
     if self.embedding_norm and not self.pre_layer_norm:
       raise ValueError("embedding_norm=True is a pre-LN switch (post-LN always normalizes the embeddings); set "
                        "pre_layer_norm=True or embedding_norm=False")
+    if self.attention != "matmul" and self.attention_dropout:
+      raise ValueError(f"attention {self.attention!r} applies no attention dropout (jax.nn.dot_product_attention has "
+                       f"none); set attention_dropout=0.0 or attention='matmul' (attention_dropout "
+                       f"{self.attention_dropout})")
+    if jnp.dtype(self.activation_dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(self.dtype)):
+      raise ValueError(f"activation_dtype {jnp.dtype(self.activation_dtype).name} needs dtype "
+                       f"{jnp.dtype(self.activation_dtype).name} (dtype {jnp.dtype(self.dtype).name})")
 
   @property
   def head_dim(self) -> int:
@@ -138,14 +160,53 @@ def preset(name: str, **overrides) -> EncoderConfig:
   return EncoderConfig(**{**PRESETS[name], **overrides})
 
 
+def platform() -> str:
+  """What the default devices are, as the attention choice needs it: "cpu", "tpu", "cuda" (NVIDIA GPUs), "rocm"."""
+  device = jax.devices()[0]
+  if device.platform == "gpu":
+    return "cuda" if "cuda" in device.client.platform_version.lower() else "rocm"
+  return device.platform
+
+
+def auto_attention(where: str, dtype: Any, attention_dropout: float, head_dim: int) -> str:
+  """The attention path "auto" stands for on platform `where` (`platform()`) for these fields.
+
+  Attention dropout > 0: "matmul", the only path that applies it. NVIDIA GPUs with bf16/f16 operands and a head
+  dimension cuDNN's flash attention takes (a multiple of 8, at most 128): "cudnn". CPUs: "matmul", whose products
+  stay on XLA CPU's fast kernels forward and backward (the "xla" path's einsums do not: docs/performance.md). Other
+  accelerators (TPU, ROCm, float32 on NVIDIA): "xla", the fused attention of jax.nn.dot_product_attention without
+  the head-layout transposes."""
+  if attention_dropout > 0 or where == "cpu":
+    return "matmul"
+  if where == "cuda" and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)) and (
+      head_dim % 8 == 0 and head_dim <= 128):
+    return "cudnn"
+  return "xla"
+
+
+def resolve_attention(fields: Mapping[str, Any], where: str | None = None) -> str:
+  """fields["attention"] (config.model's; a saved config without it ran "matmul"), with AUTO resolved for platform
+  `where` (default: this process's `platform()`). Called once at start-up, never while tracing."""
+  choice = fields.get("attention", "matmul")
+  if choice != AUTO:
+    return choice
+  dtype = DTYPES.get(fields["dtype"], fields["dtype"])
+  return auto_attention(where or platform(), dtype, fields["attention_dropout"],
+                        fields["hidden_size"] // fields["num_heads"])
+
+
 def from_fields(fields: Mapping[str, Any], vocab_size: int) -> EncoderConfig:
   """EncoderConfig from a config's model fields (config.model, a run's config.json): dtype names become dtypes,
-  vocab_size 0 takes the tokenizer's `vocab_size`."""
+  vocab_size 0 takes the tokenizer's `vocab_size`, attention "auto" this platform's path (`resolve_attention`)."""
   fields = dict(fields)
-  for key in ("dtype", "param_dtype"):
+  for key in ("dtype", "param_dtype", "activation_dtype"):
+    if key == "activation_dtype" and key not in fields:  # Saved before the field existed: float32.
+      continue
     if fields[key] not in DTYPES:
       raise ValueError(f"config.model.{key}={fields[key]!r} is not one of {sorted(DTYPES)}")
     fields[key] = DTYPES[fields[key]]
+  if "attention" in fields:
+    fields["attention"] = resolve_attention(fields)
   if fields["vocab_size"] == 0:
     fields["vocab_size"] = vocab_size
   elif fields["vocab_size"] < vocab_size:

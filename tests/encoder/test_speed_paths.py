@@ -12,7 +12,7 @@ from encoder import Encoder, preset
 from encoder import matmul as matmul_module
 from encoder.matmul import cpu_bf16_flags, matmul, transpose
 from encoder import model as model_module
-from encoder.model import SelfAttention, attend, attention_bias, blocked_attend
+from encoder.model import SelfAttention, additive_bias, attend, attention_mask, blocked_attend
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
 
@@ -87,12 +87,13 @@ def test_attention_equals_the_einsum_reference(query_positions):
   """Heads-first layout, scale folded into q, plain products: the same outputs and gradients to float32 rounding."""
   rng = np.random.default_rng(1)
   x = jnp.asarray(rng.normal(size=(2, 9, TINY.hidden_size)), jnp.float32)
-  bias = attention_bias(jnp.asarray([[1] * 9, [1] * 6 + [0] * 3]))
+  mask = attention_mask(jnp.asarray([[1] * 9, [1] * 6 + [0] * 3]))
+  bias = additive_bias(mask)
   positions = None if query_positions is None else jnp.asarray(query_positions)
   attention = SelfAttention(TINY)
-  params = attention.init(jax.random.key(0), x, bias, False)
+  params = attention.init(jax.random.key(0), x, mask, False)
   loss = lambda fn: lambda params, x: jnp.sum(jnp.sin(fn(params, x)))
-  ours = lambda params, x: attention.apply(params, x, bias, False, positions)
+  ours = lambda params, x: attention.apply(params, x, mask, False, positions)
   reference = lambda params, x: _einsum_attention(params, x, bias, TINY, positions)
   np.testing.assert_allclose(ours(params, x), reference(params, x), rtol=1e-5, atol=1e-6)
   got, want = jax.grad(loss(ours), argnums=(0, 1))(params, x), jax.grad(loss(reference), argnums=(0, 1))(params, x)
@@ -110,7 +111,7 @@ def test_blocked_attention_equals_one_piece(dtype, length, block):
   segments = np.ones((2, length), np.int32)
   segments[0, length // 3:] = 2
   segments[1, -(length // 4 + 1):] = 0
-  bias = attention_bias(jnp.asarray(segments))
+  bias = additive_bias(attention_mask(jnp.asarray(segments)))
   tolerance = 1e-6 if dtype == jnp.float32 else 1e-4  # bf16 operands: float32 sums in another order.
   np.testing.assert_allclose(blocked_attend(q, k, v, bias, dtype, block), attend(q, k, v, bias, dtype),
                              rtol=tolerance, atol=tolerance / 10)
