@@ -1,12 +1,13 @@
 """The engine's steps lower for the card's targets without them: the pretraining step (MLM + NSP) and a fine-tuning
 step (sequence classification) of a tiny config, exported by `jax.export` for the TPU and CUDA platforms on this CPU,
-in the accelerators' precision (bf16 operands and activations), on each attention path that runs there: "matmul"
-(what "auto" picks with attention dropout on) and "xla" ("auto" on TPUs, and on GPUs in float32). A change that
-cannot run on a TPU or a GPU (an op or a custom call only the CPU has) fails here.
+in the accelerators' precision (bf16 operands and activations), on the attention paths "auto" picks there: "matmul"
+with attention dropout on (the pretraining and fine-tuning configs' default) and "xla" without (TPUs; GPUs in
+float32). A change that cannot run on a TPU or a GPU fails here: jax.export refuses a custom call (LAPACK, a CPU
+kernel) not guaranteed on the platforms, and the program holds none.
 
 The "cudnn" path cannot be traced without cuDNN (jax.nn.dot_product_attention asks cuDNN for its version while
-tracing: "cuDNN is not detected"), so it is proven on a GPU (benchmarks.accelerator's attention_check part).
-Lowering only (no compilation), both platforms in one export: about 10 s in all on a 2-core Zen 3.
+tracing: "cuDNN is not detected"), so it is proven on a GPU (benchmarks.attention_check, the accelerator benchmark's
+attention_check part). Lowering only (no compilation), both platforms in one export per step.
 """
 
 import functools
@@ -48,8 +49,8 @@ def _objectives(finetuning: bool) -> list:
   return [registry.build("mlm"), registry.build("nsp")]
 
 
-@pytest.mark.parametrize("attention", ["matmul", "xla"])
-@pytest.mark.parametrize("step", ["pretraining", "finetuning"])
+@pytest.mark.parametrize("step, attention", [("pretraining", "matmul"), ("pretraining", "xla"),
+                                             ("finetuning", "matmul")])
 def test_train_step_lowers_for_tpu_and_cuda(step, attention):
   finetuning = step == "finetuning"
   cfg = preset("tiny", vocab_size=VOCAB, max_positions=32, dtype=jnp.bfloat16, activation_dtype=jnp.bfloat16,
@@ -65,5 +66,4 @@ def test_train_step_lowers_for_tpu_and_cuda(step, attention):
   exported = export.export(jax.jit(train_step), platforms=PLATFORMS)(state, batch, acc)
   assert exported.platforms == PLATFORMS
   text = exported.mlir_module()
-  assert "stablehlo.dot_general" in text and "cpu" not in exported.platforms
-  assert ("custom_call @__cudnn" not in text) and ("__cpu" not in text)  # No platform-specific kernel call.
+  assert "stablehlo.dot_general" in text and "stablehlo.custom_call" not in text
