@@ -277,7 +277,10 @@ def main() -> None:
   runners = {}
   for mode in modes:
     kind, precision = mode.split("_")
-    runners[mode] = {sides[name]: getattr(ours[name, precision], kind) for name, _, _ in variants}
+    distinct = {}  # A variant whose config equals an earlier one's in this precision (bf16 activations in f32 modes).
+    for name, _, _ in variants:
+      distinct.setdefault(configs[name, precision], name)
+    runners[mode] = {sides[name]: getattr(ours[name, precision], kind) for name in distinct.values()}
     if hf and not (precision == "bf16" and no_autocast):
       runners[mode]["hf"] = getattr(hf[precision], kind)
 
@@ -316,14 +319,14 @@ def main() -> None:
     f32, bf16 = ms.get((f"{kind}_f32", "ours")), ms.get((f"{kind}_bf16", "ours"))
     result[f"{kind}_bf16_speedup"] = round(f32 / bf16, 3) if f32 and bf16 else None
   result["attention"] = {p: configs[variants[0][0], p].attention for p in dtypes}
-  result["attention_ms"] = {name: {mode: round(ms[mode, side], 1) for mode in runners}
+  result["attention_ms"] = {name: {mode: round(ms[mode, side], 1) for mode in runners if (mode, side) in ms}
                             for name, side in sides.items()}
-  result["attention_speedup"] = {name: {mode: round(ms[mode, "ours"] / ms[mode, side], 3) for mode in runners}
-                                 for name, side in sides.items() if side != "ours"}
+  result["attention_speedup"] = {name: {mode: round(ms[mode, "ours"] / ms[mode, side], 3) for mode in runners
+                                        if (mode, side) in ms} for name, side in sides.items() if side != "ours"}
   for name, side in sides.items():
     if side != "ours":
       print(f"{side}: " + ", ".join(f"{mode} {ms[mode, side]:.1f} ms ({ms[mode, 'ours'] / ms[mode, side]:.3f}x ours)"
-                                    for mode in runners))
+                                    for mode in runners if (mode, side) in ms))
   print(json.dumps(result | ceiling | {"bf16_reference": no_autocast or "torch.autocast(bfloat16)",
       "cpu": cpu_name(), "device": jax.devices()[0].device_kind, "batch": args.batch, "length": args.length,
       "rounds": args.rounds, "repeats": repeats, "precision": args.precision}))

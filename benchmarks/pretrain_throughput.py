@@ -285,13 +285,6 @@ def main() -> None:
   cfg = plain.replace(**arch | {"hidden_act": gelu if arch.get("hidden_act", "gelu") == "gelu" else arch["hidden_act"]})
   no_dropout = any(choice != "matmul" for _, choice, _ in variants)  # "auto" may resolve to another path.
   configs = {name: variant_config(cfg, choice, activation, dtype, no_dropout) for name, choice, activation in variants}
-  sides = {name: "ours" if i == 0 else f"ours_{name}" for i, (name, _, _) in enumerate(variants)}
-  cfg = configs[variants[0][0]]
-  plain = plain.replace(attention=cfg.attention, attention_dropout=cfg.attention_dropout,
-                        activation_dtype=cfg.activation_dtype)
-  print("ours: " + ", ".join(f"{sides[name]} = {name} (attention {c.attention}, activations "
-                             f"{jnp.dtype(c.activation_dtype).name})" for name, c in configs.items())
-        + f"; attention dropout {cfg.attention_dropout}", flush=True)
   tokenizer = load_tokenizer(minilm_path())
   text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
   batch = mask_batch(nsp_batch(text, tokenizer, args.batch, args.length, seed=0), tokenizer, args.max_predictions,
@@ -302,7 +295,25 @@ def main() -> None:
 
   if cfg.embedding_width != cfg.hidden_size and not args.no_hf:
     raise SystemExit(f"--size {args.size} has factorized embeddings, which HF's BERT lacks: pass --no-hf")
-  runners = {side: OurStep(configs[name], batch, total_steps) for name, side in sides.items()}
+  runners, compile_s, sides, attention_errors = {}, {}, {}, {}
+  for name, variant in configs.items():  # Compiled and warmed up first: one the device refuses is reported, not fatal.
+    try:
+      step = OurStep(variant, batch, total_steps)
+      seconds = sum(timed(step, 2))
+    except Exception as err:  # pylint: disable=broad-except  (cuDNN refusing a shape must not cost the other paths)
+      attention_errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+      print(f"{name}: failed ({attention_errors[name]})", flush=True)
+      continue
+    sides[name] = "ours" if not sides else f"ours_{name}"
+    runners[sides[name]], compile_s[sides[name]] = step, seconds
+    print(f"{sides[name]} = {name} (attention {variant.attention}, activations "
+          f"{jnp.dtype(variant.activation_dtype).name}, attention dropout {variant.attention_dropout}): compiled and "
+          f"warmed up in {seconds:.1f} s", flush=True)
+  if not sides:
+    raise errors.UserError(f"no --attention variant ran: {attention_errors}")
+  cfg = configs[next(iter(sides))]
+  plain = plain.replace(attention=cfg.attention, attention_dropout=cfg.attention_dropout,
+                        activation_dtype=cfg.activation_dtype)
   if args.arch != "bert":
     runners["ours_bert"] = OurStep(plain, batch, total_steps)
   if args.electra:
@@ -310,8 +321,8 @@ def main() -> None:
     runners["ours_electra"] = OurStep(cfg, batch, total_steps, names=("electra",),
                                       generator_size=args.generator_size)
   if dtype == jnp.bfloat16 and not args.no_f32:
-    runners["ours_f32"] = OurStep(variant_config(cfg, variants[0][1], "float32", jnp.float32, no_dropout), batch,
-                                  total_steps)
+    choice = dict((name, choice) for name, choice, _ in variants)[next(iter(sides))]
+    runners["ours_f32"] = OurStep(variant_config(cfg, choice, "float32", jnp.float32, no_dropout), batch, total_steps)
   if not args.no_dense:
     runners["ours_dense_head"] = OurStep(cfg, dense_head_batch(batch), total_steps)
   no_autocast = torch_device.autocast_skip_reason(torch_device.torch_device()) if dtype == jnp.bfloat16 else None
@@ -319,8 +330,9 @@ def main() -> None:
     print(f"HF reference skipped: {no_autocast}; our bf16 step is compared with our float32 one", flush=True)
   if not (args.no_hf or no_autocast or args.arch != "bert"):
     runners["hf_torch"] = HFStep(cfg, batch, total_steps)
-  compile_s = {}
   for name, runner in runners.items():  # Compilation and warm-up (first steps) outside the timed rounds.
+    if name in compile_s:
+      continue
     compile_s[name] = sum(timed(runner, 2))
     print(f"{name}: compiled and warmed up in {compile_s[name]:.1f} s", flush=True)
   for name in reversed(runners):  # One untimed alternation: the shared heap settles to every runner's blocks.
@@ -374,6 +386,7 @@ def main() -> None:
       "attention_mfu": {name: round(work / step_s[side] / ceiling, 3) for name, side in sides.items()},
       "attention_mfu_peak": {name: round(work / step_s[side] / (peak * 1e12), 3) if peak else None
                              for name, side in sides.items()},
+      "attention_errors": attention_errors,
   }
   if args.electra:
     result.update(mlm_step_s=round(step_s["ours_mlm"], 3), electra_step_s=round(step_s["ours_electra"], 3),

@@ -54,7 +54,8 @@ class EncoderConfig:
   pad_token_id: int = 0  # Token id of padding: masked out of attention when the caller passes no mask.
   initializer_range: float = 0.02  # Std of the normal initializer of weights and embeddings.
   # Matmul operand dtype: bfloat16 is mixed precision (bf16 operands, float32 accumulation and products; LayerNorm,
-  # softmax, residuals and hidden states stay float32; encoder/matmul.py). Parameters stay param_dtype.
+  # softmax, residuals and hidden states stay float32 unless activation_dtype says otherwise; encoder/matmul.py).
+  # Parameters stay param_dtype.
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32  # Parameter storage dtype (configs: "float32", "bfloat16" or "float16").
   # Activation rematerialization per block, trading compute for memory: "none"; "full" (keep only each block's input,
@@ -64,7 +65,8 @@ class EncoderConfig:
   # Attention implementation, each computing softmax(q k^T / sqrt(d) + mask) v (docs/design.md, "Attention paths"):
   # "matmul": heads-first products of encoder/matmul.py (XLA CPU's fast kernels, attention dropout); "xla" / "cudnn":
   # jax.nn.dot_product_attention on [batch, length, heads, dim] with that implementation (no attention dropout; cudnn:
-  # bf16/f16 on NVIDIA GPUs). Configs: "auto", the platform's path chosen at start-up (`resolve_attention`).
+  # bf16/f16 on NVIDIA GPUs). Configs default to "auto": chosen once at start-up for the platform (`auto_attention`;
+  # attention dropout > 0 keeps "matmul") and recorded in the run's config.json; runs saved before the field: "matmul".
   attention: str = "matmul"
   # dtype of the activations between matmuls (dense outputs, bias, GELU, dropout, residuals, LayerNorm outputs):
   # bfloat16 halves their memory and traffic; LayerNorm statistics, softmax, the returned hidden states and the

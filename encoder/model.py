@@ -251,6 +251,25 @@ def blocked_attend(q: Array, k: Array, v: Array, bias: Array, dtype, block: int 
   return jnp.moveaxis(out, 0, 2).reshape(q.shape[:2] + (-1, q.shape[3]))[:, :, :length]
 
 
+def fused_attend(q: Array, k: Array, v: Array, mask: Array, implementation: str, even: bool | None = None) -> Array:
+  """jax.nn.dot_product_attention(q, k, v, mask) with `implementation` on q [batch, R, heads, d], k and v [batch,
+  length, heads, d], mask [batch, 1, R, length] bool: [batch, R, heads, d], scaled by 1/sqrt(d).
+
+  `even` (default: for cuDNN, whose training kernels with a bias, what the mask becomes, take even lengths only)
+  pads an odd R (the last block's [CLS] and masked rows) or length by one fully masked row or key, and drops the row
+  from the output: the padded row's output is discarded, a padded key gets no weight."""
+  if even is None:
+    even = implementation == "cudnn"
+  rows_, keys = q.shape[1], k.shape[1]
+  if even and (rows_ % 2 or keys % 2):
+    pad = lambda x, n: jnp.pad(x, ((0, 0), (0, n), (0, 0), (0, 0)))
+    q, k, v = pad(q, rows_ % 2), pad(k, keys % 2), pad(v, keys % 2)
+    mask = jnp.pad(mask, ((0, 0), (0, 0), (0, rows_ % 2), (0, keys % 2)))
+  out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(q.shape[-1]),
+                                     implementation=implementation)
+  return out[:, :rows_]
+
+
 class SelfAttention(nn.Module):
   """Multi-head bidirectional self-attention, fused QKV projection (spec eq. "head = softmax(QK^T/sqrt(d_k))V").
 
@@ -281,9 +300,7 @@ class SelfAttention(nn.Module):
     mask = rows(mask, query_positions, 2)
     output = _dense(cfg, cfg.hidden_size, "output", axis=(-2, -1))
     if cfg.attention != "matmul":
-      q, k, v = (y.astype(cfg.dtype) for y in (q, k, v))
-      context = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(cfg.head_dim),
-                                             implementation=cfg.attention)  # [batch, R, heads, head_dim]
+      context = fused_attend(*(y.astype(cfg.dtype) for y in (q, k, v)), mask, cfg.attention)  # [batch, R, heads, d]
       return per_token(output, context)
     heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), (0, 2, 1, 3))  # Moves bf16, not float32.
     q = heads_first(q * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, head_dim]

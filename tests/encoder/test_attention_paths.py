@@ -23,7 +23,7 @@ from configs import common
 from encoder import ARCHITECTURES, Encoder, preset
 from encoder import config as config_module
 from encoder.matmul import dense_dot_general
-from encoder.model import Dense
+from encoder.model import Dense, fused_attend
 from launch.model import EncoderWithHeads
 from objectives import registry
 
@@ -102,6 +102,21 @@ def test_xla_path_equals_matmul_path_at_last_positions(arch):
   params = _random_params(cfg, _batch()[0])
   last = jnp.asarray([[0, 3, 9, 15], [0, 2, 8, 13], [0, 1, 5, 10]])
   got, want = (_outputs_and_gradients(cfg.replace(attention=path), params, last) for path in ("xla", "matmul"))
+  _assert_close(got, want)
+
+
+@pytest.mark.parametrize("rows, keys", [(5, 8), (4, 7), (3, 9)])
+def test_odd_lengths_padded_for_cudnn_give_the_same_attention(rows, keys):
+  """cuDNN trains with a mask only on even lengths: the padding to even (one masked query row or key, dropped) leaves
+  outputs and gradients as they are (checked with the XLA implementation, padded as for cuDNN and not)."""
+  rng = np.random.default_rng(6)
+  q = jnp.asarray(rng.normal(size=(2, rows, 3, 8)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(2, keys, 3, 8)), jnp.float32) for _ in range(2))
+  mask = jnp.asarray(rng.random((2, 1, rows, keys)) < 0.7).at[..., 0].set(True)
+  run = lambda even: lambda q, k, v: fused_attend(q, k, v, mask, "xla", even)
+  got, want = (jax.value_and_grad(lambda *a, f=run(even): jnp.sum(jnp.sin(f(*a))), argnums=(0, 1, 2))(q, k, v)
+               for even in (True, False))
+  assert run(True)(q, k, v).shape == q.shape
   _assert_close(got, want)
 
 
