@@ -11,7 +11,8 @@ streamed here, its last JSON line is read back. A process per part means that on
 hang costs only that part, that each part has the whole device memory to itself, and that this process never
 touches the device. Parts run in the order listed, each killed at min(its budget, what is left of --budget-s); a
 part that does not start because the budget is spent is `skipped`. `--only` reruns some parts (e.g. on a second GPU
-call). `--tiny` runs the same parts at tiny sizes, a few steps and a little data: the mechanics, in minutes on a CPU.
+call). `--tiny` runs the same parts at tiny sizes, a few steps and a little data: the mechanics, in minutes on a CPU
+(each part bounded by what is left of --budget-s only: the parts' budgets are the GPU's).
 `--plan` prints the parts, their commands and budgets, and the JSON line with every figure null, running nothing.
 (In --tiny, "xla" stands in for "cudnn", which needs cuDNN to be traced at all.)
 
@@ -76,10 +77,12 @@ class Context:
     """Runs `python -m benchmarks.<module> args` for at most cap_s (and the deadline), its output streamed, and
     returns its last JSON line; in plan mode only records the command."""
     command = [sys.executable, "-m", f"benchmarks.{module}", *args]
-    self.commands.append((part, " ".join(command[1:])))
+    flags = f"XLA_FLAGS='{env['XLA_FLAGS']}' " if env and env.get("XLA_FLAGS") else ""
+    self.commands.append((part, flags + " ".join(command[1:])))
     if self.plan:
       return {}
-    timeout = min(cap_s, self.deadline - time.monotonic())
+    left = self.deadline - time.monotonic()
+    timeout = left if self.tiny else min(cap_s, left)  # The caps are the GPU's; a tiny CPU run has --budget-s only.
     print(f"-- {part}: python {' '.join(command[1:])}  (at most {timeout:.0f} s)", flush=True)
     measured = run_child(command, timeout, env or {})
     self.figures.setdefault("device", measured.get("device"))
@@ -149,7 +152,7 @@ THROUGHPUT_KEYS = {"mfu_peak": "mfu_peak", "mfu": "mfu", "ratio": "ratio", "toke
                    "bf16_speedup": "bf16_speedup", "ceiling_gflops": "ceiling_gflops", "peak_tflops": "peak_tflops",
                    "bf16_reference": "bf16_reference", "attention": "attention",
                    "attention_tokens_per_s": "attention_tokens_per_s", "attention_mfu_peak": "attention_mfu_peak",
-                   "attention_mfu": "attention_mfu"}
+                   "attention_mfu": "attention_mfu", "attention_failed": "attention_errors"}
 LARGE_KEYS = {f"large_{k}": v for k, v in THROUGHPUT_KEYS.items()
               if k not in ("bf16_speedup", "bf16_reference") and not k.startswith("attention_")}
 
@@ -162,6 +165,30 @@ def throughput_base(ctx: Context) -> dict:
   measured = ctx.child("throughput_base", "pretrain_throughput", sizes + [
       "--precision", "bfloat16", "--no-dense", "--attention", variants(ctx, BASE_VARIANTS)], 180, NO_PREALLOCATION)
   return pick(measured, THROUGHPUT_KEYS)
+
+
+# XLA GPU flags that might pay (issue 57), each in its own process on NEW_ATTENTION's base step, ours only; "" is the
+# step with the defaults (launch.xla_flags), the yardstick in the same call. A flag XLA does not know fails its run.
+XLA_FLAG_SETS = ("", "--xla_gpu_enable_cudnn_layer_norm=true", "--xla_gpu_enable_cublaslt=true",
+                 "--xla_gpu_autotune_level=2")
+
+
+def xla_flag_sets(ctx: Context) -> dict:
+  """Step time and MFU of the base bf16 step on NEW_ATTENTION under each XLA_FLAG_SETS entry (None where a run
+  failed, with its error in xla_flags_failed)."""
+  sizes = ["--size", "tiny", "--seq", "64", "--batch", "8", "--rounds", "1", "--steps", "1"] if ctx.tiny else \
+      ["--size", "base", "--seq", "128", "--batch", "256", "--rounds", "2", "--steps", "5"]
+  step_s, mfu, failed = {}, {}, {}
+  for flags in XLA_FLAG_SETS:
+    env = {"XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), flags]))}
+    try:
+      result = ctx.child("xla_flags", "pretrain_throughput", sizes + [
+          "--precision", "bfloat16", "--no-dense", "--no-f32", "--no-hf", "--attention",
+          variants(ctx, (NEW_ATTENTION,))], 75, env | NO_PREALLOCATION)
+      step_s[flags or "defaults"], mfu[flags or "defaults"] = result.get("step_s"), result.get("mfu_peak")
+    except (PartFailed, TimeoutError) as err:
+      failed[flags or "defaults"] = str(err)[:300]
+  return {} if ctx.plan else {"xla_flags_step_s": step_s, "xla_flags_mfu_peak": mfu, "xla_flags_failed": failed}
 
 
 def throughput_large(ctx: Context) -> dict:
@@ -290,6 +317,8 @@ SECTIONS: dict[str, tuple[Part, ...]] = {
         Part("profile", 80, ("profile_top", "profile_traced_ms_per_step", "profile_trace", "profile_transpose_share",
                               "profile_step_s", "profile_top_by_variant"), profile),
         Part("throughput_large", 120, tuple(LARGE_KEYS), throughput_large),
+        Part("xla_flags", 75 * len(XLA_FLAG_SETS), ("xla_flags_step_s", "xla_flags_mfu_peak", "xla_flags_failed"),
+             xla_flag_sets),
         Part("quality", 240, ("quality_minutes", "quality_accuracy", "quality_hf_accuracy"), quality)),
     "finetuning": (
         Part("encoder_speed", 100, tuple(f"encoder_{k}_ratio_{p}" for k in ("forward", "train")

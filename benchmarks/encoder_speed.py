@@ -79,12 +79,12 @@ def variant_config(cfg: EncoderConfig, choice: str, activation: str, dtype, no_a
                    ) -> EncoderConfig:
   """cfg in compute dtype `dtype` on attention `choice` (auto: this platform's path, resolved before tracing as the
   engine does), bf16 activations where asked and the dtype is bf16, attention dropout off if asked."""
-  cfg = cfg.replace(dtype=dtype, attention_dropout=0.0 if no_attention_dropout else cfg.attention_dropout)
-  fields = {"attention": choice, "dtype": DTYPE_NAMES[dtype], "attention_dropout": cfg.attention_dropout,
+  dropout = 0.0 if no_attention_dropout else cfg.attention_dropout
+  fields = {"attention": choice, "dtype": DTYPE_NAMES[dtype], "attention_dropout": dropout,
             "hidden_size": cfg.hidden_size, "num_heads": cfg.num_heads}
   bf16_activations = activation == "bfloat16" and dtype == jnp.bfloat16
-  return cfg.replace(attention=resolve_attention(fields), activation_dtype=jnp.bfloat16 if bf16_activations else
-                     jnp.float32)
+  return cfg.replace(dtype=dtype, attention_dropout=dropout, attention=resolve_attention(fields),
+                     activation_dtype=jnp.bfloat16 if bf16_activations else jnp.float32)
 
 
 def cpu_name() -> str:

@@ -38,9 +38,10 @@ def test_plan_commands_use_the_sizes_of_the_issues(capsys, tmp_path):
   assert all(f"remat_memory --policy {policy} --size base --seq 512" in out for policy in accelerator.REMAT_POLICIES)
   assert "--seq 512 --probe-batch 8 --steps 3 --attention cudnn:bfloat16" in out
   assert "benchmarks.attention_check" in out and "step_profile" in out
+  assert "--xla_gpu_enable_cublaslt=true' -m benchmarks.pretrain_throughput --size base" in out  # The xla_flags part.
   accelerator.main(["--section", "pretraining", "--plan", "--tiny", "--profile-matmul", "--out", str(tmp_path)])
   tiny = capsys.readouterr().out
-  assert "cudnn" not in tiny.split("\n{")[0]  # A CPU cannot trace cuDNN: XLA's fused attention stands in.
+  assert "--attention cudnn" not in tiny  # A CPU cannot trace cuDNN: XLA's fused attention stands in.
   assert "--attention xla:bfloat16,matmul" in tiny
 
 
