@@ -1,18 +1,28 @@
 """Every figure of the accelerator benchmarks, from one command per section that fits one GPU call (at most 10 minutes).
 
-  python -m benchmarks.accelerator --section pretraining   # MFU and HF ratio (base, large), remat, profile,
-                                                            # MLM quality at a fixed wall clock
+  python -m benchmarks.accelerator --section pretraining   # attention paths checked, MFU and HF ratio per
+                                                            # path (base, large), remat, profile, MLM quality
   python -m benchmarks.accelerator --section finetuning    # encoder speed, embeddings, fine-tuning, predict
   ... [--tiny] [--only part,part] [--budget-s 480] [--out DIR] [--plan]
 
-Each part is an existing benchmark module run in its own process (benchmarks.pretrain_throughput, remat_memory,
-step_profile, pretrain_quality, encoder_speed, embeddings, finetune, predict_speed): its output (its tables) is
+Each part is an existing benchmark module run in its own process (benchmarks.attention_check, pretrain_throughput,
+remat_memory, step_profile, pretrain_quality, encoder_speed, embeddings, finetune, predict_speed): its output is
 streamed here, its last JSON line is read back. A process per part means that one part's crash, out-of-memory or
 hang costs only that part, that each part has the whole device memory to itself, and that this process never
 touches the device. Parts run in the order listed, each killed at min(its budget, what is left of --budget-s); a
 part that does not start because the budget is spent is `skipped`. `--only` reruns some parts (e.g. on a second GPU
-call). `--tiny` runs the same parts at tiny sizes, a few steps and a little data: the mechanics, in minutes on a CPU.
+call). `--tiny` runs the same parts at tiny sizes, a few steps and a little data: the mechanics, in minutes on a CPU
+(each part bounded by what is left of --budget-s only: the parts' budgets are the GPU's).
 `--plan` prints the parts, their commands and budgets, and the JSON line with every figure null, running nothing.
+(In --tiny, "xla" stands in for "cudnn", which needs cuDNN to be traced at all.)
+
+The pretraining parts run the encoder on each attention path (EncoderConfig.attention): NEW_ATTENTION (cuDNN's fused
+attention on [batch, length, heads, dim], bf16 activations) is the step of the headline figures (`mfu_peak`,
+`ratio`, ...); the base part times every variant of BASE_VARIANTS in the same rounds (`attention_mfu_peak` and
+`attention_tokens_per_s` by variant, "matmul" being the step before the paths existed, without attention dropout as
+every variant and HF then run); remat measures NEW_ATTENTION's rows at length 512; profile traces NEW_ATTENTION's step
+(and the matmul one with --profile-matmul; `profile_transpose_share` by variant). `attention_check` first proves each
+path computes the matmul path's function on the device (benchmarks.attention_check).
 
 The last line is one JSON object: the section's figures (null where not measured, with the reason in `reasons`), the
 device, the software versions, the CPU, and per part its status (ok, error, timeout, skipped), seconds and error.
@@ -40,6 +50,9 @@ MIN_START_S = 20  # A part is not started with less of the section's budget left
 NO_PREALLOCATION = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}  # JAX and PyTorch share the device in one process.
 MOST_MEMORY = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.95"}  # JAX alone: the remat search fits batches to this.
 REMAT_POLICIES = ("none", "dots_saveable", "full")
+NEW_ATTENTION = "cudnn:bfloat16"  # benchmarks.encoder_speed's variant syntax: attention path:activation dtype.
+BASE_VARIANTS = (NEW_ATTENTION, "xla:bfloat16", "matmul")
+PROFILE_VARIANTS = (NEW_ATTENTION,)  # The matmul step's profile: docs/gpu.md (H200, 2026-11-26), or --profile-matmul.
 FINETUNE_TINY = ["--set", "task.train_split=train[:64]", "--set", "task.eval_split=validation[:32]",
                  "--set", "task.test_split=test[:32]", "--set", "epochs=1", "--set", "task.max_length=32"]
 
@@ -53,6 +66,7 @@ class Context:
   """What the parts of one invocation share: the mode, the folder, the deadline, and the figures so far."""
   tiny: bool
   remat_policies: tuple[str, ...]
+  profile_variants: tuple[str, ...]
   out: Path
   deadline: float
   plan: bool
@@ -63,10 +77,12 @@ class Context:
     """Runs `python -m benchmarks.<module> args` for at most cap_s (and the deadline), its output streamed, and
     returns its last JSON line; in plan mode only records the command."""
     command = [sys.executable, "-m", f"benchmarks.{module}", *args]
-    self.commands.append((part, " ".join(command[1:])))
+    flags = f"XLA_FLAGS='{env['XLA_FLAGS']}' " if env and env.get("XLA_FLAGS") else ""
+    self.commands.append((part, flags + " ".join(command[1:])))
     if self.plan:
       return {}
-    timeout = min(cap_s, self.deadline - time.monotonic())
+    left = self.deadline - time.monotonic()
+    timeout = left if self.tiny else min(cap_s, left)  # The caps are the GPU's; a tiny CPU run has --budget-s only.
     print(f"-- {part}: python {' '.join(command[1:])}  (at most {timeout:.0f} s)", flush=True)
     measured = run_child(command, timeout, env or {})
     self.figures.setdefault("device", measured.get("device"))
@@ -112,38 +128,85 @@ def pick(measured: dict, names: dict[str, str]) -> dict:
   return {figure: measured.get(key) for figure, key in names.items()}
 
 
+def variants(ctx: Context, names: tuple[str, ...]) -> str:
+  """The --attention argument of a part: `names`, with "xla" for "cudnn" in --tiny (a CPU cannot trace cuDNN)."""
+  return ",".join(dict.fromkeys(name.replace("cudnn", "xla") if ctx.tiny else name for name in names))
+
+
+# The attention paths on this device.
+
+ATTENTION_KEYS = {"attention_equal": "equal", "attention_errors": "errors", "attention_bf16_bound": "bf16_bound",
+                  "attention_xla_f32_equal": "xla_f32_equal", "attention_skipped": "skipped"}
+
+
+def attention_check(ctx: Context) -> dict:
+  """Each path's outputs and gradients against the float32 matmul path (cuDNN's proof of equality)."""
+  measured = ctx.child("attention_check", "attention_check", ["--tiny"] if ctx.tiny else [], 90)
+  return pick(measured, ATTENTION_KEYS)
+
+
 # Pretraining at scale.
 
 THROUGHPUT_KEYS = {"mfu_peak": "mfu_peak", "mfu": "mfu", "ratio": "ratio", "tokens_per_s": "tokens_per_s",
                    "hf_tokens_per_s": "hf_torch_tokens_per_s", "step_s": "step_s", "hf_step_s": "hf_step_s",
                    "bf16_speedup": "bf16_speedup", "ceiling_gflops": "ceiling_gflops", "peak_tflops": "peak_tflops",
-                   "bf16_reference": "bf16_reference"}
-LARGE_KEYS = {f"large_{k}": v for k, v in THROUGHPUT_KEYS.items() if k not in ("bf16_speedup", "bf16_reference")}
+                   "bf16_reference": "bf16_reference", "attention": "attention",
+                   "attention_tokens_per_s": "attention_tokens_per_s", "attention_mfu_peak": "attention_mfu_peak",
+                   "attention_mfu": "attention_mfu", "attention_failed": "attention_errors"}
+LARGE_KEYS = {f"large_{k}": v for k, v in THROUGHPUT_KEYS.items()
+              if k not in ("bf16_speedup", "bf16_reference") and not k.startswith("attention_")}
 
 
 def throughput_base(ctx: Context) -> dict:
-  """BERT-base, seq 128, batch 256, bf16, against HF under autocast; our TF32 step too in --tiny only (bf16_speedup):
-  on the H200 it made the part miss its budget."""
+  """BERT-base, seq 128, batch 256, bf16, every BASE_VARIANTS attention variant and HF under autocast in the same
+  rounds; our TF32 step too in --tiny only (bf16_speedup): on the H200 it made the part miss its budget."""
   sizes = ["--size", "tiny", "--seq", "64", "--batch", "8", "--rounds", "2", "--steps", "1"] if ctx.tiny else \
       ["--size", "base", "--seq", "128", "--batch", "256", "--rounds", "3", "--steps", "5", "--no-f32"]
-  measured = ctx.child("throughput_base", "pretrain_throughput", sizes + ["--precision", "bfloat16", "--no-dense"],
-                       150, NO_PREALLOCATION)
+  measured = ctx.child("throughput_base", "pretrain_throughput", sizes + [
+      "--precision", "bfloat16", "--no-dense", "--attention", variants(ctx, BASE_VARIANTS)], 180, NO_PREALLOCATION)
   return pick(measured, THROUGHPUT_KEYS)
 
 
+# XLA GPU flags that might pay (issue 57), each in its own process on NEW_ATTENTION's base step, ours only; "" is the
+# step with the defaults (launch.xla_flags), the yardstick in the same call. A flag XLA does not know fails its run.
+XLA_FLAG_SETS = ("", "--xla_gpu_enable_cudnn_layer_norm=true", "--xla_gpu_enable_cublaslt=true",
+                 "--xla_gpu_autotune_level=2")
+
+
+def xla_flag_sets(ctx: Context) -> dict:
+  """Step time and MFU of the base bf16 step on NEW_ATTENTION under each XLA_FLAG_SETS entry (None where a run
+  failed, with its error in xla_flags_failed)."""
+  sizes = ["--size", "tiny", "--seq", "64", "--batch", "8", "--rounds", "1", "--steps", "1"] if ctx.tiny else \
+      ["--size", "base", "--seq", "128", "--batch", "256", "--rounds", "2", "--steps", "5"]
+  step_s, mfu, failed = {}, {}, {}
+  for flags in XLA_FLAG_SETS:
+    env = {"XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), flags]))}
+    try:
+      result = ctx.child("xla_flags", "pretrain_throughput", sizes + [
+          "--precision", "bfloat16", "--no-dense", "--no-f32", "--no-hf", "--attention",
+          variants(ctx, (NEW_ATTENTION,))], 75, env | NO_PREALLOCATION)
+      step_s[flags or "defaults"], mfu[flags or "defaults"] = result.get("step_s"), result.get("mfu_peak")
+    except (PartFailed, TimeoutError) as err:
+      failed[flags or "defaults"] = str(err)[:300]
+  return {} if ctx.plan else {"xla_flags_step_s": step_s, "xla_flags_mfu_peak": mfu, "xla_flags_failed": failed}
+
+
 def throughput_large(ctx: Context) -> dict:
-  """BERT-large, seq 512, batch 32, bf16, against HF under autocast."""
+  """BERT-large, seq 512, batch 32, bf16, NEW_ATTENTION, against HF under autocast."""
   sizes = ["--size", "mini", "--seq", "128", "--batch", "4", "--rounds", "1", "--steps", "1"] if ctx.tiny else \
       ["--size", "large", "--seq", "512", "--batch", "32", "--rounds", "3", "--steps", "3"]
-  measured = ctx.child("throughput_large", "pretrain_throughput",
-                       sizes + ["--precision", "bfloat16", "--no-dense", "--no-f32"], 120, NO_PREALLOCATION)
+  measured = ctx.child("throughput_large", "pretrain_throughput", sizes + [
+      "--precision", "bfloat16", "--no-dense", "--no-f32", "--attention", variants(ctx, (NEW_ATTENTION,))], 120,
+                       NO_PREALLOCATION)
   return pick(measured, LARGE_KEYS)
 
 
 def remat(ctx: Context) -> dict:
-  """Per policy: the largest batch of base at seq 512, and the step at the largest batch `none` fits."""
+  """Per policy: the largest batch of base at seq 512 on NEW_ATTENTION, and the step at the largest batch `none`
+  fits (its tokens/s and mfu_peak)."""
   sizes = ["--size", "tiny", "--seq", "64", "--probe-batch", "2", "--memory-limit-mb", "64", "--steps", "2"] \
       if ctx.tiny else ["--size", "base", "--seq", "512", "--probe-batch", "8", "--steps", "3"]
+  sizes += ["--attention", variants(ctx, (NEW_ATTENTION,))]
   started, measured, batch = time.monotonic(), {}, "-1"
   for policy in ctx.remat_policies:
     left = 300 - (time.monotonic() - started)
@@ -164,16 +227,25 @@ def remat(ctx: Context) -> dict:
           if full.get("seconds_per_token") and none.get("seconds_per_token") else None,
           "remat_time_batch": none.get("time_batch"), "remat_max_batch": per_policy("max_batch"),
           "remat_step_s": per_policy("step_s"), "remat_peak_gib": per_policy("peak_bytes_in_use", 2**30),
-          "remat_memory_limit_gib": round(none["memory_limit_bytes"] / 2**30, 2)}
+          "remat_memory_limit_gib": round(none["memory_limit_bytes"] / 2**30, 2),
+          "remat_bytes_per_row_mib": per_policy("bytes_per_row", 2**20),
+          "remat_tokens_per_s": per_policy("tokens_per_s"), "remat_mfu_peak": per_policy("mfu_peak"),
+          "remat_attention": f"{none.get('attention')}, {none.get('activation_dtype')} activations"}
 
 
 def profile(ctx: Context) -> dict:
-  """A jax.profiler trace of the base bf16 step and its top operations."""
+  """jax.profiler traces of the base bf16 step on each PROFILE_VARIANTS attention variant: their top operations and
+  the share of transposes."""
   sizes = ["--size", "tiny", "--seq", "64", "--batch", "8", "--steps", "2"] if ctx.tiny else \
       ["--size", "base", "--seq", "128", "--batch", "256", "--steps", "3"]
-  measured = ctx.child("profile", "step_profile", sizes + ["--trace-dir", str(ctx.out / "profile")], 60)
+  measured = ctx.child("profile", "step_profile", sizes + ["--trace-dir", str(ctx.out / "profile"), "--attention",
+                                                           variants(ctx, ctx.profile_variants)], 80 * len(ctx.profile_variants))
+  by_variant = measured.get("variants") or {}
+  per_variant = lambda key: {name: v.get(key) for name, v in by_variant.items()} or None
   return pick(measured, {"profile_top": "top", "profile_traced_ms_per_step": "traced_ms_per_step",
-                         "profile_trace": "trace"})
+                         "profile_trace": "trace"}) | {
+      "profile_transpose_share": per_variant("transpose_share"), "profile_step_s": per_variant("step_s"),
+      "profile_top_by_variant": per_variant("top")}
 
 
 def quality(ctx: Context) -> dict:
@@ -237,11 +309,16 @@ def predict(ctx: Context) -> dict:
 
 SECTIONS: dict[str, tuple[Part, ...]] = {
     "pretraining": (
-        Part("throughput_base", 150, tuple(THROUGHPUT_KEYS), throughput_base),
-        Part("throughput_large", 120, tuple(LARGE_KEYS), throughput_large),
+        Part("attention_check", 90, tuple(ATTENTION_KEYS), attention_check),
+        Part("throughput_base", 180, tuple(THROUGHPUT_KEYS), throughput_base),
         Part("remat", 300, ("remat_batch_gain", "remat_time_cost", "remat_time_batch", "remat_max_batch",
-                            "remat_step_s", "remat_peak_gib", "remat_memory_limit_gib"), remat),
-        Part("profile", 60, ("profile_top", "profile_traced_ms_per_step", "profile_trace"), profile),
+                            "remat_step_s", "remat_peak_gib", "remat_memory_limit_gib", "remat_bytes_per_row_mib",
+                            "remat_tokens_per_s", "remat_mfu_peak", "remat_attention"), remat),
+        Part("profile", 80, ("profile_top", "profile_traced_ms_per_step", "profile_trace", "profile_transpose_share",
+                              "profile_step_s", "profile_top_by_variant"), profile),
+        Part("throughput_large", 120, tuple(LARGE_KEYS), throughput_large),
+        Part("xla_flags", 75 * len(XLA_FLAG_SETS), ("xla_flags_step_s", "xla_flags_mfu_peak", "xla_flags_failed"),
+             xla_flag_sets),
         Part("quality", 240, ("quality_minutes", "quality_accuracy", "quality_hf_accuracy"), quality)),
     "finetuning": (
         Part("encoder_speed", 100, tuple(f"encoder_{k}_ratio_{p}" for k in ("forward", "train")
@@ -315,6 +392,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
   parser.add_argument("--out", type=Path, default=None, help="default: $OUT, else runs/accelerator")
   parser.add_argument("--remat-policies", default=",".join(REMAT_POLICIES),
                       help="the remat part's policies, none first (a short GPU call: none,full)")
+  parser.add_argument("--profile-matmul", action="store_true",
+                      help="the profile part also traces the matmul attention step (about 80 s more on a GPU)")
   parser.add_argument("--plan", action="store_true", help="print the parts and their commands; run nothing")
   args = parser.parse_args(argv)
   names = [part.name for part in SECTIONS[args.section]]
@@ -334,7 +413,9 @@ def main(argv: list[str] | None = None) -> dict:
   started = time.monotonic()
   root = args.out or Path(os.environ.get("OUT") or "runs/accelerator")
   out = (root / f"{args.section}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
-  ctx = Context(tiny=args.tiny, remat_policies=args.remat_policies, out=out, deadline=started + args.budget_s, plan=args.plan)
+  ctx = Context(tiny=args.tiny, remat_policies=args.remat_policies,
+                profile_variants=PROFILE_VARIANTS + (("matmul",) if args.profile_matmul else ()), out=out,
+                deadline=started + args.budget_s, plan=args.plan)
   parts = SECTIONS[args.section]
   records = {part.name: run_part(part, ctx) for part in parts if part.name in args.only}
   figures = {key: ctx.figures.get(key) for part in parts for key in part.keys}

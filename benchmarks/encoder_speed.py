@@ -23,11 +23,19 @@ shapes. A ratio is read against them: where a framework's matmuls alone are fast
 On a GPU, HF runs on CUDA beside us (benchmarks.torch_device, float32 matmul arithmetic mirroring JAX's: TF32 by
 default); `--precision float32` forces full float32 in both.
 
+`--attention A[,B...]` times our encoder on each attention path in the same rounds (EncoderConfig.attention: matmul,
+xla, cudnn, or auto, the path the platform gets at start-up; `PATH:bfloat16` adds bf16 activations in the bf16 modes):
+the first is "ours" (the ratios against HF), each other one "ours_<name>", with `attention_ms` {name: {mode: ms}} and
+`attention_speedup` {name: {mode: the first's ms / its ms}} in the JSON line. Where a path other than matmul is
+timed, every side runs without attention dropout (those paths have none; HF too), so all compute the same function.
+`--no-hf` times ours only.
+
   python -m benchmarks.encoder_speed [--rounds 5] [--repeats N] [--modes forward_f32,...] [--batch 64] [--length 128]
-                                     [--precision default|float32]
+                                     [--precision default|float32] [--attention auto,xla] [--no-hf]
 Last line: one JSON object (forward_ratio_f32, train_ratio_f32, forward_ratio_bf16, train_ratio_bf16, the ms of each
 side, forward_bf16_speedup, train_bf16_speedup, xla_f32_gflops, torch_f32_gflops, xla_bf16_gflops, torch_bf16_gflops,
-xla_layer_dots_gflops, torch_layer_dots_gflops, bf16_reference, cpu, device).
+xla_layer_dots_gflops, torch_layer_dots_gflops, bf16_reference, attention (the path of "ours" per precision),
+attention_ms, attention_speedup, cpu, device).
 """
 
 import argparse
@@ -46,9 +54,37 @@ from benchmarks.timing import timed
 from configs import paths
 from encoder import Encoder, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
 from encoder import errors
+from encoder.config import DTYPE_NAMES, EncoderConfig, resolve_attention
 from launch import flops, host_memory, xla_flags
 
 MODES = ("forward_f32", "train_f32", "forward_bf16", "train_bf16")
+
+
+def attention_variants(spec: str) -> list[tuple[str, str, str]]:
+  """'auto,xla:bfloat16' -> [(name, attention choice, activation dtype name)]: the --attention variants (an attention
+  path or auto, optionally :bfloat16 activations); a malformed or unknown item is a UserError."""
+  variants = []
+  for item in filter(None, spec.split(",")):
+    choice, _, activation = item.partition(":")
+    if choice not in ("auto", "matmul", "xla", "cudnn") or activation not in ("", "float32", "bfloat16"):
+      raise errors.UserError(f"--attention {spec!r}: {item!r} is not auto, matmul, xla or cudnn, optionally followed "
+                             "by :bfloat16 (bf16 activations)")
+    variants.append((item, choice, activation or "float32"))
+  if not variants or len({name for name, _, _ in variants}) < len(variants):
+    raise errors.UserError(f"--attention {spec!r}: expected distinct comma-separated variants")
+  return variants
+
+
+def variant_config(cfg: EncoderConfig, choice: str, activation: str, dtype, no_attention_dropout: bool
+                   ) -> EncoderConfig:
+  """cfg in compute dtype `dtype` on attention `choice` (auto: this platform's path, resolved before tracing as the
+  engine does), bf16 activations where asked and the dtype is bf16, attention dropout off if asked."""
+  dropout = 0.0 if no_attention_dropout else cfg.attention_dropout
+  fields = {"attention": choice, "dtype": DTYPE_NAMES[dtype], "attention_dropout": dropout,
+            "hidden_size": cfg.hidden_size, "num_heads": cfg.num_heads}
+  bf16_activations = activation == "bfloat16" and dtype == jnp.bfloat16
+  return cfg.replace(dtype=dtype, attention_dropout=dropout, attention=resolve_attention(fields),
+                     activation_dtype=jnp.bfloat16 if bf16_activations else jnp.float32)
 
 
 def cpu_name() -> str:
@@ -128,11 +164,12 @@ class Ours:
 class HF:
   """transformers.BertModel on the same checkpoint: inference forward and forward + backward, float32 or autocast."""
 
-  def __init__(self, model_dir: Path, batch: dict[str, np.ndarray], bf16: bool):
+  def __init__(self, model_dir: Path, batch: dict[str, np.ndarray], bf16: bool, attention_dropout: float):
     import torch  # pylint: disable=import-outside-toplevel
     import transformers  # pylint: disable=import-outside-toplevel
     self.torch, self.device, self.bf16 = torch, torch_device.torch_device(), bf16
-    self.model = transformers.BertModel.from_pretrained(model_dir).to(self.device)
+    self.model = transformers.BertModel.from_pretrained(
+        model_dir, attention_probs_dropout_prob=attention_dropout).to(self.device)
     inputs = dict(input_ids=batch["input_ids"], token_type_ids=batch["type_ids"],
                   attention_mask=batch["attention_segments"] > 0)
     self.inputs = {k: torch.from_numpy(v.astype(np.int64)).to(self.device) for k, v in inputs.items()}
@@ -206,7 +243,12 @@ def main() -> None:
   parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
   parser.add_argument("--precision", choices=("default", "float32"), default="default",
                       help="float32 matmuls: JAX's default (TF32 on recent NVIDIA GPUs, mirrored by HF) or full")
+  parser.add_argument("--attention", default="auto",
+                      help="comma-separated attention variants of ours, timed in the same rounds: auto, matmul, xla, "
+                           "cudnn, each optionally :bfloat16 (bf16 activations in the bf16 modes); the first is 'ours'")
+  parser.add_argument("--no-hf", action="store_true", help="time ours only (ratios null)")
   args = parser.parse_args()
+  variants = attention_variants(args.attention)
   modes = args.modes.split(",")
   if set(modes) - set(MODES):
     raise errors.UserError(f"--modes {args.modes!r}: unknown {sorted(set(modes) - set(MODES))}; known: {', '.join(MODES)}")
@@ -218,16 +260,28 @@ def main() -> None:
   cfg, params, _ = load_hf_checkpoint(model_dir)
   text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
   batch = text_batch(text, load_tokenizer(model_dir), args.batch, args.length)
-  ours = {"f32": Ours(cfg, params, batch), "bf16": Ours(cfg.replace(dtype=jnp.bfloat16), params, batch)}
-  hf = {"f32": HF(model_dir, batch, bf16=False), "bf16": HF(model_dir, batch, bf16=True)}
-  no_autocast = torch_device.autocast_skip_reason(hf["f32"].device)
+  no_dropout = any(choice != "matmul" for _, choice, _ in variants)  # "auto" may resolve to another path.
+  dtypes = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+  configs = {(name, p): variant_config(cfg, choice, activation, dtypes[p], no_dropout)
+             for name, choice, activation in variants for p in dtypes}
+  ours = {key: Ours(c, params, batch) for key, c in configs.items()}
+  sides = {name: "ours" if i == 0 else f"ours_{name}" for i, (name, _, _) in enumerate(variants)}
+  dropout = 0.0 if no_dropout else cfg.attention_dropout
+  hf = {} if args.no_hf else {p: HF(model_dir, batch, bf16=p == "bf16", attention_dropout=dropout) for p in dtypes}
+  no_autocast = "--no-hf" if args.no_hf else torch_device.autocast_skip_reason(hf["f32"].device)
   if no_autocast and any(mode.endswith("_bf16") for mode in modes):
     print(f"bf16 modes: ours only; {no_autocast}", flush=True)
+  print("ours: " + ", ".join(f"{sides[name]} = {name} ({p}: attention {c.attention}, activations "
+                             f"{jnp.dtype(c.activation_dtype).name})" for (name, p), c in configs.items())
+        + f"; attention dropout {dropout}", flush=True)
   runners = {}
   for mode in modes:
     kind, precision = mode.split("_")
-    runners[mode] = {"ours": getattr(ours[precision], kind)}
-    if not (precision == "bf16" and no_autocast):
+    distinct = {}  # A variant whose config equals an earlier one's in this precision (bf16 activations in f32 modes).
+    for name, _, _ in variants:
+      distinct.setdefault(configs[name, precision], name)
+    runners[mode] = {sides[name]: getattr(ours[name, precision], kind) for name in distinct.values()}
+    if hf and not (precision == "bf16" and no_autocast):
       runners[mode]["hf"] = getattr(hf[precision], kind)
 
   warmup = {}
@@ -235,12 +289,12 @@ def main() -> None:
     for side, fn in pair.items():
       warmup[f"{mode}_{side}"] = sum(timed(fn, 2))
   times = {(mode, side): [] for mode, pair in runners.items() for side in pair}
-  rounds = []
+  rounds, device = [], torch_device.torch_device()
   for round_index in range(args.rounds):
     for mode, pair in runners.items():
       for side in (list(pair) if round_index % 2 == 0 else reversed(pair)):
         times[mode, side] += timed(pair[side], repeats)
-    rounds.append(ceilings(hf["f32"].device) | layer_dots(cfg, args.batch * args.length, hf["f32"].device))
+    rounds.append(ceilings(device) | layer_dots(cfg, args.batch * args.length, device))
     print(f"round {round_index + 1}/{args.rounds}: " + ", ".join(
         f"{mode} " + " ".join(f"{side} {statistics.median(times[mode, side][-repeats:]) * 1e3:.1f} ms"
                               for side in pair) for mode, pair in runners.items())
@@ -264,6 +318,15 @@ def main() -> None:
   for kind in ("forward", "train"):  # Our bf16 against our float32 (> 1: bf16 faster), where both ran.
     f32, bf16 = ms.get((f"{kind}_f32", "ours")), ms.get((f"{kind}_bf16", "ours"))
     result[f"{kind}_bf16_speedup"] = round(f32 / bf16, 3) if f32 and bf16 else None
+  result["attention"] = {p: configs[variants[0][0], p].attention for p in dtypes}
+  result["attention_ms"] = {name: {mode: round(ms[mode, side], 1) for mode in runners if (mode, side) in ms}
+                            for name, side in sides.items()}
+  result["attention_speedup"] = {name: {mode: round(ms[mode, "ours"] / ms[mode, side], 3) for mode in runners
+                                        if (mode, side) in ms} for name, side in sides.items() if side != "ours"}
+  for name, side in sides.items():
+    if side != "ours":
+      print(f"{side}: " + ", ".join(f"{mode} {ms[mode, side]:.1f} ms ({ms[mode, 'ours'] / ms[mode, side]:.3f}x ours)"
+                                    for mode in runners if (mode, side) in ms))
   print(json.dumps(result | ceiling | {"bf16_reference": no_autocast or "torch.autocast(bfloat16)",
       "cpu": cpu_name(), "device": jax.devices()[0].device_kind, "batch": args.batch, "length": args.length,
       "rounds": args.rounds, "repeats": repeats, "precision": args.precision}))

@@ -1,6 +1,7 @@
 """Held-out MLM quality after a fixed CPU wall-clock budget: our engine (MLM, MLM+SBO) vs HF BertForMaskedLM.
 
   python -m benchmarks.pretrain_quality [--minutes 20] [--reference] [--runs mlm,mlm+sbo] [--workdir DIR]
+  python -m benchmarks.pretrain_quality --runs mlm --steps 1500 --variant bf16:model.dtype=bfloat16,...
 
 Setup (every system): the mini model (L4/H256/A4, configs/pretrain.py:size=mini), MiniLM's uncased WordPiece
 vocabulary, WikiText-2 raw train packed into rows of 128 tokens (full sentences), batch 32, masking 15% (80/10/10,
@@ -15,9 +16,17 @@ call on: for ours that includes jit compilation; tokenizing the corpus (cached) 
 Evaluation: every run on the same rows of WikiText-2 raw valid with the same fixed masks (our pipeline, seed 0 + 1,
 token masking), accuracy and mean loss over all masked tokens, computed by one numpy function from each model's
 logits. The last line printed is one JSON object.
+
+Numerics at equal steps instead (`--steps N`): every run of ours trains exactly N steps (the schedule laid out over
+N, no calibration, no budget), so a change of arithmetic (bf16 activations on a CPU without bf16 units, where it is
+slower) is compared step for step. `--variant NAME:KEY=VALUE[,KEY=VALUE...]` (repeatable) adds a run of the first
+--runs objectives with those config overrides (values as Python literals, else strings), e.g.
+`bf16:model.dtype=bfloat16,model.activation_dtype=bfloat16` or `seed1:seed=1` (a second seed: how far runs that
+differ in nothing but chance land apart); a NAME of --runs sets that run's overrides instead.
 """
 
 import argparse
+import ast
 import contextlib
 import json
 import os
@@ -85,10 +94,36 @@ def fresh(directory: Path) -> Path:
   return directory
 
 
-def train_ours(objectives: str, root: Path, args: argparse.Namespace) -> tuple[ml_collections.ConfigDict, dict]:
-  """Calibrates, then trains our engine for the budget; returns the run's config and results."""
-  calibration_dir = fresh(root / f"calibrate_{objectives}")
-  config = run_config(objectives, root, batch_size=args.batch_size, steps=CALIBRATION_WARMUP + args.calibration_steps)
+def override(config: ml_collections.ConfigDict, overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+  """config with each dotted KEY set to its value (an unknown key is a UserError)."""
+  for key, value in overrides.items():
+    *parents, leaf = key.split(".")
+    block = config
+    for parent in parents:
+      block = block.get(parent)
+      if not isinstance(block, ml_collections.ConfigDict):
+        raise errors.UserError(f"--variant: {key!r} is not a config key")
+    if leaf not in block:
+      raise errors.UserError(f"--variant: {key!r} is not a config key")
+    block[leaf] = value
+  return config
+
+
+def train_ours(objectives: str, root: Path, args: argparse.Namespace, name: str | None = None,
+               overrides: dict[str, Any] | None = None) -> tuple[ml_collections.ConfigDict, dict]:
+  """Trains our engine in root/<name> (default: the objectives) with `overrides`: --steps steps, or calibrated and
+  then for the budget; returns the run's config and results."""
+  name, overrides = name or objectives, overrides or {}
+  if args.steps:
+    config = override(run_config(objectives, root, batch_size=args.batch_size, steps=args.steps,
+                                 warmup_steps=args.warmup_steps), overrides)
+    start = time.perf_counter()
+    results = train.train_and_evaluate(config, fresh(root / name))
+    return config, {"steps": results["step"], "planned_steps": args.steps,
+                    "train_seconds": time.perf_counter() - start}
+  calibration_dir = fresh(root / f"calibrate_{name}")
+  config = override(run_config(objectives, root, batch_size=args.batch_size,
+                               steps=CALIBRATION_WARMUP + args.calibration_steps), overrides)
   config.log_every_steps = CALIBRATION_WARMUP  # The first interval holds compilation: only the later ones are timed.
   train.train_and_evaluate(config, calibration_dir)
   records = [r for r in metrics_writer.read_jsonl(calibration_dir / "metrics.jsonl") if "train/loss" in r]
@@ -96,11 +131,12 @@ def train_ours(objectives: str, root: Path, args: argparse.Namespace) -> tuple[m
   rate = (records[-1]["step"] - records[0]["step"]) / seconds
   shutil.rmtree(calibration_dir)
   planned = max(1, int(rate * args.minutes * 60))
-  print(f"[{objectives}] calibrated {rate:.3f} steps/s -> schedule over {planned} steps", flush=True)
-  config = run_config(objectives, root, batch_size=args.batch_size, steps=planned, warmup_steps=args.warmup_steps)
+  print(f"[{name}] calibrated {rate:.3f} steps/s -> schedule over {planned} steps", flush=True)
+  config = override(run_config(objectives, root, batch_size=args.batch_size, steps=planned,
+                               warmup_steps=args.warmup_steps), overrides)
   start = time.perf_counter()
   with sigterm_after(args.minutes * 60):
-    results = train.train_and_evaluate(config, fresh(root / objectives))
+    results = train.train_and_evaluate(config, fresh(root / name))
   return config, {"steps": results["step"], "planned_steps": planned, "train_seconds": time.perf_counter() - start}
 
 
@@ -157,13 +193,33 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--calibration_steps", type=int, default=30, help="timed calibration steps per system")
   parser.add_argument("--warmup_steps", type=int, default=500, help="learning-rate warmup (every system)")
   parser.add_argument("--eval_batches", type=int, default=-1, help="held-out batches to evaluate (-1: all)")
+  parser.add_argument("--steps", type=int, default=0, help="train ours exactly this many steps (0: --minutes)")
+  parser.add_argument("--variant", action="append", default=[],
+                      help="NAME:KEY=VALUE[,KEY=VALUE...]: another run of the first --runs objectives with overrides")
   args = parser.parse_args(argv)
   runs = [r for r in args.runs.split(",") if r]
   unknown = sorted(set(runs) - set(RUNS))
   if unknown or not runs:
     parser.error(f"--runs {args.runs!r}: choose from {','.join(RUNS)}")
   args.runs = runs
+  args.variants = {}
+  for spec in args.variant:
+    name, _, assignments = spec.partition(":")
+    pairs = [item.partition("=") for item in assignments.split(",") if item]
+    if not name or name in args.variants or not pairs or any(not eq for _, eq, _ in pairs):
+      parser.error(f"--variant {spec!r}: expected a new NAME:KEY=VALUE[,KEY=VALUE...]")
+    args.variants[name] = {key: literal(value) for key, _, value in pairs}
+  if args.steps and args.reference:
+    parser.error("--steps trains ours only; the reference runs for --minutes (drop one)")
   return args
+
+
+def literal(value: str) -> Any:
+  """A --variant value: a Python literal (0.0, True, 3), else the string itself (bfloat16)."""
+  try:
+    return ast.literal_eval(value)
+  except (ValueError, SyntaxError):
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -181,10 +237,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{args.minutes:g} min per run, calibration {args.calibration_steps} steps", flush=True)
 
   report: dict[str, dict[str, Any]] = {}
-  for objectives in args.runs:
-    config, results = train_ours(objectives, root, args)
-    _, params = init_from.run_params(root / objectives)
-    report[objectives] = evaluate(our_logits(config, params, vocab_size), held_out()) | results
+  runs = [(objectives, objectives, args.variants.get(objectives, {})) for objectives in args.runs]
+  runs += [(name, args.runs[0], overrides) for name, overrides in args.variants.items() if name not in args.runs]
+  for name, objectives, overrides in runs:
+    config, results = train_ours(objectives, root, args, name, overrides)
+    _, params = init_from.run_params(root / name)
+    report[name] = evaluate(our_logits(config, params, vocab_size), held_out()) | results
   if args.reference:
     model, results = train_reference(data, shared, args)
     from benchmarks import pretrain_reference  # pylint: disable=import-outside-toplevel
@@ -193,11 +251,12 @@ def main(argv: Sequence[str] | None = None) -> None:
   for row in report.values():
     row["tokens_per_second"] = row["steps"] * tokens_per_step / row["train_seconds"]
 
+  budget = f"{args.steps} steps" if args.steps else f"{args.minutes:g} min of training"
   print(f"\nheld-out MLM on {EVAL_FILES} ({next(iter(report.values()))['masked_tokens']} masked tokens), "
-        f"{args.minutes:g} min of training each:")
-  print(f"{'run':<10} {'accuracy':>9} {'loss':>7} {'steps':>7} {'planned':>8} {'seconds':>8} {'tokens/s':>9}")
+        f"{budget} each:")
+  print(f"{'run':<14} {'accuracy':>9} {'loss':>7} {'steps':>7} {'planned':>8} {'seconds':>8} {'tokens/s':>9}")
   for name, row in report.items():
-    print(f"{name:<10} {row['accuracy']:9.2%} {row['loss']:7.3f} {row['steps']:7d} {row['planned_steps']:8d} "
+    print(f"{name:<14} {row['accuracy']:9.2%} {row['loss']:7.3f} {row['steps']:7d} {row['planned_steps']:8d} "
           f"{row['train_seconds']:8.0f} {row['tokens_per_second']:9.0f}")
   print(json.dumps({name: {k: row[k] for k in ("accuracy", "loss", "steps", "tokens_per_second", "train_seconds")}
                     for name, row in report.items()}))

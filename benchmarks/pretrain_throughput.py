@@ -42,9 +42,15 @@ attention layers compute every score, so they count them all (encoder.flops).
 sampling, replaced-token detection; objectives/electra.py) and an MLM-only step on the same encoder and batch, in the
 same rounds: `electra_vs_mlm` is the ratio of their median step times (ELECTRA's step cost relative to MLM's).
 
+--attention A[,B...] runs our step on each attention variant in the same rounds (benchmarks.encoder_speed's syntax:
+auto, matmul, xla or cudnn, optionally :bfloat16 for bf16 activations; auto is the path the engine resolves at
+start-up): the first is "ours" (every figure above), the others "ours_<name>", and `attention` {name: path},
+`attention_step_s`, `attention_tokens_per_s`, `attention_mfu`, `attention_mfu_peak` ({name: value}) cover all. Where
+a path other than matmul runs, every side (HF too) has no attention dropout, so all compute the same function.
+
   python -m benchmarks.pretrain_throughput [--size minilm] [--arch bert] [--seq 128] [--batch 32] [--rounds 5]
       [--steps 2] [--gelu exact|tanh] [--precision P] [--peak-tflops T] [--no-hf] [--no-f32]
-      [--electra [--generator-size 0.25]]
+      [--electra [--generator-size 0.25]] [--attention auto]
   python -m benchmarks.pretrain_throughput --size base --seq 128 --batch 256 --precision bfloat16   # accelerators
   python -m benchmarks.pretrain_throughput --size electra-small --electra --no-hf --no-dense   # ELECTRA vs MLM
 Last line: one JSON object (tokens_per_s, hf_torch_tokens_per_s, ratio, mfu, ...).
@@ -61,6 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import torch_device
+from benchmarks.encoder_speed import attention_variants, variant_config
 from benchmarks.timing import timed
 from configs import common, paths
 from encoder.config import ARCHITECTURES, PRESETS, preset
@@ -263,7 +270,11 @@ def main() -> None:
                       help="also time ELECTRA's step and an MLM-only step (electra_vs_mlm: their step-time ratio)")
   parser.add_argument("--generator-size", type=float, default=0.25,
                       help="with --electra: the generator's width / the encoder's (the paper's 1/4 by default)")
+  parser.add_argument("--attention", default="auto",
+                      help="comma-separated attention variants of our step (auto, matmul, xla, cudnn, each optionally "
+                           ":bfloat16 activations), timed in the same rounds; the first is 'ours'")
   args = parser.parse_args()
+  variants = attention_variants(args.attention)
 
   if args.precision == "float32":
     jax.config.update("jax_default_matmul_precision", "float32")
@@ -272,6 +283,8 @@ def main() -> None:
   gelu = "gelu" if args.gelu == "exact" else "gelu_tanh"
   plain = preset(args.size, max_positions=max(512, args.length), dtype=dtype, hidden_act=gelu)
   cfg = plain.replace(**arch | {"hidden_act": gelu if arch.get("hidden_act", "gelu") == "gelu" else arch["hidden_act"]})
+  no_dropout = any(choice != "matmul" for _, choice, _ in variants)  # "auto" may resolve to another path.
+  configs = {name: variant_config(cfg, choice, activation, dtype, no_dropout) for name, choice, activation in variants}
   tokenizer = load_tokenizer(minilm_path())
   text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
   batch = mask_batch(nsp_batch(text, tokenizer, args.batch, args.length, seed=0), tokenizer, args.max_predictions,
@@ -282,7 +295,25 @@ def main() -> None:
 
   if cfg.embedding_width != cfg.hidden_size and not args.no_hf:
     raise SystemExit(f"--size {args.size} has factorized embeddings, which HF's BERT lacks: pass --no-hf")
-  runners = {"ours": OurStep(cfg, batch, total_steps)}
+  runners, compile_s, sides, attention_errors = {}, {}, {}, {}
+  for name, variant in configs.items():  # Compiled and warmed up first: one the device refuses is reported, not fatal.
+    try:
+      step = OurStep(variant, batch, total_steps)
+      seconds = sum(timed(step, 2))
+    except Exception as err:  # pylint: disable=broad-except  (cuDNN refusing a shape must not cost the other paths)
+      attention_errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
+      print(f"{name}: failed ({attention_errors[name]})", flush=True)
+      continue
+    sides[name] = "ours" if not sides else f"ours_{name}"
+    runners[sides[name]], compile_s[sides[name]] = step, seconds
+    print(f"{sides[name]} = {name} (attention {variant.attention}, activations "
+          f"{jnp.dtype(variant.activation_dtype).name}, attention dropout {variant.attention_dropout}): compiled and "
+          f"warmed up in {seconds:.1f} s", flush=True)
+  if not sides:
+    raise errors.UserError(f"no --attention variant ran: {attention_errors}")
+  cfg = configs[next(iter(sides))]
+  plain = plain.replace(attention=cfg.attention, attention_dropout=cfg.attention_dropout,
+                        activation_dtype=cfg.activation_dtype)
   if args.arch != "bert":
     runners["ours_bert"] = OurStep(plain, batch, total_steps)
   if args.electra:
@@ -290,7 +321,8 @@ def main() -> None:
     runners["ours_electra"] = OurStep(cfg, batch, total_steps, names=("electra",),
                                       generator_size=args.generator_size)
   if dtype == jnp.bfloat16 and not args.no_f32:
-    runners["ours_f32"] = OurStep(cfg.replace(dtype=jnp.float32), batch, total_steps)
+    choice = dict((name, choice) for name, choice, _ in variants)[next(iter(sides))]
+    runners["ours_f32"] = OurStep(variant_config(cfg, choice, "float32", jnp.float32, no_dropout), batch, total_steps)
   if not args.no_dense:
     runners["ours_dense_head"] = OurStep(cfg, dense_head_batch(batch), total_steps)
   no_autocast = torch_device.autocast_skip_reason(torch_device.torch_device()) if dtype == jnp.bfloat16 else None
@@ -298,8 +330,9 @@ def main() -> None:
     print(f"HF reference skipped: {no_autocast}; our bf16 step is compared with our float32 one", flush=True)
   if not (args.no_hf or no_autocast or args.arch != "bert"):
     runners["hf_torch"] = HFStep(cfg, batch, total_steps)
-  compile_s = {}
   for name, runner in runners.items():  # Compilation and warm-up (first steps) outside the timed rounds.
+    if name in compile_s:
+      continue
     compile_s[name] = sum(timed(runner, 2))
     print(f"{name}: compiled and warmed up in {compile_s[name]:.1f} s", flush=True)
   for name in reversed(runners):  # One untimed alternation: the shared heap settles to every runner's blocks.
@@ -345,6 +378,15 @@ def main() -> None:
       "rounds": args.rounds, "steps_per_round": args.steps,
       "note": "HF projects onto the vocabulary at every position, ours at the masked ones only (DESIGN); "
               "tokens_per_s_dense_head is ours with the dense projection",
+      "attention": {name: configs[name].attention for name in sides},
+      "activation_dtype": {name: jnp.dtype(configs[name].activation_dtype).name for name in sides},
+      "attention_dropout": cfg.attention_dropout,
+      "attention_step_s": {name: round(step_s[side], 4) for name, side in sides.items()},
+      "attention_tokens_per_s": {name: round(per_s[side], 1) for name, side in sides.items()},
+      "attention_mfu": {name: round(work / step_s[side] / ceiling, 3) for name, side in sides.items()},
+      "attention_mfu_peak": {name: round(work / step_s[side] / (peak * 1e12), 3) if peak else None
+                             for name, side in sides.items()},
+      "attention_errors": attention_errors,
   }
   if args.electra:
     result.update(mlm_step_s=round(step_s["ours_mlm"], 3), electra_step_s=round(step_s["ours_electra"], 3),

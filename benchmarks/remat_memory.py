@@ -13,11 +13,16 @@ XLA_PYTHON_CLIENT_MEM_FRACTION to let JAX use more of the device), or --memory-l
 With --time-batch B (-1: the largest batch found) the step also runs at B rows (real WikiText-2 pairs, tiled): the
 median step time over --steps steps after two warm-up steps, and the device's peak memory in use
 (`memory_stats()["peak_bytes_in_use"]`, a high-water mark of this process: one process per policy gives each policy's
-own peak).
+own peak), with the step's tokens/s and its useful FLOP/s over the device's dense peak (`mfu_peak`,
+benchmarks.pretrain_throughput's count and PEAK_TFLOPS; null where no peak is known, as on CPUs).
+
+--attention names the attention variant (benchmarks.encoder_speed's syntax: auto, matmul, xla or cudnn, optionally
+:bfloat16 activations; a path other than matmul runs without attention dropout).
 
   python -m benchmarks.remat_memory --policy full [--size base] [--seq 512] [--precision bfloat16] [--time-batch B]
-Last line: one JSON object (policy, max_batch, bytes_per_row, fixed_bytes, memory_limit_bytes, step_s,
-seconds_per_token, peak_bytes_in_use, device).
+                                    [--attention auto]
+Last line: one JSON object (policy, attention, activation_dtype, max_batch, bytes_per_row, fixed_bytes,
+memory_limit_bytes, step_s, seconds_per_token, tokens_per_s, mfu_peak, peak_bytes_in_use, device).
 """
 
 import argparse
@@ -30,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import pretrain_throughput
+from benchmarks.encoder_speed import attention_variants, variant_config
 from benchmarks.timing import timed
 from configs import paths
 from encoder import errors
@@ -81,12 +87,20 @@ def largest_batch(fns, state_shape, sample: dict[str, np.ndarray], probe: int, l
 
 
 def timed_step(cfg, sample: dict[str, np.ndarray], rows: int, count: int) -> dict:
-  """Median seconds of our step at `rows` rows (after 2 warm-up steps) and the device's peak memory in use."""
-  step = pretrain_throughput.OurStep(cfg, tiled(sample, rows), num_steps=count + 2)
+  """Median seconds of our step at `rows` rows (after 2 warm-up steps), its tokens/s and mfu_peak, and the device's
+  peak memory in use."""
+  batch = tiled(sample, rows)
+  step = pretrain_throughput.OurStep(cfg, batch, num_steps=count + 2)
   timed(step, 2)
   seconds = statistics.median(timed(step, count))
   memory = jax.local_devices()[0].memory_stats() or {}
-  return {"step_s": round(seconds, 4), "seconds_per_token": seconds / (rows * sample["input_ids"].shape[1]),
+  length = sample["input_ids"].shape[1]
+  work = pretrain_throughput.useful_flops(cfg, rows, length, int(batch["masked_weights"].sum()))
+  peak = pretrain_throughput.PEAK_TFLOPS.get(jax.devices()[0].device_kind, (None, None))[
+      0 if cfg.dtype == jnp.bfloat16 else 1]
+  return {"step_s": round(seconds, 4), "seconds_per_token": seconds / (rows * length),
+          "tokens_per_s": round(rows * length / seconds, 1),
+          "mfu_peak": round(work / seconds / (peak * 1e12), 3) if peak else None,
           "peak_bytes_in_use": memory.get("peak_bytes_in_use")}
 
 
@@ -104,14 +118,20 @@ def main() -> None:
   parser.add_argument("--time-batch", type=int, default=0,
                       help="also time the step at this many rows (0: no; -1: the largest batch found)")
   parser.add_argument("--steps", type=int, default=3, help="timed steps")
+  parser.add_argument("--attention", default="auto", help="the attention variant (auto, matmul, xla, cudnn, "
+                                                          "optionally :bfloat16 activations)")
   args = parser.parse_args()
+  (name, choice, activation), *more = attention_variants(args.attention)
+  if more:
+    raise errors.UserError(f"--attention {args.attention!r}: one variant per run")
 
   memory = jax.local_devices()[0].memory_stats() or {}
   limit = int(args.memory_limit_mb * 2**20) if args.memory_limit_mb else memory.get("bytes_limit")
   if not limit:
     raise errors.UserError(f"{jax.devices()[0].device_kind} reports no memory limit: pass --memory-limit-mb")
   dtype = jnp.bfloat16 if args.precision == "bfloat16" else jnp.float32
-  cfg = preset(args.size, max_positions=max(512, args.seq), dtype=dtype, remat=args.policy)
+  cfg = variant_config(preset(args.size, max_positions=max(512, args.seq), remat=args.policy), choice, activation,
+                       dtype, no_attention_dropout=choice != "matmul")
   tokenizer = load_tokenizer(minilm_path())
   text = paths.data_file("wikitext-2/raw/wiki.valid.raw")
   sample = pretrain_throughput.mask_batch(pretrain_throughput.nsp_batch(text, tokenizer, SAMPLE_ROWS, args.seq, seed=0),
@@ -119,6 +139,7 @@ def main() -> None:
   fns = pretrain_throughput.step_fns(cfg, num_steps=10)
   state_shape = jax.eval_shape(functools.partial(steps.init_state, fns, seed=0), abstract(tiled(sample, 1)))
   result = {"policy": args.policy, "size": args.size, "seq": args.seq, "precision": args.precision,
+            "attention": cfg.attention, "activation_dtype": jnp.dtype(cfg.activation_dtype).name, "variant": name,
             "memory_limit_bytes": limit, "memory_limit_source": "--memory-limit-mb" if args.memory_limit_mb
             else "memory_stats()['bytes_limit']"}
   result |= largest_batch(fns, state_shape, sample, args.probe_batch, limit, args.max_batch)

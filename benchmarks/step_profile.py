@@ -10,9 +10,16 @@ approximate there). Each operation's source is the `op_name` XLA keeps from the 
 (`jvp(...)` forward, `transpose(jvp(...))` backward, e.g. `Encoder/layer_3/attention/dot_general`), read from the
 compiled programs' HLO; a second table sums the operations by source with the layers merged (`layer_N`).
 
+--attention A[,B...] profiles the step on each attention variant in turn (benchmarks.encoder_speed's syntax: auto,
+matmul, xla or cudnn, optionally :bfloat16 activations; a path other than matmul runs without attention dropout, and
+so does every variant then), each in its own trace: the figures above are the first's, `variants` holds every one's
+({name: {attention, top, top_sources, traced_ms_per_step, step_s, transpose_share, trace}}), `transpose_share` being
+the share of device time in operations named for a transpose (XLA's `*transpose*` fusions and copies).
+
   python -m benchmarks.step_profile [--size base] [--seq 128] [--batch 256] [--precision bfloat16] [--steps 3]
+                                    [--attention auto]
 Last line: one JSON object (top: [[name, ms per step, share, source], ...], top_sources: [[source, ms, share], ...],
-traced_ms_per_step, step_s, trace, device).
+traced_ms_per_step, step_s, transpose_share, trace, variants, device).
 """
 
 import argparse
@@ -29,6 +36,7 @@ import jax.numpy as jnp
 from jax.profiler import ProfileData
 
 from benchmarks import pretrain_throughput
+from benchmarks.encoder_speed import attention_variants, variant_config
 from benchmarks.timing import timed
 from configs import paths
 from encoder import errors
@@ -102,20 +110,39 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=3, help="traced steps")
   parser.add_argument("--top", type=int, default=15, help="operations listed")
   parser.add_argument("--trace-dir", type=Path, default=Path("runs/step_profile"))
+  parser.add_argument("--attention", default="auto", help="comma-separated attention variants, profiled in turn "
+                                                          "(auto, matmul, xla, cudnn, optionally :bfloat16)")
   args = parser.parse_args()
+  variants = attention_variants(args.attention)
 
   dtype = jnp.bfloat16 if args.precision == "bfloat16" else jnp.float32
-  cfg = preset(args.size, max_positions=max(512, args.seq), dtype=dtype)
+  no_dropout = any(choice != "matmul" for _, choice, _ in variants)
   tokenizer = load_tokenizer(minilm_path())
   text = paths.data_file("wikitext-2/raw/wiki.valid.raw")
   batch = pretrain_throughput.mask_batch(pretrain_throughput.nsp_batch(text, tokenizer, args.batch, args.seq, seed=0),
                                          tokenizer, max_predictions=20, seed=0)
+  profiles = {}
+  for name, choice, activation in variants:
+    cfg = variant_config(preset(args.size, max_positions=max(512, args.seq)), choice, activation, dtype, no_dropout)
+    print(f"-- {name}: attention {cfg.attention}, activations {jnp.dtype(cfg.activation_dtype).name}", flush=True)
+    profiles[name] = profile(cfg, batch, args, args.trace_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{name}")
+  first = profiles[variants[0][0]]
+  print(json.dumps({key: first[key] for key in ("top", "top_sources", "traced_ms_per_step", "step_s",
+                                                 "transpose_share", "trace")}
+                   | {"variants": profiles, "size": args.size, "seq": args.seq, "batch": args.batch,
+                      "precision": args.precision, "device": jax.devices()[0].device_kind}))
+
+
+def profile(cfg, batch: dict, args: argparse.Namespace, trace: Path) -> dict:
+  """One variant's traced steps, its tables printed: {attention, top, top_sources, traced_ms_per_step, step_s,
+  transpose_share, trace}."""
   step = pretrain_throughput.OurStep(cfg, batch, num_steps=args.steps + 2)
   timed(step, 2)
-  trace = args.trace_dir / time.strftime("%Y%m%d-%H%M%S")
   with jax.profiler.trace(str(trace)):
     seconds = timed(step, args.steps)
   top, top_sources, traced_ms = top_ops(trace, args.top, args.steps, op_sources(step.compiled_text()))
+  transposes = top_ops(trace, 10**6, args.steps)[0]
+  transpose_share = sum(share for name, _, share, _ in transposes if "transpose" in name.lower())
   print(f"{'operation':28s} {'ms/step':>9s} {'share':>6s}  source")
   for name, ms, share, source in top:
     print(f"{name[:28]:28s} {ms:9.3f} {share:6.1%}  {source[:100]}")
@@ -123,11 +150,11 @@ def main() -> None:
   for source, ms, share in top_sources:
     print(f"{source[:100]:100s} {ms:9.3f} {share:6.1%}")
   step_s = statistics.median(seconds)
-  print(f"step {step_s * 1e3:.1f} ms (traced), operations {traced_ms:.1f} ms per step; trace {trace}")
-  print(json.dumps({"top": top, "top_sources": top_sources, "traced_ms_per_step": round(traced_ms, 3),
-                    "step_s": round(step_s, 4),
-                    "trace": str(trace), "size": args.size, "seq": args.seq, "batch": args.batch,
-                    "precision": args.precision, "device": jax.devices()[0].device_kind}))
+  print(f"step {step_s * 1e3:.1f} ms (traced), operations {traced_ms:.1f} ms per step, transposes "
+        f"{transpose_share:.1%}; trace {trace}")
+  return {"attention": cfg.attention, "activation_dtype": jnp.dtype(cfg.activation_dtype).name, "top": top,
+          "top_sources": top_sources, "traced_ms_per_step": round(traced_ms, 3), "step_s": round(step_s, 4),
+          "transpose_share": round(transpose_share, 4), "trace": str(trace)}
 
 
 if __name__ == "__main__":

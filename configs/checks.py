@@ -17,15 +17,17 @@ import ml_collections
 from configs import paths, rules
 from encoder import config as encoder_config
 from encoder import fields
-from encoder.config import EncoderConfig
+from encoder.config import DTYPE_NAMES, EncoderConfig
 from encoder.errors import ConfigError
 
 # Fields whose change makes an existing checkpoint unusable (the parameter tree or its meaning changes).
 MODEL_FIELDS = ("model", "objectives", "task")
 # ... except these, which change how a step computes, not what it learns (a run may resume with another value).
-RESUMABLE_MODEL_FIELDS = ("model.remat",)
-# What an encoder field added since a run was saved means in that run: the code before the field behaved as its default.
-ENCODER_DEFAULTS = {f"model.{field.name}": field.default for field in dataclasses.fields(EncoderConfig)}
+RESUMABLE_MODEL_FIELDS = ("model.remat", "model.attention")
+# What an encoder field added since a run was saved means in that run: the code before the field behaved as its default
+# (dtypes by their config names).
+ENCODER_DEFAULTS = {f"model.{field.name}": DTYPE_NAMES.get(field.default, field.default)
+                    for field in dataclasses.fields(EncoderConfig)}
 
 
 def load_python_file(path: str, module_name: str) -> ModuleType:

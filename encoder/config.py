@@ -3,6 +3,7 @@
 import dataclasses
 from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 
 from encoder import fields
@@ -12,6 +13,10 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
 POSITION_EMBEDDINGS = ("absolute", "rotary")
 REMAT_POLICIES = ("none", "full", "dots_saveable", "dots_with_no_batch_dims_saveable")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}  # Names in configs -> dtypes.
+DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+# The attention implementations (EncoderConfig.attention); configs may also say AUTO, resolved at start-up.
+ATTENTIONS = ("matmul", "xla", "cudnn")
+AUTO = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +56,24 @@ class EncoderConfig:
   pad_token_id: int = 0  # Token id of padding: masked out of attention when the caller passes no mask.
   initializer_range: float = 0.02  # Std of the normal initializer of weights and embeddings.
   # Matmul operand dtype: bfloat16 is mixed precision (bf16 operands, float32 accumulation and products; LayerNorm,
-  # softmax, residuals and hidden states stay float32; encoder/matmul.py). Parameters stay param_dtype.
+  # softmax, residuals and hidden states stay float32 unless activation_dtype says otherwise; encoder/matmul.py).
+  # Parameters stay param_dtype.
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32  # Parameter storage dtype (configs: "float32", "bfloat16" or "float16").
   # Activation rematerialization per block, trading compute for memory: "none"; "full" (keep only each block's input,
   # recompute the rest in the backward); "dots_saveable" (keep matmul outputs, recompute elementwise work);
   # "dots_with_no_batch_dims_saveable" (keep the dense layers' outputs, recompute attention's [q, k] products).
   remat: str = "none"
+  # Attention implementation, each computing softmax(q k^T / sqrt(d) + mask) v (docs/design.md, "Attention paths"):
+  # "matmul": heads-first products of encoder/matmul.py (XLA CPU's fast kernels, attention dropout); "xla" / "cudnn":
+  # jax.nn.dot_product_attention on [batch, length, heads, dim] with that implementation (no attention dropout; cudnn:
+  # bf16/f16 on NVIDIA GPUs). Configs default to "auto": chosen once at start-up for the platform (`auto_attention`;
+  # attention dropout > 0 keeps "matmul") and recorded in the run's config.json; runs saved before the field: "matmul".
+  attention: str = "matmul"
+  # dtype of the activations between matmuls (dense outputs, bias, GELU, dropout, residuals, LayerNorm outputs):
+  # bfloat16 halves their memory and traffic; LayerNorm statistics, softmax, the returned hidden states and the
+  # loss stay float32. Needs dtype bfloat16 (configs: "float32" or "bfloat16").
+  activation_dtype: Any = jnp.float32
 
   def __post_init__(self):
     fields.check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if "dtype" not in f.name},
@@ -65,6 +81,9 @@ class EncoderConfig:
     if self.hidden_size % self.num_heads:
       raise ConfigError(f"config.model.num_heads={self.num_heads}: expected a divisor of config.model.hidden_size="
                         f"{self.hidden_size} (each head is hidden_size / num_heads wide)")
+    if self.attention == AUTO:
+      raise ConfigError("config.model.attention='auto' reached the model unresolved: expected one of "
+                        f"{', '.join(map(repr, ATTENTIONS))} (encoder.config.resolve_attention picks one at start-up)")
     if self.position_embedding == "rotary" and self.head_dim % 2:
       raise ConfigError(f"config.model.num_heads={self.num_heads}: rotary positions rotate pairs of dimensions, so "
                         f"the head size hidden_size / num_heads must be even, got {self.hidden_size} / "
@@ -72,6 +91,13 @@ class EncoderConfig:
     if self.embedding_norm and not self.pre_layer_norm:
       raise ConfigError("config.model.embedding_norm=True is a pre-LN switch (post-LN always normalizes the "
                         "embeddings); set config.model.pre_layer_norm=True or config.model.embedding_norm=False")
+    if self.attention != "matmul" and self.attention_dropout:
+      raise ConfigError(f"config.model.attention_dropout={self.attention_dropout}: the {self.attention!r} attention "
+                        "path applies no attention dropout (jax.nn.dot_product_attention has none); expected 0.0, or "
+                        "config.model.attention='matmul'")
+    if jnp.dtype(self.activation_dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(self.dtype)):
+      raise ConfigError(f"config.model.activation_dtype={jnp.dtype(self.activation_dtype).name!r}: expected "
+                        f"'float32' or config.model.dtype ({jnp.dtype(self.dtype).name!r})")
 
   @property
   def head_dim(self) -> int:
@@ -105,6 +131,7 @@ FIELD_RULES: dict[str, fields.Rule] = {
     "pre_layer_norm": fields.Anything("true or false"), "gated_feed_forward": fields.Anything("true or false"),
     "use_bias": fields.Anything("true or false"), "embedding_norm": fields.Anything("true or false"),
     "dtype": fields.Choice(tuple(DTYPES)), "param_dtype": fields.Choice(tuple(DTYPES)),
+    "activation_dtype": fields.Choice(tuple(DTYPES)), "attention": fields.Choice(ATTENTIONS + (AUTO,)),
 }
 
 
@@ -157,16 +184,55 @@ def preset(name: str, **overrides) -> EncoderConfig:
   return EncoderConfig(**{**PRESETS[name], **overrides})
 
 
+def platform() -> str:
+  """What the default devices are, as the attention choice needs it: "cpu", "tpu", "cuda" (NVIDIA GPUs), "rocm"."""
+  device = jax.devices()[0]
+  if device.platform == "gpu":
+    return "cuda" if "cuda" in device.client.platform_version.lower() else "rocm"
+  return device.platform
+
+
+def auto_attention(where: str, dtype: Any, attention_dropout: float, head_dim: int) -> str:
+  """The attention path "auto" stands for on platform `where` (`platform()`) for these fields.
+
+  Attention dropout > 0: "matmul", the only path that applies it. NVIDIA GPUs with bf16/f16 operands and a head
+  dimension cuDNN's flash attention takes (a multiple of 8, at most 128): "cudnn". CPUs: "matmul", whose products
+  stay on XLA CPU's fast kernels forward and backward (the "xla" path's einsums do not: docs/performance.md). Other
+  accelerators (TPU, ROCm, float32 on NVIDIA): "xla", the fused attention of jax.nn.dot_product_attention without
+  the head-layout transposes."""
+  if attention_dropout > 0 or where == "cpu":
+    return "matmul"
+  if where == "cuda" and jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)) and (
+      head_dim % 8 == 0 and head_dim <= 128):
+    return "cudnn"
+  return "xla"
+
+
+def resolve_attention(model: Mapping[str, Any], where: str | None = None) -> str:
+  """model["attention"] (config.model's; a saved config without it ran "matmul"), with AUTO resolved for platform
+  `where` (default: this process's `platform()`). Called once at start-up, never while tracing."""
+  choice = model.get("attention", "matmul")
+  if choice != AUTO:
+    return choice
+  dtype = DTYPES.get(model["dtype"], model["dtype"])
+  return auto_attention(where or platform(), dtype, model["attention_dropout"],
+                        model["hidden_size"] // model["num_heads"])
+
+
 def from_fields(model: Mapping[str, Any], vocab_size: int) -> EncoderConfig:
   """EncoderConfig from a config's model fields (config.model, a run's config.json): dtype names become dtypes,
-  vocab_size 0 takes the tokenizer's `vocab_size`."""
+  vocab_size 0 takes the tokenizer's `vocab_size`, attention "auto" this platform's path (`resolve_attention`)."""
   values = dict(model)
   known = {f.name for f in dataclasses.fields(EncoderConfig)}
   unknown = sorted(set(values) - known)
   if unknown:
     raise ConfigError(f"config.model has fields {unknown} that EncoderConfig does not know ({sorted(known)})")
-  fields.check_fields(values, {key: FIELD_RULES[key] for key in ("dtype", "param_dtype")}, prefix="config.model.")
-  values.update(dtype=DTYPES[values["dtype"]], param_dtype=DTYPES[values["param_dtype"]])
+  values.setdefault("activation_dtype", "float32")  # Saved before the field existed: float32.
+  dtypes = ("dtype", "param_dtype", "activation_dtype")
+  fields.check_fields(values, {key: FIELD_RULES[key] for key in dtypes + ("attention",)}, prefix="config.model.")
+  values.update({key: DTYPES[values[key]] for key in dtypes})
+  if "attention" in values:
+    values["attention"] = resolve_attention(values)
   if values["vocab_size"] == 0:
     values["vocab_size"] = vocab_size
   elif values["vocab_size"] < vocab_size:

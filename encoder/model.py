@@ -7,11 +7,19 @@ its own segment and to nothing else, so padding and packing never change an outp
 Every matmul (dense layers, QK^T and the weights times V, the tied vocabulary projection) is `encoder.matmul.matmul`:
 operands in `cfg.dtype`, float32 accumulation and result, forward and backward in the plain layout XLA CPU's fast
 kernels need. With dtype=bfloat16 that is mixed precision: parameters, embeddings, LayerNorm, softmax, residuals and
-the returned hidden states stay float32 (as torch.autocast does), only the matmul operands are rounded to bf16.
+the returned hidden states stay float32 (as torch.autocast does), only the matmul operands are rounded to bf16. With
+activation_dtype=bfloat16 too, what flows between the matmuls (dense outputs after their float32 bias, GELU, dropout,
+residuals, LayerNorm outputs, the attention probabilities) is bf16 as well; LayerNorm statistics, softmax and the
+returned hidden states stay float32.
+
+Attention takes one of three paths (cfg.attention, docs/design.md): "matmul" (heads-first `encoder.matmul` products,
+the CPU's fast path, with attention dropout) or jax.nn.dot_product_attention's "xla" or "cudnn" implementation on the
+natural [batch, length, heads, head_dim] layout (no attention dropout). All three compute the same function.
 """
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import flax.struct
@@ -58,16 +66,28 @@ def _init(cfg: EncoderConfig):
   return nn.initializers.normal(stddev=cfg.initializer_range)
 
 
+class Dense(nn.DenseGeneral):
+  """flax's DenseGeneral (the same parameters and values) with its output, float32 product plus float32 bias, rounded
+  to `out_dtype` (the activation dtype)."""
+  out_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, inputs: Array) -> Array:
+    return super().__call__(inputs).astype(self.out_dtype)
+
+
 def _dense(cfg: EncoderConfig, features, name: str, axis=-1) -> nn.Module:
-  """A dense layer over `axis` whose product is `matmul.matmul` in the compute dtype (float32 result and bias; no bias
-  when cfg.use_bias is off)."""
-  return nn.DenseGeneral(features, axis=axis, use_bias=cfg.use_bias, kernel_init=_init(cfg),
-                         param_dtype=cfg.param_dtype, dot_general=matmul.dense_dot_general(cfg.dtype), name=name)
+  """A dense layer over `axis` whose product is `matmul.matmul` in the compute dtype (float32 result and bias, then
+  the activation dtype; no bias when cfg.use_bias is off)."""
+  return Dense(features, axis=axis, use_bias=cfg.use_bias, kernel_init=_init(cfg), param_dtype=cfg.param_dtype,
+               dot_general=matmul.dense_dot_general(cfg.dtype), out_dtype=cfg.activation_dtype, name=name)
 
 
 def _norm(cfg: EncoderConfig, name: str) -> nn.Module:
-  """A LayerNorm over the hidden axis (no bias when cfg.use_bias is off)."""
-  return nn.LayerNorm(cfg.layer_norm_eps, use_bias=cfg.use_bias, param_dtype=cfg.param_dtype, name=name)
+  """A LayerNorm over the hidden axis (no bias when cfg.use_bias is off): float32 statistics, output in the
+  activation dtype."""
+  return nn.LayerNorm(cfg.layer_norm_eps, use_bias=cfg.use_bias, dtype=cfg.activation_dtype,
+                      param_dtype=cfg.param_dtype, name=name)
 
 
 def _mix32(h: Array) -> Array:
@@ -92,7 +112,8 @@ def dropout(x: Array, rate: float, key: Array | None, index: Array | None = None
   index = flat_index(x.shape) if index is None else index
   bits = _mix32(_mix32(index ^ seeds[0]) + seeds[1])
   keep = bits >= jnp.uint32(min(round(rate * 2.0**32), 2**32 - 1))
-  return jnp.where(keep, x * jnp.asarray(1.0 / (1.0 - rate), x.dtype), jnp.zeros((), x.dtype))
+  scaled = (x.astype(jnp.float32) * (1.0 / (1.0 - rate))).astype(x.dtype)  # A bf16 scale would be 0.16% off.
+  return jnp.where(keep, scaled, jnp.zeros((), x.dtype))
 
 
 def hash_uniform(key: Array, shape: tuple[int, ...]) -> Array:
@@ -135,15 +156,21 @@ def activation(name: str, x: Array) -> Array:
   return jax.nn.silu(x) if name == "silu" else _gelu(x, approximate=name == "gelu_tanh")
 
 
-def attention_bias(attention_segments: Array, window: int = 0) -> Array:
-  """[batch, 1, q, k] float32 additive bias: 0 where query and key share a nonzero segment (and, with a window > 0,
-  are at most window // 2 tokens apart: a local layer's sliding window), else a huge negative."""
+def attention_mask(attention_segments: Array, window: int = 0) -> Array:
+  """[batch, 1, q, k] bool: True where query and key share a nonzero segment (and, with a window > 0, are at most
+  window // 2 tokens apart: a local layer's sliding window). Padding, packing and the window in one mask."""
   same = attention_segments[:, :, None] == attention_segments[:, None, :]
   allowed = same & (attention_segments[:, None, :] > 0)
   if window:
     index = jnp.arange(attention_segments.shape[1])
     allowed &= jnp.abs(index[:, None] - index[None, :]) <= window // 2
-  return jnp.where(allowed, 0.0, jnp.finfo(jnp.float32).min)[:, None]
+  return allowed[:, None]
+
+
+def additive_bias(mask: Array) -> Array:
+  """An `attention_mask` as the float32 bias the "matmul" path adds to its scores: 0 where allowed, else a huge
+  negative (exp underflows to 0; a row allowed nowhere, padding's, averages every value, as the "xla" path's does)."""
+  return jnp.where(mask, 0.0, jnp.finfo(jnp.float32).min)
 
 
 def rotary_angles(positions: Array, head_dim: int, theta: float) -> tuple[Array, Array]:
@@ -193,6 +220,7 @@ class Embeddings(nn.Module):
       x = x + self.token_type_embeddings(type_ids)
     if not cfg.pre_layer_norm or cfg.embedding_norm:  # Plain pre-LN normalizes inside each block instead.
       x = self.layer_norm(x)
+    x = x.astype(cfg.activation_dtype)
     return dropout(x, self.cfg.hidden_dropout, _dropout_key(self, self.cfg.hidden_dropout, train))
 
   def attend(self, hidden: Array) -> Array:
@@ -223,42 +251,72 @@ def blocked_attend(q: Array, k: Array, v: Array, bias: Array, dtype, block: int 
   return jnp.moveaxis(out, 0, 2).reshape(q.shape[:2] + (-1, q.shape[3]))[:, :, :length]
 
 
+def fused_attend(q: Array, k: Array, v: Array, mask: Array, implementation: str, even: bool | None = None) -> Array:
+  """jax.nn.dot_product_attention(q, k, v, mask) with `implementation` on q [batch, R, heads, d], k and v [batch,
+  length, heads, d], mask [batch, 1, R, length] bool: [batch, R, heads, d], scaled by 1/sqrt(d).
+
+  `even` (default: for cuDNN, whose training kernels with a bias, what the mask becomes, take even lengths only)
+  pads an odd R (the last block's [CLS] and masked rows) or length by one fully masked row or key, and drops the row
+  from the output: the padded row's output is discarded, a padded key gets no weight."""
+  if even is None:
+    even = implementation == "cudnn"
+  rows_, keys = q.shape[1], k.shape[1]
+  if even and (rows_ % 2 or keys % 2):
+    pad = lambda x, n: jnp.pad(x, ((0, 0), (0, n), (0, 0), (0, 0)))
+    q, k, v = pad(q, rows_ % 2), pad(k, keys % 2), pad(v, keys % 2)
+    mask = jnp.pad(mask, ((0, 0), (0, 0), (0, rows_ % 2), (0, keys % 2)))
+  out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(q.shape[-1]),
+                                     implementation=implementation)
+  return out[:, :rows_]
+
+
 class SelfAttention(nn.Module):
   """Multi-head bidirectional self-attention, fused QKV projection (spec eq. "head = softmax(QK^T/sqrt(d_k))V").
 
-  Heads go first ([batch, heads, length, head_dim]) so that QK^T and the weights times V are plain batched products
-  (`matmul`: forward and backward on XLA CPU's fast kernels, see encoder/matmul.py); scores and softmax are float32.
-  With rotary positions, queries and keys are rotated by their positions' angles (`rotate`) before the product. The
-  inference forward on CPU attends in blocks of queries past 256 keys (`blocked_attend`: the same outputs, faster).
+  With rotary positions, queries and keys are rotated by their positions' angles (`rotate`) before attending. Then,
+  by cfg.attention:
+  - "matmul": heads go first ([batch, heads, length, head_dim]) so that QK^T and the weights times V are plain batched
+    products (`matmul`: forward and backward on XLA CPU's fast kernels, see encoder/matmul.py); scores and softmax
+    are float32, the mask an additive bias, dropout on the probabilities. The inference forward on CPU attends in
+    blocks of queries past 256 keys (`blocked_attend`: the same outputs, faster).
+  - "xla", "cudnn": jax.nn.dot_product_attention with that implementation on queries, keys and values as the QKV
+    projection lays them out, [batch, length, heads, head_dim], and the boolean mask; its output goes to the output
+    projection in the same layout. No transposes of the head layout; no attention dropout (EncoderConfig refuses it).
   """
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x: Array, bias: Array, train: bool, query_positions: Array | None = None,
+  def __call__(self, x: Array, mask: Array, train: bool, query_positions: Array | None = None,
                angles: tuple[Array, Array] | None = None) -> Array:
     """x [batch, length, hidden] -> [batch, length, hidden], or [batch, R, hidden] where only
-    `query_positions` [batch, R] query (keys and values still span the sequence). angles: RoPE's (cos, sin)
-    [batch, length, head_dim / 2] (`rotary_angles`), None without rotary positions."""
+    `query_positions` [batch, R] query (keys and values still span the sequence). mask: [batch, 1, length, length]
+    bool (`attention_mask`); angles: RoPE's (cos, sin) [batch, length, head_dim / 2] (`rotary_angles`), None without
+    rotary positions."""
     cfg = self.cfg
     qkv = per_token(_dense(cfg, (3, cfg.num_heads, cfg.head_dim), "qkv"), x)  # [batch, length, 3, heads, head_dim]
     q, k, v = rows(qkv[:, :, 0], query_positions), qkv[:, :, 1], qkv[:, :, 2]  # [batch, length or R, heads, d]
     if angles is not None:
       q, k = rotate(q, tuple(rows(a, query_positions) for a in angles)), rotate(k, angles)
+    mask = rows(mask, query_positions, 2)
+    output = _dense(cfg, cfg.hidden_size, "output", axis=(-2, -1))
+    if cfg.attention != "matmul":
+      context = fused_attend(*(y.astype(cfg.dtype) for y in (q, k, v)), mask, cfg.attention)  # [batch, R, heads, d]
+      return per_token(output, context)
     heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), (0, 2, 1, 3))  # Moves bf16, not float32.
     q = heads_first(q * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, head_dim]
     k, v = heads_first(k), heads_first(v)  # [batch, heads, length, head_dim]
-    bias = rows(bias, query_positions, 2)
+    bias = additive_bias(mask)
     if not train and k.shape[2] > BLOCK_ABOVE and jax.default_backend() == "cpu":
       context = blocked_attend(q, k, v, bias, cfg.dtype)
     else:
       scores = matmul.matmul(q, k, cfg.dtype, transpose_b=True) + bias
-      weights = jax.nn.softmax(scores, axis=-1)  # [batch, heads, R, length]
+      weights = jax.nn.softmax(scores, axis=-1).astype(cfg.activation_dtype)  # [batch, heads, R, length]
       key = _dropout_key(self, cfg.attention_dropout, train)
       if key is not None:
         full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
         weights = dropout(weights, cfg.attention_dropout, key, flat_index(full, query_positions, 2))
       context = matmul.matmul(weights, v, cfg.dtype)
-    return per_token(_dense(cfg, cfg.hidden_size, "output", axis=(-2, -1)), heads_first(context))  # [batch, R, hidden]
+    return per_token(output, heads_first(context))  # [batch, R, hidden]
 
 
 class FeedForward(nn.Module):
@@ -284,7 +342,7 @@ class TransformerBlock(nn.Module):
   attention_norm: bool = True  # Pre-LN: LayerNorm the attention's input (off in the first block with embedding_norm).
 
   @nn.compact
-  def __call__(self, x: Array, bias: Array, train: bool, query_positions: Array | None = None,
+  def __call__(self, x: Array, mask: Array, train: bool, query_positions: Array | None = None,
                angles: tuple[Array, Array] | None = None) -> Array:
     """x [batch, length, hidden] -> the block's output at every position, or only at `query_positions` [batch, R]
     (attention still reads them all): ~3/4 of the block's work is per row, and heads often read a few.
@@ -297,9 +355,9 @@ class TransformerBlock(nn.Module):
     attention, feed_forward = SelfAttention(cfg, name="attention"), FeedForward(cfg, name="mlp")
     if cfg.pre_layer_norm:
       h = norm("attention_layer_norm")(x) if self.attention_norm else x
-      x = rows(x, at) + drop(attention(h, bias, train, at, angles))
+      x = rows(x, at) + drop(attention(h, mask, train, at, angles))
       return x + drop(feed_forward(norm("output_layer_norm")(x)))
-    x = norm("attention_layer_norm")(rows(x, at) + drop(attention(x, bias, train, at, angles)))
+    x = norm("attention_layer_norm")(rows(x, at) + drop(attention(x, mask, train, at, angles)))
     return norm("output_layer_norm")(x + drop(feed_forward(x)))
 
 
@@ -352,9 +410,9 @@ class Encoder(nn.Module):
     if attention_segments is None:
       attention_segments = (input_ids != self.cfg.pad_token_id).astype(jnp.int32)
     cfg = self.cfg
-    biases = {True: attention_bias(attention_segments)}  # By whether a block attends globally.
+    masks = {True: attention_mask(attention_segments)}  # By whether a block attends globally.
     if not all(map(cfg.is_global, range(cfg.num_layers))):
-      biases[False] = attention_bias(attention_segments, cfg.local_attention_window)
+      masks[False] = attention_mask(attention_segments, cfg.local_attention_window)
     angles = {True: None, False: None}
     if cfg.position_embedding == "rotary":
       angles = {True: rotary_angles(positions, cfg.head_dim, cfg.rope_theta),
@@ -365,13 +423,14 @@ class Encoder(nn.Module):
     hidden_states = [x]
     for depth, layer in enumerate(self.layers, 1):
       kind = cfg.is_global(depth - 1)
-      x = layer(x, biases[kind], train, last_positions if depth == len(self.layers) else None, angles[kind])
+      x = layer(x, masks[kind], train, last_positions if depth == len(self.layers) else None, angles[kind])
       hidden_states.append(x)
     if self.cfg.pre_layer_norm:
       hidden_states[-1] = x = self.final_layer_norm(x)
     cls = x[:, 0]
-    return EncoderOutput(hidden_states=tuple(hidden_states), cls=cls, pooled=jnp.tanh(self.pooler(cls)),
-                         last_positions=last_positions)
+    float32 = lambda y: y.astype(jnp.float32)  # What callers read, whatever the activation dtype.
+    return EncoderOutput(hidden_states=tuple(map(float32, hidden_states)), cls=float32(cls),
+                         pooled=float32(jnp.tanh(self.pooler(cls))), last_positions=last_positions)
 
   def _embeddings(self) -> Embeddings:
     return self.embeddings if self.shared_embeddings is None else self.shared_embeddings

@@ -137,14 +137,21 @@ def restore_step(manager: ocp.CheckpointManager, step: int, abstract_state: Any)
   return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
 
 
-def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:
-  """Refuses a workdir holding checkpoints written under a different model config (listing the differences)."""
+def saved_config(workdir: Path) -> dict | None:
+  """The config.json of a workdir holding checkpoints (the run a start resumes), else None."""
   saved_path = workdir / "config.json"
   checkpoints = workdir / "checkpoints"
   has_checkpoints = checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
-  if not (has_checkpoints and saved_path.is_file()):
+  return files.read_json(saved_path) if has_checkpoints and saved_path.is_file() else None
+
+
+def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:
+  """Refuses a workdir holding checkpoints written under a different model config (listing the differences)."""
+  saved = saved_config(workdir)
+  if saved is None:
     return
-  differences = checks.incompatible_fields(files.read_json(saved_path), checks.to_dict(config))
+  saved_path = workdir / "config.json"
+  differences = checks.incompatible_fields(saved, checks.to_dict(config))
   if differences:
     raise errors.ConfigError(
         f"{workdir} holds checkpoints of a different model ({saved_path} differs: {'; '.join(differences)}); "

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Sequence
 import jax
 import ml_collections
 from encoder import errors, files, init_from
+from encoder.config import AUTO
 from encoder.files import Path
 from launch import checkpointing
 from encoder.tokenizer import load_tokenizer
@@ -155,6 +156,7 @@ class Predictor:
     labels, buckets = labels_and_buckets(config, results)
     family = registry.family(finetune_data.task_mapping(config.task, labels))
     tokenizer = load_tokenizer(config.data.tokenizer)
+    config.model.attention = AUTO  # The run's attention path may not run here (cudnn on a CPU); the values agree.
     model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
     return cls(family, tokenizer, params, jax.jit(evaluation.device_outputs(model, family)),
                config.batch_size // config.grad_accum_steps, buckets, results.get("threshold"),

@@ -27,6 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from configs import checks
 from encoder import errors, files
 from encoder import flops as encoder_flops
+from encoder.config import AUTO, platform, resolve_attention
 from encoder.files import Path
 from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, warm_start, workload)
@@ -56,6 +57,23 @@ def _fetch(acc: dict[str, jax.Array], parallelism: str) -> dict[str, np.ndarray]
   return {k: (v[0] if parallelism == "pmap" else v) for k, v in host.items()}
 
 
+def attention_path(config: ml_collections.ConfigDict, workdir: Path) -> str:
+  """config.model.attention made concrete once, at start-up, for config.json to record: "auto" resumes a run on the
+  path its checkpoints were trained with (a run saved before the field existed: "matmul"), and otherwise is the
+  platform's (encoder.config.resolve_attention). A path this platform cannot run is a ConfigError."""
+  choice = config.model.get("attention", AUTO)
+  saved = checkpointing.saved_config(workdir) if choice == AUTO else None
+  if saved is not None:
+    choice = saved["model"].get("attention", "matmul")
+  where = platform()
+  choice = resolve_attention(config.model.to_dict() | {"attention": choice}, where)
+  if choice == "cudnn" and where != "cuda":
+    raise errors.ConfigError(f"config.model.attention='cudnn'{' (the run resumed)' if saved else ''} runs on NVIDIA "
+                             f"GPUs only, and this process runs on {where}: set --config.model.attention=xla or "
+                             "matmul (the same function)")
+  return choice
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
   workdir = files.reachable(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
@@ -65,6 +83,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # Nothing is written before the config, the run it resumes and the data are checked: a refused command leaves the
   # workdir as it was.
   checks.check_config(config)
+  config.model.attention = attention_path(config, workdir)
   checkpointing.check_compatible(workdir, config)
   work = workload.build(config, workdir)
   workdir.mkdir(parents=True, exist_ok=True)

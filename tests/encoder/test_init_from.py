@@ -28,8 +28,10 @@ def test_model_fields_of_a_run_and_its_errors(tmp_path):
   (tmp_path / "config.json").write_text("{}")
   with pytest.raises(ConfigError, match="is not a run's config.json"):
     init_from.model_fields(f"run:{tmp_path}")
-  (tmp_path / "config.json").write_text(json.dumps({"model": {"hidden_size": 64}, "data": {"tokenizer": "t"}}))
-  assert init_from.model_fields(f"run:{tmp_path}") == ({"hidden_size": 64}, "t")
+  (tmp_path / "config.json").write_text(json.dumps({"model": {"hidden_size": 64, "attention": "cudnn"},
+                                                   "data": {"tokenizer": "t"}}))
+  # The run's attention path is the machine's choice where its weights are used: "auto" (resolved there).
+  assert init_from.model_fields(f"run:{tmp_path}") == ({"hidden_size": 64, "attention": "auto"}, "t")
   with pytest.raises(ConfigError, match="neither a checkpoint directory nor a known pretrained name"):
     init_from.model_fields(f"hf:{tmp_path / 'missing'}")
 

@@ -12,7 +12,7 @@ from encoder import Encoder, preset
 from encoder import matmul as matmul_module
 from encoder.matmul import cpu_bf16_flags, matmul, transpose
 from encoder import model as model_module
-from encoder.model import SelfAttention, attend, attention_bias, blocked_attend
+from encoder.model import SelfAttention, additive_bias, attend, attention_mask, blocked_attend
 from tests.tolerances import U32, U_BF16, assert_within, softmax_bound, sum_bound
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
@@ -91,12 +91,13 @@ def test_attention_equals_the_einsum_reference(query_positions):
   """Heads-first layout, scale folded into q, plain products: the same outputs and gradients to float32 rounding."""
   rng = np.random.default_rng(1)
   x = jnp.asarray(rng.normal(size=(2, 9, TINY.hidden_size)), jnp.float32)
-  bias = attention_bias(jnp.asarray([[1] * 9, [1] * 6 + [0] * 3]))
+  mask = attention_mask(jnp.asarray([[1] * 9, [1] * 6 + [0] * 3]))
+  bias = additive_bias(mask)
   positions = None if query_positions is None else jnp.asarray(query_positions)
   attention = SelfAttention(TINY)
-  params = attention.init(jax.random.key(0), x, bias, False)
+  params = attention.init(jax.random.key(0), x, mask, False)
   loss = lambda fn: lambda params, x: jnp.sum(jnp.sin(fn(params, x)))
-  ours = lambda params, x: attention.apply(params, x, bias, False, positions)
+  ours = lambda params, x: attention.apply(params, x, mask, False, positions)
   reference = lambda params, x: _einsum_attention(params, x, bias, TINY, positions)
   # Two float32 attentions (9 keys, head size 16; the scale folded into q rounds once more): measured 3e-8 on outputs
   # of ~0.06 and gradients 1/60 of their bounds on Zen 3, while a missing scale or a wrong mask moves them by 1e-1.
@@ -135,7 +136,7 @@ def test_blocked_attention_equals_one_piece(dtype, length, block):
   segments = np.ones((2, length), np.int32)
   segments[0, length // 3:] = 2
   segments[1, -(length // 4 + 1):] = 0
-  bias = attention_bias(jnp.asarray(segments))
+  bias = additive_bias(attention_mask(jnp.asarray(segments)))
   want, bound, scale = _attention_float64(q, k, v, bias, dtype)
   assert_within(blocked_attend(q, k, v, bias, dtype, block), want, bound, scale, "blocked")
   assert_within(attend(q, k, v, bias, dtype), want, bound, scale, "one piece")

@@ -1,0 +1,51 @@
+"""model.attention is made concrete once, at start-up (launch.train.attention_path), for config.json to record: "auto"
+picks the platform's path for a new run and the recorded one (or, for a run saved before the field, "matmul") for a
+resumed run; the path and the new activation_dtype field keep old runs resumable."""
+
+import json
+
+import ml_collections
+import pytest
+
+from configs import checks, common
+from encoder.errors import ConfigError
+from launch.train import attention_path
+
+
+def _config(**model) -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.model = common.model_config("tiny", **({"attention_dropout": 0.0} | model))
+  return config
+
+
+def _saved_run(workdir, model: dict) -> None:
+  (workdir / "checkpoints" / "5").mkdir(parents=True)
+  (workdir / "config.json").write_text(json.dumps({"model": model}))
+
+
+def test_a_new_run_gets_the_platforms_path(tmp_path):
+  assert attention_path(_config(), tmp_path) == "matmul"  # On CPUs (encoder.config.auto_attention).
+  assert attention_path(_config(attention="xla"), tmp_path) == "xla"
+
+
+def test_a_resumed_run_keeps_its_recorded_path(tmp_path):
+  model = common.model_config("tiny", attention_dropout=0.0).to_dict()
+  _saved_run(tmp_path, model | {"attention": "xla"})
+  assert attention_path(_config(), tmp_path) == "xla"
+  assert attention_path(_config(attention="matmul"), tmp_path) == "matmul"  # An explicit choice: the same function.
+
+
+def test_a_run_saved_before_the_field_resumes_on_the_matmul_path(tmp_path):
+  old = {k: v for k, v in common.model_config("tiny").to_dict().items() if k not in ("attention", "activation_dtype")}
+  _saved_run(tmp_path, old)
+  assert attention_path(_config(), tmp_path) == "matmul"
+  wanted = {"model": _config(attention="matmul", attention_dropout=0.1).model.to_dict()}
+  assert checks.incompatible_fields({"model": old}, wanted) == []
+  assert checks.incompatible_fields({"model": old}, {"model": wanted["model"] | {"attention": "xla"}}) == []
+  assert checks.incompatible_fields({"model": old}, {"model": wanted["model"] | {"activation_dtype": "bfloat16"}}) == [
+      "model.activation_dtype: None -> 'bfloat16'"]
+
+
+def test_cudnn_off_nvidia_gpus_is_a_config_error(tmp_path):
+  with pytest.raises(ConfigError, match="attention='cudnn' runs on NVIDIA GPUs only, and this process runs on cpu"):
+    attention_path(_config(attention="cudnn", dtype="bfloat16"), tmp_path)
