@@ -10,19 +10,21 @@ and README.md, the model card (`launch.model_card`), into --out, which must not 
 
 The class: a pretraining run's MLM and NSP heads go into BertForPreTraining (MLM only: BertForMaskedLM); an ELECTRA
 run's discriminator into ElectraForPreTraining and its generator into --out/generator as ElectraForMaskedLM; a run of
-the ModernBERT switches (configs/pretrain.py:arch=modernbert) into ModernBertForMaskedLM (MLM only) or, with NSP,
-which needs BERT's pooler, EncoderlabModernBertForPreTraining. A fine-tuned head goes where its task family says
-(`TaskFamily.hf_head`): HF's BertFor* class when it computes the head exactly (a classifier or regressor on the pooled
-[CLS], plain tagging, question answering), else launch/hf_modeling's class for it (a classifier on the raw [CLS] or
-the token mean, a tagger with a CRF, word shapes or word endings, span NER with the run's threshold, every head on a
-ModernBERT encoder). Remote code is configuration_encoderlab.py and modeling_encoderlab.py (and, for word-level
-heads, pipeline_encoderlab.py), copied as they are; config.json's model_type ("encoderlab-bert",
-"encoderlab-modernbert"), auto_map and custom_pipelines name them, so
+the ModernBERT switches (configs/pretrain.py:arch=modernbert) into ModernBertForMaskedLM, or, when HF's head cannot
+hold its MLM head's biases or it has NSP (which reads BERT's pooler), EncoderlabModernBertForMaskedLM /
+EncoderlabModernBertForPreTraining. A fine-tuned head goes where its task family says (`TaskFamily.hf_head`): HF's
+BertFor* class when it computes the head exactly (a classifier or regressor on the pooled [CLS], plain tagging,
+question answering), else launch/hf_modeling's class for it (a classifier on the raw [CLS] or the token mean, a
+tagger with a CRF, word shapes or word endings, span NER with the run's threshold, every head on a ModernBERT
+encoder). Remote code is configuration_encoderlab.py and modeling_encoderlab.py, copied as they are; config.json's
+model_type ("encoderlab-bert", "encoderlab-modernbert") and auto_map name them, so
 
   AutoModelForTokenClassification.from_pretrained(out, trust_remote_code=True)
 
-loads the run's head and fails without trust_remote_code=True. What no class computes (SBO; a family's head with no
-HF form) is saved beside as head.safetensors with head.json saying what it is, and one line on stderr says so.
+loads the run's head and fails without trust_remote_code=True. Word-level remote heads and extractive QA also get
+pipeline_encoderlab.py (config.json's custom_pipelines), which splits words and decodes answers as launch.predict.
+What no class computes (SBO; a family's head with no HF form) is saved beside as head.safetensors with head.json
+saying what it is, and one line on stderr says so.
 """
 
 import argparse
@@ -71,7 +73,6 @@ class Plan(NamedTuple):
   """What an export writes (`plan`)."""
   architecture: str  # config.json's class.
   auto_class: str  # The transformers Auto class that loads it.
-  remote: bool  # Whether the class is launch/hf_modeling's (remote code) rather than HF's.
   code: tuple[str, ...]  # The files of launch/hf_modeling the export holds (a remote class's; a remote pipeline's).
   heads: dict[str, Any]  # Pretraining heads the class holds.
   task_head: hf_checkpoint.TaskHead | None  # A fine-tuned head.
@@ -79,6 +80,11 @@ class Plan(NamedTuple):
   beside: dict[str, Any]  # Head parameters no class holds, saved beside.
   note: str  # Why `beside` is not loaded ("" when nothing is beside).
   task: dict[str, Any] | None = None  # A fine-tuned run's task mapping (with its labels).
+
+  @property
+  def remote(self) -> bool:
+    """Whether the class is launch/hf_modeling's (remote code) rather than HF's."""
+    return MODEL_CODE[1] in self.code
 
 
 def checked_out(out: Path) -> Path:
@@ -133,11 +139,11 @@ def pretraining_plan(params: dict[str, Any], cfg) -> Plan:
     auto = "AutoModelForPreTraining" if "nsp" in heads else "AutoModelForMaskedLM"
     classes = {auto: architecture, "AutoModelForMaskedLM": "EncoderlabModernBertForMaskedLM"}
     fields = remote_fields(layout, architecture, classes, {"objectives": sorted(heads)})
-    return Plan(architecture, auto, True, MODEL_CODE, heads, None, fields, beside, note)
+    return Plan(architecture, auto, MODEL_CODE, heads, None, fields, beside, note)
   architecture = hf_checkpoint.architecture_of(heads, layout, electra)
   auto = ("AutoModelForPreTraining" if architecture.endswith("ForPreTraining") else
           "AutoModelForMaskedLM" if architecture.endswith("ForMaskedLM") else "AutoModel")
-  return Plan(architecture, auto, False, (), heads, None, {}, beside, note)
+  return Plan(architecture, auto, (), heads, None, {}, beside, note)
 
 
 def finetuned_plan(config, params: dict[str, Any], layout: str, results: dict[str, Any]) -> Plan:
@@ -149,7 +155,7 @@ def finetuned_plan(config, params: dict[str, Any], layout: str, results: dict[st
   head = family.hf_head(params[name], results.get("threshold"))
   if head.task is None:
     architecture = hf_checkpoint.architecture_of((), layout)
-    return Plan(architecture, "AutoModel", False, (), {}, None, {}, {name: head.beside}, head.note, family.task)
+    return Plan(architecture, "AutoModel", (), {}, None, {}, {name: head.beside}, head.note, family.task)
   native = head.native if layout == "bert" else None
   fields = head.head | ({"word_pattern": predict.word_pattern(config.task), "max_length": config.task.max_length}
                         if family.word_level else {})
@@ -160,11 +166,11 @@ def finetuned_plan(config, params: dict[str, Any], layout: str, results: dict[st
   if native:
     head_config = head.config | ({"encoderlab_head": fields} | pipeline if pipelines else {})
     task_head = hf_checkpoint.TaskHead(native, head.tensors, head_config, head.pooler)
-    return Plan(native, auto, False, code, {}, task_head, {}, {}, "", family.task)
+    return Plan(native, auto, code, {}, task_head, {}, {}, "", family.task)
   architecture = f"Encoderlab{'ModernBert' if layout == 'modernbert' else 'Bert'}For{head.task}"
   task_head = hf_checkpoint.TaskHead(architecture, head.tensors, head.config, head.pooler)
   config_fields = remote_fields(layout, architecture, {auto: architecture}, fields) | pipeline
-  return Plan(architecture, auto, True, code, {}, task_head, config_fields, {}, "", family.task)
+  return Plan(architecture, auto, code, {}, task_head, config_fields, {}, "", family.task)
 
 
 def tokenizer_config(files: list[Path], max_length: int | None) -> dict[str, str]:
@@ -200,9 +206,11 @@ def export(workdir: str | Path, out: str | Path, checkpoint: str = "best") -> tu
   plan = finetuned_plan(config, params, layout, results) if finetuned else pretraining_plan(params, cfg)
   tokenizer = tokenizer_files(config.data.tokenizer)
   code = {name: text for name, text in hf_modeling.sources().items() if name in plan.code}
+  fields = plan.config_fields | (dict(plan.task_head.config) if plan.task_head else {})
   card = model_card.card(config, results, model_card.Export(
       plan.architecture, plan.auto_class, plan.remote, PIPELINE_CODE in plan.code, PIPELINES.get(plan.auto_class),
-      plan.task, checkpoint, step, plan.note, sorted(flat(plan.beside))))
+      fields.get("encoderlab_head") or {}, len(fields.get("id2label", ())) == 1, plan.task, checkpoint, step, plan.note,
+      sorted(flat(plan.beside))))
   files = code | tokenizer_config(tokenizer, config.task.max_length if finetuned else None) | {CARD: card}
   hf_checkpoint.save_hf_checkpoint(out, cfg, params["encoder"], plan.heads, tokenizer, task_head=plan.task_head,
                                    config_fields=plan.config_fields, files=files)

@@ -34,6 +34,8 @@ class Export(NamedTuple):
   remote: bool  # Whether the class is the remote code's (modeling_encoderlab.py) rather than HF's.
   remote_pipeline: bool  # Whether its pipeline is the remote code's (pipeline_encoderlab.py).
   pipeline: str | None  # The transformers pipeline task that runs it, if any.
+  head: dict[str, Any]  # config.json's encoderlab_head (what remote code reads), {} when it has none.
+  one_label: bool  # Whether a sequence classifier has one output (a score: HF's pipeline would apply a sigmoid).
   task: dict[str, Any] | None  # A fine-tuned run's task mapping (with its labels).
   checkpoint: str  # "best" or "latest".
   step: int  # The checkpoint's step.
@@ -181,60 +183,60 @@ def _usage(export: Export, config: ml_collections.ConfigDict) -> list[str]:
            f'tokenizer = AutoTokenizer.from_pretrained("DIR"{trust})']
   if export.pipeline is None:
     return lines
-  name = export.task["name"] if export.task else ""
-  pairs = name in ("classification", "regression") and predict.reader_options(config.task).get("text_b") is not None
+  pairs = export.task is not None and predict.reader_options(config.task).get("text_b") is not None
   call = {"text-classification": ('{"text": "A man plays a guitar.", "text_pair": "Someone plays music."}' if pairs
-                                  else '"A gripping, funny film."'),
-          "token-classification": '"EU rejects German call to boycott British lamb."',
+                                  else '"A gripping, funny film."')
+                                 + (', function_to_apply="none"' if export.one_label else ", top_k=None")
+                                 + ", truncation=True",
+          "token-classification": '"EU rejects German call to boycott British lamb."'
+                                  + ("" if export.head.get("kind") == "spans" else ", ignore_labels=[]"),
           "question-answering": 'question="Who plays?", context="A man plays a guitar."',
           "fill-mask": '"Paris is the [MASK] of France."'}[export.pipeline]
-  options = {"regression": ', function_to_apply="none", truncation=True',
-             "classification": ", top_k=None, truncation=True", "tagging": ", ignore_labels=[]"}
   trust = ", trust_remote_code=True" if export.remote or export.remote_pipeline else ""
-  return lines + [f'run = pipeline("{export.pipeline}", model="DIR"{trust})', f"run({call}{options.get(name, '')})"]
+  return lines + [f'run = pipeline("{export.pipeline}", model="DIR"{trust})', f"run({call})"]
 
 
-def _head_notes(export: Export, results: dict[str, Any]) -> list[str]:
-  """What HF computes natively and what through remote code, and where HF's pipeline decodes otherwise."""
-  task = export.task or {}
-  name = task.get("name", "")
+def _head_notes(export: Export, config: ml_collections.ConfigDict) -> list[str]:
+  """What HF computes natively and what through remote code, and where its pipelines cut and decode."""
+  head = export.head
   if export.remote:
+    encoder = "ModernBertModel" if "ModernBert" in export.architecture else "BertModel"
     notes = [f"`{export.architecture}` is remote code: `modeling_encoderlab.py` (with `configuration_encoderlab.py`) "
-             "beside the weights, which imports only torch and transformers. The encoder is HF's own `BertModel` / "
-             "`ModernBertModel`; the head is what HF has no class for. Without `trust_remote_code=True` the Auto "
-             "classes refuse to load it (its model_type is the remote config's)."]
+             f"beside the weights, which imports only torch and transformers. The encoder is HF's own `{encoder}`; "
+             "the head is what HF has no class for. Without `trust_remote_code=True` the Auto classes refuse to load "
+             "it (its model_type is the remote config's)."]
   else:
     notes = [f"`{export.architecture}` is HF's own class: it computes the run's outputs with no remote code."]
-  if name in ("classification", "regression"):
-    notes.append(f"With `truncation=True` the pipeline cuts inputs at `model_max_length` = {task['max_length']} tokens "
-                 "(the run's `task.max_length`), as `launch.predict` does.")
-  if name == "regression":
+  max_length = config.task.max_length if export.task else None
+  if export.pipeline == "text-classification":
+    notes.append(f"With `truncation=True` HF's pipeline cuts inputs at `model_max_length` = {max_length} tokens (the "
+                 "run's `task.max_length`), as `launch.predict` does.")
+  if export.one_label:
     notes.append('The score is the one logit: pass `function_to_apply="none"` (the text-classification pipeline '
                  "applies a sigmoid to a single label otherwise).")
-  if name in ("tagging", "span_ner") and export.remote:
-    threshold = results.get("threshold")
+  if export.pipeline == "token-classification" and export.remote_pipeline:
+    threshold = head.get("threshold")
     notes.append("The token-classification pipeline is `pipeline_encoderlab.py` (config.json's `custom_pipelines`): "
                  "it splits raw text into words as `launch.predict` does (or takes a word list with "
-                 "`is_split_into_words=True`), cuts at the run's `task.max_length`, passes word boundaries and word "
-                 "shapes to the model and returns one entry per word (`ignore_labels=[]` keeps \"O\"), or entity "
-                 "groups with `aggregation_strategy`" + (
+                 f"`is_split_into_words=True`), cuts at the run's `task.max_length` ({max_length} tokens), passes "
+                 "word boundaries and word shapes to the model and returns one entry per word (`ignore_labels=[]` "
+                 "keeps \"O\"), or entity groups with `aggregation_strategy`" + (
                      f"; span NER keeps the spans whose probability reaches the threshold tuned on dev "
-                     f"({threshold:.4g})" if name == "span_ner" and threshold is not None else "") + ".")
-  if name == "tagging" and not export.remote:
+                     f"({threshold:.4g})" if head.get("kind") == "spans" and threshold is not None else "") + ".")
+  elif export.pipeline == "token-classification":
     notes.append("The run tags each word at its first token. HF's pipeline cuts at `model_max_length` = "
-                 f"{task['max_length']} tokens (the run's `task.max_length`); its token entry that starts at a word's "
-                 "first character carries the run's tag (`aggregation_strategy=\"first\"` groups the words of HF's "
+                 f"{max_length} tokens (the run's `task.max_length`); its token entry that starts at a word's first "
+                 "character carries the run's tag (`aggregation_strategy=\"first\"` groups the words of HF's "
                  "tokenizer, which also splits at punctuation inside a word such as \"U.S.\").")
-  if name == "question_answering":
-    threshold = results.get("threshold")
+  if export.pipeline == "question-answering":
     notes.append("The question-answering pipeline is `pipeline_encoderlab.py` (config.json's `custom_pipelines`; "
-                 "transformers 5 has no extractive one): it cuts the question at "
-                 f"{task.get('max_question_length')} tokens, reads the context in windows of {task['max_length']} "
-                 f"tokens whose starts are {task.get('doc_stride')} tokens apart and answers with the best start and "
-                 f"end among each window's {task.get('n_best')} best, at most {task.get('max_answer_length')} tokens "
-                 "apart, by the sum of their logits (BERT's run_squad), as `launch.predict` does"
-                 + (f"; the empty answer when the [CLS] score beats it by more than {threshold:.4g}, the threshold "
-                    "tuned on dev" if task.get("unanswerable") and threshold is not None else "") + ".")
+                 f"transformers 5 has no extractive one): it cuts the question at {head['max_question_length']} "
+                 f"tokens, reads the context in windows of {head['max_length']} tokens whose starts are "
+                 f"{head['doc_stride']} tokens apart and answers with the best start and end among each window's "
+                 f"{head['n_best']} best, at most {head['max_answer_length']} tokens apart, by the sum of their logits "
+                 "(BERT's run_squad), as `launch.predict` does"
+                 + (f"; the empty answer when the [CLS] score beats it by more than {head['threshold']:.4g}, the "
+                    "threshold tuned on dev" if head["unanswerable"] and head["threshold"] is not None else "") + ".")
   if export.beside:
     notes.append(f"`head.safetensors` holds {', '.join(export.beside)}, which no class loads: {export.note}.")
   return notes
@@ -254,11 +256,12 @@ def card(config: ml_collections.ConfigDict, results: dict[str, Any], export: Exp
            f"Exported by `python -m launch.export` from the run's {export.checkpoint} checkpoint (step {export.step}) "
            f"as `{export.architecture}`: {model.num_layers} layers, hidden size {model.hidden_size}, "
            f"{model.num_heads} heads.{labels}", "", "## Use", "", "```python", *_usage(export, config), "```", "",
-           *(f"- {note}" for note in _head_notes(export, results)), "",
+           *(f"- {note}" for note in _head_notes(export, config)), "",
            "## Training", "", f"- Data: {description}; licence: {data_licence(files)}.",
            f"- Init: {f'`{config.init}`' if config.get('init') else 'random'}.",
            "- Command (rebuilds the run's config from configs/):", "", "```bash", training_command(config), "```", ""]
   if rows:
-    lines += ["## Results", "", "From the run's results.json (the test split scored with the best-dev parameters).",
+    lines += ["## Results", "", "From the run's results.json, in percent (the test split scored with the best-dev "
+              "parameters).",
               "", "| split | metric | value |", "|---|---|---|", *rows, ""]
   return "\n".join(lines)

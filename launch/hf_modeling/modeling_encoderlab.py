@@ -163,7 +163,7 @@ class SentenceHead:
     logits = self.classifier(sentence)
     loss = None
     if labels is not None:
-      loss = (F.mse_loss(logits[:, 0], labels.to(logits.dtype)) if self.config.problem_type == "regression"
+      loss = (F.mse_loss(logits[:, 0], labels.to(logits.dtype)) if self.config.num_labels == 1  # A score.
               else F.cross_entropy(logits, labels))
     return SentenceClassifierOutput(loss=loss, logits=logits,
                                     score=None if self.score is None else self.score(sentence)[:, 0])

@@ -180,7 +180,8 @@ class QuestionAnsweringPipeline(Pipeline):
       spans.append([(OUTSIDE, OUTSIDE)] * len(prefix) + offsets[first:last] + [(OUTSIDE, OUTSIDE)])
     length = max(map(len, windows))
     pad = lambda rows, value: torch.tensor([row + [value] * (length - len(row)) for row in rows])
-    return {"input_ids": pad(windows, self.tokenizer.pad_token_id), "attention_mask": pad([[1] * len(w) for w in windows], 0),
+    return {"input_ids": pad(windows, self.tokenizer.pad_token_id),
+            "attention_mask": pad([[1] * len(w) for w in windows], 0),
             "token_type_ids": pad([[0] * len(prefix) + [1] * (len(w) - len(prefix)) for w in windows], 0),
             "char_spans": spans, "context": inputs["context"]}
 
