@@ -8,7 +8,9 @@ ARCHITECTURES); which HF layout an EncoderConfig exports to is `hf_layout(cfg)`.
 ELECTRA (model_type "electra": factorized embeddings, no pooler) comes as two directories, as Google released it:
 the discriminator (ElectraForPreTraining) and, in its `generator/` subdirectory, the generator (ElectraForMaskedLM)
 whose embeddings are the discriminator's; they become our encoder and the "electra" head's tree
-(objectives/electra.py). An ElectraForMaskedLM alone imports as an encoder with an MLM head.
+(objectives/electra.py). An ElectraForMaskedLM alone imports as an encoder with an MLM head. A fine-tuned checkpoint
+(HF's BertFor*Classification / BertForQuestionAnswering, or an export whose heads are remote code:
+REMOTE_MODEL_TYPES) imports as its encoder; writing one takes a `TaskHead`.
 """
 
 import contextlib
