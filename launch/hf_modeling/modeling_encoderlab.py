@@ -33,6 +33,16 @@ _WORD_INPUTS = ("pass word_ids and case_ids: pipeline_encoderlab.encode_words, o
                 "model=..., trust_remote_code=True)")
 
 
+def inference_only(kwargs: dict) -> None:
+  """Refuses training targets: these heads compute the run's predictions; training goes on in encoderlab
+  (`init=hf:<this directory>` starts from the export's encoder)."""
+  given = sorted(key for key in ("labels", "start_positions", "end_positions", "next_sentence_label")
+                 if kwargs.get(key) is not None)
+  if given:
+    raise NotImplementedError(f"{given}: this head has no training loss here; fine-tune with encoderlab from "
+                              "init=hf:<this directory>")
+
+
 def first_positions(word_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
   """(position of each word's first token [B, W] in word order, 0 at padding; real words [B, W] bool)."""
   previous = F.pad(word_ids[:, :-1], (1, 0), value=IGNORE)
@@ -235,6 +245,7 @@ class WordHead:
 
   def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, word_ids=None, case_ids=None,
               **kwargs) -> WordTaggerOutput | SpanClassifierOutput:
+    inference_only(kwargs)
     head = self.config.encoderlab_head
     spans = head["kind"] == "spans"
     if word_ids is None and (spans or head["last_subword"] or head["crf"]):
@@ -348,6 +359,7 @@ class QuestionAnsweringHead:
     self.post_init()
 
   def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, **kwargs):
+    inference_only(kwargs)
     last, _ = self.encode(input_ids, attention_mask, token_type_ids)
     start, end = self.qa_outputs(last).unbind(-1)
     return QuestionAnsweringModelOutput(start_logits=start, end_logits=end)
@@ -427,6 +439,7 @@ class EncoderlabModernBertForPreTraining(EncoderlabModernBertForMaskedLM):
     self.post_init()
 
   def forward(self, input_ids=None, attention_mask=None, **kwargs) -> PreTrainingOutput:
+    inference_only(kwargs)
     last = self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     return PreTrainingOutput(prediction_logits=self.decoder(self.head(last)),
                              seq_relationship_logits=self.seq_relationship(self.pooler(last[:, 0])))

@@ -24,7 +24,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from configs import checks, finetune, pretrain
-from encoder import errors, hf_checkpoint, init_from
+from encoder import errors, init_from
 from encoder.config import from_fields
 from encoder.tokenizer import load_tokenizer
 from launch import export, model_card, predict, train, workload
