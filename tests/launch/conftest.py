@@ -34,7 +34,8 @@ def run_spec(name: str) -> tuple[str | None, dict, str | None]:
   UNPINNED_RUNS, or any other preset of configs/finetune.py at runlocal size."""
   if name in RUNS | UNPINNED_RUNS:
     return (RUNS | UNPINNED_RUNS)[name]
-  return f"task={name},runlocal", {}, tfds_builders.PRESETS[finetune.TASK_PRESETS[name]["dataset"]].files["train"]
+  dataset = tfds_builders.PRESETS.get(finetune.TASK_PRESETS[name].get("dataset", ""))
+  return f"task={name},runlocal", {}, dataset.files["train"] if dataset else None
 
 
 def run_config(name: str):
