@@ -8,7 +8,9 @@ ARCHITECTURES); which HF layout an EncoderConfig exports to is `hf_layout(cfg)`.
 ELECTRA (model_type "electra": factorized embeddings, no pooler) comes as two directories, as Google released it:
 the discriminator (ElectraForPreTraining) and, in its `generator/` subdirectory, the generator (ElectraForMaskedLM)
 whose embeddings are the discriminator's; they become our encoder and the "electra" head's tree
-(objectives/electra.py). An ElectraForMaskedLM alone imports as an encoder with an MLM head.
+(objectives/electra.py). An ElectraForMaskedLM alone imports as an encoder with an MLM head. A fine-tuned checkpoint
+(HF's BertFor*Classification / BertForQuestionAnswering, or an export whose heads are remote code:
+REMOTE_MODEL_TYPES) imports as its encoder; writing one takes a `TaskHead`.
 """
 
 import contextlib
@@ -37,12 +39,17 @@ IGNORED_TENSORS = ("embeddings.position_ids",)  # A constant buffer (0..max_posi
 # HF hidden_act -> ours; "gelu" is the exact (erf) GELU, the other two the tanh approximation.
 _ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 _HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new"}
-_POOLERLESS = ("BertForTokenClassification",)  # Task classes built without BertModel's pooler.
+# model_type of exports whose heads need remote code (launch/hf_modeling's config classes) -> the encoder's.
+REMOTE_MODEL_TYPES = {"encoderlab-bert": "bert", "encoderlab-modernbert": "modernbert"}
+# Suffixes of fine-tuned (task) classes: their head tensors are not imported, a missing pooler comes back as zeros.
+TASK_CLASS_SUFFIXES = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+_ENCODER_ROOTS = ("embeddings", "embeddings_project", "encoder", "pooler", "layers", "final_norm")  # Tensor roots.
 PRETRAINING_HEADS = ("mlm", "nsp", "electra")  # The pretraining heads HF's classes hold (our objective names).
 # Which HF class a checkpoint is, from the heads it carries.
 _ARCHITECTURES = {(): "BertModel", ("mlm",): "BertForMaskedLM", ("mlm", "nsp"): "BertForPreTraining",
                   ("nsp",): "BertForNextSentencePrediction", ("electra",): "ElectraForPreTraining"}
 _ELECTRA_ARCHITECTURES = {(): "ElectraModel", ("mlm",): "ElectraForMaskedLM", ("electra",): "ElectraForPreTraining"}
+_MODERNBERT_ARCHITECTURES = {(): "ModernBertModel", ("mlm",): "ModernBertForMaskedLM"}
 GENERATOR_DIRECTORY = "generator"  # ELECTRA's generator (ElectraForMaskedLM) beside its discriminator.
 _CONVERT_HINT = ("convert it once with `transformers`: AutoModel.from_pretrained(dir).save_pretrained(dir, "
                  "safe_serialization=True) (use the class named in config.json's architectures to keep its heads)")
@@ -195,11 +202,18 @@ def _modernbert_tensors(cfg: EncoderConfig) -> list[_Tensor]:
 
 def _modernbert_head_tensors(cfg: EncoderConfig) -> dict[str, list[_Tensor]]:
   """ModernBertForMaskedLM's head as our MLM head: dense (+ bias) -> act -> LayerNorm (+ bias) -> tied decoder +
-  bias."""
+  bias; and the NSP classifier of an encoderlab export (`seq_relationship`, launch/hf_modeling), which HF's
+  ModernBERT classes lack."""
   H = cfg.hidden_size
   return {"mlm": (_dense(("mlm", "transform"), "head.dense", H, H) + _norm(("mlm", "layer_norm"), "head.norm", H)
                   + [_Tensor(("mlm", "output_bias"), (cfg.vocab_size,), ("decoder.bias",), (cfg.vocab_size,),
-                             "copy")])}
+                             "copy")]),
+          "nsp": _dense(("nsp",), "seq_relationship", H, 2)}
+
+
+def _modernbert_pooler(cfg: EncoderConfig) -> list[_Tensor]:
+  """Our pooler (BERT's, which HF's ModernBERT lacks) as an encoderlab export holds it: `pooler.dense`."""
+  return _linear(("pooler",), "pooler.dense", (cfg.hidden_size,), (cfg.hidden_size,), cfg.use_bias)
 
 
 def hf_layout(cfg: EncoderConfig) -> str:
@@ -273,6 +287,8 @@ def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
     return UnsupportedArchitectureError(f"{source}: field {field!r} = {hf_config.get(field)!r}: {why}; only BERT "
                                         "encoders (model_type 'bert', e.g. BertModel/BertForPreTraining), ELECTRA "
                                         "('electra') and ModernBERT ('modernbert') import")
+  hf_config = hf_config | {"model_type": REMOTE_MODEL_TYPES.get(hf_config.get("model_type"),
+                                                                hf_config.get("model_type"))}
   if hf_config.get("model_type") == "modernbert":
     return _modernbert_config_from_hf(hf_config, source)
   if hf_config.get("model_type") not in ("bert", "electra"):
@@ -352,12 +368,15 @@ def _modernbert_config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
     if parameters.get("rope_type", "default") != "default":
       raise unsupported("rope_parameters", f"{kind} uses rope_type {parameters['rope_type']!r}; only 'default' RoPE")
     thetas[kind] = float(parameters.get("rope_theta", hf_config.get(legacy, default)))
-  every = hf_config.get("global_attn_every_n_layers", 3)
-  layer_types = hf_config.get("layer_types") or [
-      "full_attention" if i % every == 0 else "sliding_attention" for i in range(values["num_layers"])]
+  stated = hf_config.get("global_attn_every_n_layers", 3)
+  pattern = lambda every: ["full_attention" if i % every == 0 else "sliding_attention"
+                           for i in range(values["num_layers"])]
+  layer_types = hf_config.get("layer_types") or pattern(stated)
   if len(layer_types) != values["num_layers"]:
     raise unsupported("layer_types", f"{len(layer_types)} entries for {values['num_layers']} layers")
-  every = _global_every(layer_types, source)
+  # The stated period when it gives layer_types (a few layers fit several), else the shortest that does.
+  every = (stated if isinstance(stated, int) and stated > 1 and layer_types == pattern(stated)
+           else _global_every(layer_types, source))
   if not every:
     values["local_attention_window"] = 0
   try:
@@ -383,12 +402,14 @@ def _modernbert_config_to_hf(cfg: EncoderConfig, architecture: str) -> dict[str,
       "max_position_embeddings": cfg.max_positions, "norm_eps": cfg.layer_norm_eps, "norm_bias": cfg.use_bias,
       "attention_bias": cfg.use_bias, "mlp_bias": cfg.use_bias, "pad_token_id": cfg.pad_token_id,
       "bos_token_id": None, "eos_token_id": None, "cls_token_id": None, "sep_token_id": None,
-      "layer_types": layer_types, "local_attention": cfg.local_attention_window or 128,
+      "layer_types": layer_types, "global_attn_every_n_layers": cfg.global_attention_every,
+      "local_attention": cfg.local_attention_window or 128,
       "rope_parameters": {"full_attention": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
                           "sliding_attention": {"rope_theta": cfg.rope_local_theta, "rope_type": "default"}},
       "embedding_dropout": cfg.hidden_dropout, "mlp_dropout": cfg.hidden_dropout,
       "attention_dropout": cfg.attention_dropout, "initializer_range": cfg.initializer_range,
-      "classifier_activation": _HF_MODERNBERT_ACTIVATION[cfg.hidden_act], "decoder_bias": True,
+      # Our MLM head's GELU (objectives/mlm.py), whatever the feed-forward's activation.
+      "classifier_activation": "gelu_new" if cfg.hidden_act == "gelu_tanh" else "gelu", "decoder_bias": True,
       "tie_word_embeddings": True, "dtype": np.dtype(cfg.param_dtype).name}
 
 
@@ -417,8 +438,9 @@ def config_to_hf(cfg: EncoderConfig, architecture: str = "BertModel") -> dict[st
       **({"embedding_size": cfg.embedding_width} if electra else {})}
 
 
-def _read_config(directory: Path) -> tuple[EncoderConfig, bool]:
-  """(the EncoderConfig of directory's config.json, whether it is an ELECTRA checkpoint)."""
+def _read_config(directory: Path) -> tuple[EncoderConfig, bool, str]:
+  """(the EncoderConfig of directory's config.json, whether it is an ELECTRA checkpoint, its class: the first of
+  its architectures, "" when it names none)."""
   path = directory / CONFIG_FILE
   if not path.is_file():
     raise MissingConfigError(f"{path} not found: a HuggingFace checkpoint directory needs {CONFIG_FILE} beside "
@@ -433,7 +455,9 @@ def _read_config(directory: Path) -> tuple[EncoderConfig, bool]:
                                  f"{err.start}") from err
   if not isinstance(hf_config, dict):
     raise CorruptCheckpointError(f"{path}: expected a JSON object, found a {type(hf_config).__name__}")
-  return config_from_hf(hf_config, str(path)), hf_config["model_type"] == "electra"
+  architectures = hf_config.get("architectures") or [""]
+  return (config_from_hf(hf_config, str(path)), hf_config["model_type"] == "electra",
+          architectures[0] if isinstance(architectures, list) and isinstance(architectures[0], str) else "")
 
 
 def checked_config(directory: str | os.PathLike) -> EncoderConfig:
@@ -442,7 +466,7 @@ def checked_config(directory: str | os.PathLike) -> EncoderConfig:
   directory = Path(directory)
   if not directory.is_dir():
     raise MissingConfigError(f"{directory} is not a directory: expected a HuggingFace checkpoint directory")
-  cfg, _ = _read_config(directory)
+  cfg, _, _ = _read_config(directory)
   _weight_files(directory)
   return cfg
 
@@ -547,7 +571,9 @@ def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool =
   pooler (BertForMaskedLM) gets a zero pooler instead of raising MissingTensorError. ELECTRA (no pooler: always a
   zero one): ElectraForMaskedLM's head is "mlm"; ElectraForPreTraining's is {"electra": {"discriminator": ...,
   "generator": {"encoder": its encoder without the shared embeddings, "head": its "mlm"}}}, the generator read from
-  the `generator/` subdirectory when there is one.
+  the `generator/` subdirectory when there is one. A fine-tuned checkpoint (a *ForSequenceClassification,
+  *ForTokenClassification or *ForQuestionAnswering, HF's or an encoderlab export's remote class) gives its encoder:
+  its task head is left out, a pooler it lacks (heads that never read it) comes back as zeros.
   """
   directory = Path(directory)
   if directory.is_file():
@@ -556,14 +582,18 @@ def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool =
                + (f" ({_CONVERT_HINT})" if kind is PickledCheckpointError else ""))
   if not directory.is_dir():
     raise MissingConfigError(f"{directory} is not a directory: expected a HuggingFace checkpoint directory")
-  cfg, electra = _read_config(directory)
+  cfg, electra, architecture = _read_config(directory)
+  task = architecture.endswith(TASK_CLASS_SUFFIXES)
   files = _weight_files(directory)
   source = str(files[0]) if len(files) == 1 else str(directory / INDEX_FILE)
   found, origin = _read_tensors(files)
   if hf_layout(cfg) == "modernbert":
     params, heads = _gather_modernbert(cfg, found, origin, source)
   else:
-    params, heads = _gather_bert(cfg, found, origin, source, init_missing_pooler, electra)
+    params, heads = _gather_bert(cfg, found, origin, source, init_missing_pooler or task, electra)
+  if task:  # The task head (what is left outside the encoder's modules) and any prediction head are not imported.
+    found = {name: array for name, array in found.items() if name.split(".")[0] in _ENCODER_ROOTS}
+    heads = {}
   if found:
     names = sorted(origin[name] for name in found)
     raise UnexpectedTensorError(f"{source}: unexpected tensor(s) {', '.join(names[:5])}"
@@ -596,22 +626,31 @@ def _gather_bert(cfg: EncoderConfig, found: dict, origin: dict, source: str, ini
 
 def _gather_modernbert(cfg: EncoderConfig, found: dict, origin: dict, source: str) -> tuple[dict, dict]:
   """(params, heads) popped from a ModernBertModel / ModernBertForMaskedLM checkpoint's tensors: a zero pooler
-  (ModernBERT has none) and the MLM head with zeros for the biases the checkpoint's config leaves out."""
+  (ModernBERT has none; an encoderlab export's, `pooler.dense`, when it has one) and the MLM head with zeros for the
+  biases the checkpoint's config leaves out (and the NSP head, `seq_relationship`, of an encoderlab export)."""
   weight = found.pop("decoder.weight", None)
   if weight is not None and not np.array_equal(weight, found.get("embeddings.tok_embeddings.weight")):
     raise UnsupportedArchitectureError(
         f"tensor {origin['decoder.weight']} differs from the word embeddings: an untied MLM decoder is not supported "
         "(our MLM head reuses the input embeddings)")
   params = _gather(_modernbert_tensors(cfg), found, origin, cfg, source)
-  pooler = {"kernel": np.zeros((cfg.hidden_size, cfg.hidden_size), cfg.param_dtype)}
-  params["pooler"] = pooler | ({"bias": np.zeros(cfg.hidden_size, cfg.param_dtype)} if cfg.use_bias else {})
-  (head,) = _modernbert_head_tensors(cfg).values()
+  pooler = _modernbert_pooler(cfg)
+  if any(name in found for t in pooler for name in t.hf_names):
+    params |= _gather(pooler, found, origin, cfg, source)
+  else:
+    params["pooler"] = {"kernel": np.zeros((cfg.hidden_size, cfg.hidden_size), cfg.param_dtype)} | (
+        {"bias": np.zeros(cfg.hidden_size, cfg.param_dtype)} if cfg.use_bias else {})
+  heads = {}
+  nsp = _modernbert_head_tensors(cfg)["nsp"]
+  if any(name in found for t in nsp for name in t.hf_names):
+    heads = _gather(nsp, found, origin, cfg, source)
+  head = _modernbert_head_tensors(cfg)["mlm"]
   if not any(name in found for t in head for name in t.hf_names):
-    return params, {}
+    return params, heads
   for name, width in zip(_MODERNBERT_OPTIONAL, (cfg.hidden_size, cfg.hidden_size, cfg.vocab_size)):
     if name not in found:
       found[name], origin[name] = np.zeros(width, cfg.param_dtype), f"{name!r} (absent: zeros)"
-  return params, _gather(head, found, origin, cfg, source)
+  return params, heads | _gather(head, found, origin, cfg, source)
 
 
 def _generator(directory: Path, embeddings: Mapping) -> dict:
@@ -646,33 +685,42 @@ def generator_config(cfg: EncoderConfig, generator: Mapping) -> EncoderConfig:
                      embedding_size=cfg.embedding_width)
 
 
-def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None,
-             electra: bool = False) -> dict[str, np.ndarray]:
+def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None, electra: bool = False, *,
+             pooler: bool | None = None, prefix: str | None = None, remote: bool = False) -> dict[str, np.ndarray]:
   """{HF tensor name: array} for our params (+ heads, then with BertForPreTraining's "bert." prefix, or
   ModernBertForMaskedLM's "model.": its head's all-zero dense bias and, bias-free, its LayerNorm bias left out);
   electra: ELECTRA's names ("electra." prefix, no pooler; heads "mlm" as the generator's, "electra" the
-  discriminator's)."""
+  discriminator's). A ModernBERT encoder's NSP head (`seq_relationship`) and pooler (`pooler.dense`, outside the
+  prefix) are an encoderlab export's (launch/hf_modeling), HF's ModernBERT has neither. pooler: whether the pooler is
+  written (default: BERT's always, but ELECTRA's; ModernBERT's with an NSP head); prefix: the encoder's (default:
+  as above, "" without heads); remote: for launch/hf_modeling's ModernBERT classes, whose MLM head keeps every
+  bias."""
   heads = heads or {}
   modernbert = hf_layout(cfg) == "modernbert"
-  exportable = ("mlm",) if modernbert else PRETRAINING_HEADS
+  exportable = ("mlm", "nsp") if modernbert else PRETRAINING_HEADS
   unknown = sorted(set(heads) - set(exportable))
   if unknown:
     raise UnexpectedTensorError(f"heads has unknown entries {unknown}; only {exportable} export")
-  prefix = ("model." if modernbert else "electra." if electra else "bert.") if heads else ""
+  if prefix is None:
+    prefix = ("model." if modernbert else "electra." if electra else "bert.") if heads else ""
+  pooler = ("nsp" in heads if modernbert else not electra) if pooler is None else pooler
   head_tensors = _modernbert_head_tensors(cfg) if modernbert else _head_tensors(cfg, electra)
   state = {}
-  for t in _modernbert_tensors(cfg) if modernbert else _encoder_tensors(cfg, pooler=not electra):
-    leaf = _get(params, t.path, "params")
-    if leaf.shape != t.shape:
-      raise ShapeMismatchError(f"params/{'/'.join(t.path)} has shape {leaf.shape}, expected {t.shape} for the config")
-    state.update({prefix + n: a for n, a in zip(t.hf_names, _to_hf(t, leaf))})
-  for head in heads:
-    for t in head_tensors[head]:
-      leaf = _get(heads, t.path, "heads")
+
+  def put(tensors: list[_Tensor], tree: Mapping, what: str, prefix: str) -> None:
+    for t in tensors:
+      leaf = _get(tree, t.path, what)
       if leaf.shape != t.shape:
-        raise ShapeMismatchError(f"heads/{'/'.join(t.path)} has shape {leaf.shape}, expected {t.shape}")
-      state.update(zip(t.hf_names, _to_hf(t, leaf)))
-  if modernbert and heads:
+        raise ShapeMismatchError(f"{what}/{'/'.join(t.path)} has shape {leaf.shape}, expected {t.shape} for the "
+                                 "config")
+      state.update({prefix + n: a for n, a in zip(t.hf_names, _to_hf(t, leaf))})
+
+  put(_modernbert_tensors(cfg) if modernbert else _encoder_tensors(cfg, pooler=pooler), params, "params", prefix)
+  if modernbert and pooler:
+    put(_modernbert_pooler(cfg), params, "params", "")
+  for head in heads:
+    put(head_tensors[head], heads, "heads", "")
+  if modernbert and "mlm" in heads and not remote:
     if not state["head.dense.bias"].any():  # classifier_bias=False.
       del state["head.dense.bias"]
     if not cfg.use_bias:  # norm_bias=False holds for the head's LayerNorm too.
@@ -684,14 +732,19 @@ def hf_state(cfg: EncoderConfig, params: Mapping, heads: Mapping | None = None,
   return state
 
 
+def holds_mlm(cfg: EncoderConfig, heads: Mapping) -> bool:
+  """Whether HF's ModernBertForMaskedLM holds heads["mlm"] exactly: not when a bias-free encoder (use_bias=False:
+  norm_bias=False) has an MLM head whose LayerNorm bias trained away from zero."""
+  return cfg.use_bias or not np.asarray(heads["mlm"]["layer_norm"]["bias"]).any()
+
+
 def architecture_of(heads: Iterable[str], layout: str = "bert", electra: bool = False) -> str:
   """The HF class of a checkpoint with these pretraining heads (PRETRAINING_HEADS) in `layout` (`hf_layout`), e.g.
   BertForPreTraining, ModernBertForMaskedLM; electra: ELECTRA's classes (ElectraModel, ElectraForMaskedLM,
   ElectraForPreTraining)."""
-  if layout == "modernbert":
-    return "ModernBertForMaskedLM" if tuple(heads) == ("mlm",) else "ModernBertModel"
   key = tuple(sorted(heads))
-  architectures = _ELECTRA_ARCHITECTURES if electra else _ARCHITECTURES
+  architectures = (_MODERNBERT_ARCHITECTURES if layout == "modernbert" else _ELECTRA_ARCHITECTURES if electra
+                   else _ARCHITECTURES)
   if key not in architectures:
     raise UnexpectedTensorError(f"no HuggingFace class holds the heads {list(key)} together (known: "
                                 f"{', '.join(f'{list(k)} -> {v}' for k, v in architectures.items())})")
@@ -705,54 +758,69 @@ def linear_to_hf(name: str, dense: Mapping) -> dict[str, np.ndarray]:
           f"{name}.bias": np.asarray(dense["bias"])}
 
 
+class TaskHead(NamedTuple):
+  """A fine-tuned head as an HF class holds it (`save_hf_checkpoint`)."""
+  architecture: str  # config.json's class, e.g. BertForTokenClassification (an encoderlab export's remote class).
+  tensors: Mapping[str, np.ndarray]  # The head's tensors, HF names (e.g. {"classifier.weight": ..., ...}).
+  config: Mapping[str, Any]  # Its config.json fields (id2label, ...).
+  pooler: bool  # Whether the class holds the encoder's pooler (HF's token-level classes do not).
+
+
 def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params: Mapping,
                        heads: Mapping | None = None, tokenizer_files: Iterable[str | os.PathLike] | None = None,
-                       *, task_head: tuple[str, Mapping[str, np.ndarray], Mapping[str, Any]] | None = None,
-                       electra: bool | None = None) -> Path:
+                       *, task_head: TaskHead | None = None, electra: bool | None = None,
+                       config_fields: Mapping[str, Any] | None = None, files: Mapping[str, str] | None = None) -> Path:
   """Write config.json + model.safetensors (+ copies of tokenizer_files, e.g. vocab.txt, tokenizer.json).
 
   The result loads with transformers' BertModel.from_pretrained (BertForPreTraining/BertForMaskedLM when heads are
   given), or ModernBertModel (ModernBertForMaskedLM) for an encoder of `hf_layout` "modernbert". electra (default:
   whether heads has "electra"): ELECTRA's layout, ElectraForPreTraining with the discriminator head, and the
-  generator of heads["electra"] (if any) as ElectraForMaskedLM in `generator/`. task_head (BERT only):
-  (architecture, {HF tensor name: array}, config.json fields), a fine-tuned head in a BertFor* class (e.g.
-  ("BertForTokenClassification", {"classifier.weight": ..., ...}, {"id2label": ...})); the encoder's tensors then get
-  that class's "bert." prefix. Every file is written to a temporary name first and renamed into
-  place only once all are complete.
+  generator of heads["electra"] (if any) as ElectraForMaskedLM in `generator/`. task_head: a fine-tuned head, e.g.
+  TaskHead("BertForTokenClassification", {"classifier.weight": ..., ...}, {"id2label": ...}, pooler=False); the
+  encoder's tensors then get the class's "bert." ("model.": ModernBERT) prefix. config_fields: merged into
+  config.json last (a class of launch/hf_modeling, with the remote code's model_type and auto_map: its ModernBERT
+  MLM head keeps every bias); files:
+  {name: text} written beside (remote code, a model card, a tokenizer_config.json replacing the copied one). Every
+  file is written to a temporary name first and renamed into place only once all are complete.
   """
   directory = Path(directory)
   heads = dict(heads or {})
+  config_fields, files = dict(config_fields or {}), dict(files or {})
   electra = "electra" in heads if electra is None else electra
-  state = hf_state(cfg, params, heads, electra)
   layout = hf_layout(cfg)
-  hf_config = config_to_hf(cfg, architecture_of(heads, layout, electra))
-  if layout == "modernbert" and heads:
-    hf_config["classifier_bias"] = "head.dense.bias" in state
+  if task_head is not None:
+    if heads:
+      raise CheckpointError("a checkpoint holds either pretraining heads or one task head, not both")
+    state = hf_state(cfg, params, pooler=task_head.pooler, prefix="model." if layout == "modernbert" else "bert.")
+    state |= dict(task_head.tensors)
+    hf_config = config_to_hf(cfg, task_head.architecture) | dict(task_head.config)
+  else:
+    state = hf_state(cfg, params, heads, electra, remote=config_fields.get("model_type") in REMOTE_MODEL_TYPES)
+    architecture = config_fields.get("architectures", [None])[0] or architecture_of(heads, layout, electra)
+    hf_config = config_to_hf(cfg, architecture)
+    if layout == "modernbert" and "mlm" in heads:
+      hf_config["classifier_bias"] = "head.dense.bias" in state
+  hf_config |= config_fields
   generator = heads.get("electra", {}).get("generator")
   if generator is not None:
     save_hf_checkpoint(directory / GENERATOR_DIRECTORY, generator_config(cfg, generator),
                        {"embeddings": params["embeddings"], **generator["encoder"]}, {"mlm": generator["head"]},
                        tokenizer_files, electra=True)
-  if task_head is not None:
-    if heads:
-      raise CheckpointError("a checkpoint holds either pretraining heads or one task head, not both")
-    if layout != "bert":
-      raise CheckpointError(f"task heads export in BERT classes only; this encoder is a {layout} one")
-    architecture, head_tensors, config_fields = task_head
-    state = {f"bert.{name}": array for name, array in state.items()
-             if architecture not in _POOLERLESS or not name.startswith("pooler.")} | dict(head_tensors)
-    hf_config = hf_config | dict(config_fields) | {"architectures": [architecture]}
   tokenizer_files = [Path(source) for source in tokenizer_files or ()]
-  clashes = [str(source) for source in tokenizer_files if source.name in (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE)]
+  own = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE)
+  clashes = [str(name) for name in [*(source.name for source in tokenizer_files), *files] if name in own]
   if clashes:
-    raise CheckpointError(f"tokenizer_files {clashes} would overwrite the checkpoint's own files; pass only "
-                          "tokenizer files (vocab.txt, tokenizer.json, ...)")
+    raise CheckpointError(f"tokenizer_files/files {clashes} would overwrite the checkpoint's own files; pass only "
+                          "tokenizer files (vocab.txt, tokenizer.json, ...) and files beside them")
   directory.mkdir(parents=True, exist_ok=True)
-  names = dict.fromkeys([CONFIG_FILE, WEIGHTS_FILE, *(source.name for source in tokenizer_files)])
+  names = dict.fromkeys([CONFIG_FILE, WEIGHTS_FILE, *(source.name for source in tokenizer_files), *files])
   with contextlib.ExitStack() as stack:  # Leaving it swaps the complete files in, config.json (entered first) last.
     staged = {name: stack.enter_context(atomic_path(directory / name)) for name in names}
     for source in tokenizer_files:
-      shutil.copyfile(source, staged[source.name])
+      if source.name not in files:
+        shutil.copyfile(source, staged[source.name])
+    for name, text in files.items():
+      staged[name].write_text(text, encoding="utf-8")
     safetensors.numpy.save_file(state, staged[WEIGHTS_FILE], metadata={"format": "pt"})
     staged[CONFIG_FILE].write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
     for temporary in staged.values():

@@ -1,24 +1,37 @@
-"""Export a run to HuggingFace transformers: its encoder, and its heads in the matching BertFor* class.
+"""Export a run to HuggingFace transformers: its encoder and heads in HF's own classes where one computes them
+exactly, else in remote code written beside (launch/hf_modeling), with a model card.
 
   python -m launch.export --workdir runs/conll --out exported/conll            # best-dev checkpoint
   python -m launch.export --workdir runs/mini --checkpoint latest --out exported/mini
 
-Writes config.json, model.safetensors and the run's tokenizer files (tokenizer.json / vocab.txt with their
-tokenizer_config.json) into --out, which must not exist or be empty. A pretraining run's MLM and NSP heads go into
-BertForPreTraining (MLM only: BertForMaskedLM); an ELECTRA run's discriminator into ElectraForPreTraining and its
-generator into --out/generator as ElectraForMaskedLM; a fine-tuned head into the class its task family names
-(`TaskFamily.hf_head`: BertForSequenceClassification with id2label, BertForTokenClassification). What no HF class
-computes (SBO, a CRF, word shapes, span NER, a classifier on the raw [CLS]) is saved beside as head.safetensors with
-head.json saying what it is and why HF cannot load it, and one line on stderr says so. A run of the ModernBERT
-switches (configs/pretrain.py:arch=modernbert; encoder.hf_checkpoint.hf_layout) exports as ModernBertModel, its
-heads and its pooler (ModernBERT has none) beside.
+Writes config.json, model.safetensors, the run's tokenizer files (tokenizer.json / vocab.txt with their
+tokenizer_config.json; a fine-tuned run's model_max_length is its task.max_length, where launch.predict cuts inputs)
+and README.md, the model card (`launch.model_card`), into --out, which must not exist or be empty.
+
+The class: a pretraining run's MLM and NSP heads go into BertForPreTraining (MLM only: BertForMaskedLM); an ELECTRA
+run's discriminator into ElectraForPreTraining and its generator into --out/generator as ElectraForMaskedLM; a run of
+the ModernBERT switches (configs/pretrain.py:arch=modernbert) into ModernBertForMaskedLM, or, when HF's head cannot
+hold its MLM head's biases or it has NSP (which reads BERT's pooler), EncoderlabModernBertForMaskedLM /
+EncoderlabModernBertForPreTraining. A fine-tuned head goes where its task family says (`TaskFamily.hf_head`): HF's
+BertFor* class when it computes the head exactly (a classifier or regressor on the pooled [CLS], plain tagging,
+question answering), else launch/hf_modeling's class for it (a classifier on the raw [CLS] or the token mean, a
+tagger with a CRF, word shapes or word endings, span NER with the run's threshold, every head on a ModernBERT
+encoder). Remote code is configuration_encoderlab.py and modeling_encoderlab.py, copied as they are; config.json's
+model_type ("encoderlab-bert", "encoderlab-modernbert") and auto_map name them, so
+
+  AutoModelForTokenClassification.from_pretrained(out, trust_remote_code=True)
+
+loads the run's head and fails without trust_remote_code=True. Word-level remote heads and extractive QA also get
+pipeline_encoderlab.py (config.json's custom_pipelines), which splits words and decodes answers as launch.predict.
+What no class computes (SBO; a family's head with no HF form) is saved beside as head.safetensors with head.json
+saying what it is, and one line on stderr says so.
 """
 
 import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import safetensors.numpy
@@ -26,14 +39,52 @@ import safetensors.numpy
 from encoder import errors, hf_checkpoint
 from encoder.files import atomic_path
 from encoder.tokenizer import load_tokenizer, tokenizer_files
-from launch import predict, workload
+from launch import hf_modeling, model_card, predict, workload
 from launch.model import encoder_config
 from tasks import finetune_data, registry
 
-BESIDE_WEIGHTS = "head.safetensors"  # Head parameters HF has no place for: {"<objective>/<path>": array}.
-BESIDE_NOTE = "head.json"  # What they are, why HF cannot load them, the task they were trained for.
+BESIDE_WEIGHTS = "head.safetensors"  # Head parameters no class holds: {"<objective>/<path>": array}.
+BESIDE_NOTE = "head.json"  # What they are, why no class holds them, the task they were trained for.
+CARD = "README.md"  # The model card.
+TOKENIZER_CONFIG = "tokenizer_config.json"
 _EXPECTED_RUN = ("a pretraining or fine-tuning run: python -m launch.main --config configs/pretrain.py:... (or "
                  "configs/finetune.py:...) --workdir DIR")
+# A remote class's task -> the Auto class that loads it (and the pipeline that runs it).
+AUTO_CLASSES = {"SequenceClassification": "AutoModelForSequenceClassification",
+                "TokenClassification": "AutoModelForTokenClassification",
+                "QuestionAnswering": "AutoModelForQuestionAnswering", "PreTraining": "AutoModelForPreTraining",
+                "MaskedLM": "AutoModelForMaskedLM"}
+PIPELINES = {"AutoModelForSequenceClassification": "text-classification",
+             "AutoModelForTokenClassification": "token-classification",
+             "AutoModelForQuestionAnswering": "question-answering", "AutoModelForMaskedLM": "fill-mask",
+             "AutoModelForPreTraining": "fill-mask"}
+# config.json's custom_pipelines (pipeline_encoderlab.py): word-level remote heads, which read word boundaries and
+# casing HF's own token-classification pipeline does not pass; extractive QA, which transformers 5 has no pipeline for.
+PIPELINES_OF = {
+    "TokenClassification": {"token-classification": {"impl": "pipeline_encoderlab.WordClassificationPipeline",
+                                                     "pt": ["AutoModelForTokenClassification"], "type": "text"}},
+    "QuestionAnswering": {"question-answering": {"impl": "pipeline_encoderlab.QuestionAnsweringPipeline",
+                                                 "pt": ["AutoModelForQuestionAnswering"], "type": "text"}}}
+MODEL_CODE = ("configuration_encoderlab.py", "modeling_encoderlab.py")  # A remote class's files.
+PIPELINE_CODE = "pipeline_encoderlab.py"
+
+
+class Plan(NamedTuple):
+  """What an export writes (`plan`)."""
+  architecture: str  # config.json's class.
+  auto_class: str  # The transformers Auto class that loads it.
+  code: tuple[str, ...]  # The files of launch/hf_modeling the export holds (a remote class's; a remote pipeline's).
+  heads: dict[str, Any]  # Pretraining heads the class holds.
+  task_head: hf_checkpoint.TaskHead | None  # A fine-tuned head.
+  config_fields: dict[str, Any]  # config.json fields of remote code (model_type, auto_map, ...).
+  beside: dict[str, Any]  # Head parameters no class holds, saved beside.
+  note: str  # Why `beside` is not loaded ("" when nothing is beside).
+  task: dict[str, Any] | None = None  # A fine-tuned run's task mapping (with its labels).
+
+  @property
+  def remote(self) -> bool:
+    """Whether the class is launch/hf_modeling's (remote code) rather than HF's."""
+    return MODEL_CODE[1] in self.code
 
 
 def checked_out(out: Path) -> Path:
@@ -55,15 +106,81 @@ def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
   return arrays
 
 
-def pretraining_heads(params: dict[str, Any]) -> tuple[dict, dict, str]:
-  """(the heads HF's BertForPreTraining (an ELECTRA run: ElectraForPreTraining) holds, the other heads, why those are
-  not loadable) of a pretraining run."""
-  holds = ("electra",) if "electra" in params else hf_checkpoint.PRETRAINING_HEADS
+def remote_fields(layout: str, architecture: str, auto_classes: dict[str, str], head: dict[str, Any]
+                  ) -> dict[str, Any]:
+  """config.json's fields for launch/hf_modeling's `architecture` on a `layout` ("bert", "modernbert") encoder:
+  its model_type, auto_map ({Auto class: class}, with the config class and the bare encoder) and the head's fields."""
+  base = {"bert": "Bert", "modernbert": "ModernBert"}[layout]
+  classes = {"AutoConfig": f"configuration_encoderlab.Encoderlab{base}Config",
+             "AutoModel": f"modeling_encoderlab.Encoderlab{base}Model"}
+  classes |= {auto: f"modeling_encoderlab.{name}" for auto, name in auto_classes.items()}
+  model_type = next(k for k, v in hf_checkpoint.REMOTE_MODEL_TYPES.items() if v == layout)
+  return {"architectures": [architecture], "model_type": model_type, "auto_map": classes, "encoderlab_head": head}
+
+
+def pretraining_plan(params: dict[str, Any], cfg) -> Plan:
+  """A pretraining run's classes: the heads HF's classes hold (on ModernBERT, launch/hf_modeling's when its MLM head
+  has biases HF's lacks, or with NSP, which needs BERT's pooler), the others beside."""
+  layout = hf_checkpoint.hf_layout(cfg)
+  electra = "electra" in params
+  if layout == "modernbert":
+    holds = ("mlm", "nsp") if "mlm" in params and "nsp" in params else ("mlm",)
+  else:
+    holds = ("electra",) if electra else hf_checkpoint.PRETRAINING_HEADS
   heads = {name: tree for name, tree in params.items() if name in holds}
-  rest = {name: tree for name, tree in params.items() if name not in heads and name != "encoder"}
-  note = (f"pretraining head(s) {sorted(rest)} (e.g. SpanBERT's span boundary objective) have no place in HF's "
-          "BERT classes, which hold only the MLM and NSP heads (ELECTRA's: the discriminator's)") if rest else ""
-  return heads, rest, note
+  beside = {name: tree for name, tree in params.items() if name not in heads and name != "encoder"}
+  note = (f"pretraining head(s) {sorted(beside)} (e.g. SpanBERT's span boundary objective) have no place in HF's "
+          "classes, which hold only the MLM and NSP heads (ELECTRA's: the discriminator's; ModernBERT's: MLM, or MLM "
+          "and NSP)") if beside else ""
+  if layout == "modernbert" and "nsp" in beside:
+    beside["pooler"] = params["encoder"]["pooler"]  # What the NSP head reads.
+  if layout == "modernbert" and heads and ("nsp" in heads or not hf_checkpoint.holds_mlm(cfg, heads)):
+    architecture = f"EncoderlabModernBertFor{'PreTraining' if 'nsp' in heads else 'MaskedLM'}"
+    auto = "AutoModelForPreTraining" if "nsp" in heads else "AutoModelForMaskedLM"
+    classes = {auto: architecture, "AutoModelForMaskedLM": "EncoderlabModernBertForMaskedLM"}
+    fields = remote_fields(layout, architecture, classes, {"objectives": sorted(heads)})
+    return Plan(architecture, auto, MODEL_CODE, heads, None, fields, beside, note)
+  architecture = hf_checkpoint.architecture_of(heads, layout, electra)
+  auto = ("AutoModelForPreTraining" if architecture.endswith("ForPreTraining") else
+          "AutoModelForMaskedLM" if architecture.endswith("ForMaskedLM") else "AutoModel")
+  return Plan(architecture, auto, (), heads, None, {}, beside, note)
+
+
+def finetuned_plan(config, params: dict[str, Any], layout: str, results: dict[str, Any]) -> Plan:
+  """A fine-tuned run's class: HF's BertFor* when its task family says one computes the head exactly (on a BERT
+  encoder), else launch/hf_modeling's for the head's task; a head with no class at all goes beside."""
+  labels, _ = predict.labels_and_buckets(config, results)
+  family = registry.family(finetune_data.task_mapping(config.task, labels))
+  name = family.objective().name
+  head = family.hf_head(params[name], results.get("threshold"))
+  if head.task is None:
+    architecture = hf_checkpoint.architecture_of((), layout)
+    return Plan(architecture, "AutoModel", (), {}, None, {}, {name: head.beside}, head.note, family.task)
+  native = head.native if layout == "bert" else None
+  fields = head.head | ({"word_pattern": predict.word_pattern(config.task), "max_length": config.task.max_length}
+                        if family.word_level else {})
+  pipelines = PIPELINES_OF.get(head.task, {}) if head.task == "QuestionAnswering" or not native else {}
+  pipeline = {"custom_pipelines": pipelines} if pipelines else {}
+  code = (() if native else MODEL_CODE) + ((PIPELINE_CODE,) if pipelines else ())
+  auto = AUTO_CLASSES[head.task]
+  if native:
+    head_config = head.config | ({"encoderlab_head": fields} | pipeline if pipelines else {})
+    task_head = hf_checkpoint.TaskHead(native, head.tensors, head_config, head.pooler)
+    return Plan(native, auto, code, {}, task_head, {}, {}, "", family.task)
+  architecture = f"Encoderlab{'ModernBert' if layout == 'modernbert' else 'Bert'}For{head.task}"
+  task_head = hf_checkpoint.TaskHead(architecture, head.tensors, head.config, head.pooler)
+  config_fields = remote_fields(layout, architecture, {auto: architecture}, fields) | pipeline
+  return Plan(architecture, auto, code, {}, task_head, config_fields, {}, "", family.task)
+
+
+def tokenizer_config(files: list[Path], max_length: int | None) -> dict[str, str]:
+  """{tokenizer_config.json: its text} with model_max_length = max_length (a fine-tuned run's task.max_length: HF's
+  pipelines then cut inputs where launch.predict does); {} when there is nothing to change."""
+  if max_length is None:
+    return {}
+  source = next((path for path in files if path.name == TOKENIZER_CONFIG), None)
+  fields = json.loads(source.read_text(encoding="utf-8")) if source else {}
+  return {TOKENIZER_CONFIG: json.dumps(fields | {"model_max_length": max_length}, indent=2, sort_keys=True) + "\n"}
 
 
 def write_beside(out: Path, beside: dict[str, Any], note: str, task: dict[str, Any] | None) -> None:
@@ -79,37 +196,27 @@ def write_beside(out: Path, beside: dict[str, Any], note: str, task: dict[str, A
 
 def export(workdir: str | Path, out: str | Path, checkpoint: str = "best") -> tuple[str, str]:
   """Write the run in `workdir` (its best-dev or latest checkpoint's evaluation parameters) to `out` in HF layout;
-  -> (the HF class config.json names, the note on what was saved beside: "" when nothing was)."""
+  -> (the class config.json names, the note on what was saved beside: "" when nothing was)."""
   workdir, out = Path(workdir), checked_out(Path(out))
   config = predict.run_config(workdir, _EXPECTED_RUN)
-  _, params = predict.restore_params(workdir, config, checkpoint)
+  step, params = predict.restore_params(workdir, config, checkpoint)
   cfg = encoder_config(config.model, load_tokenizer(config.data.tokenizer).vocab_size)
-  task_head, task = None, None
-  if hf_checkpoint.hf_layout(cfg) == "modernbert":  # Only the encoder has a place in HF's ModernBERT classes.
-    heads, beside = {}, {name: tree for name, tree in params.items() if name != "encoder"}
-    beside["pooler"] = params["encoder"]["pooler"]
-    note = (f"ModernBertModel holds the encoder only (no pooler; HF's ModernBERT heads are laid out unlike ours), so "
-            f"{sorted(beside)} are saved beside")
-    architecture = hf_checkpoint.architecture_of((), "modernbert")
-    if workload.is_finetuning(config):
-      labels, _ = predict.labels_and_buckets(config, predict.read_results(workdir))
-      task = registry.family(finetune_data.task_mapping(config.task, labels)).task
-  elif workload.is_finetuning(config):
-    labels, _ = predict.labels_and_buckets(config, predict.read_results(workdir))
-    family = registry.family(finetune_data.task_mapping(config.task, labels))
-    name = family.objective().name
-    head = family.hf_head(params[name])
-    heads, beside, note, task = {}, ({name: head.beside} if head.beside else {}), head.note, family.task
-    architecture = head.architecture or hf_checkpoint.architecture_of(())
-    task_head = (architecture, head.tensors, head.config) if head.architecture else None
-  else:
-    heads, beside, note = pretraining_heads(params)
-    architecture = hf_checkpoint.architecture_of(heads, electra="electra" in heads)
-  hf_checkpoint.save_hf_checkpoint(out, cfg, params["encoder"], heads, tokenizer_files(config.data.tokenizer),
-                                   task_head=task_head)
-  if beside:
-    write_beside(out, beside, note, task)
-  return architecture, note if beside else ""
+  layout, results = hf_checkpoint.hf_layout(cfg), predict.read_results(workdir)
+  finetuned = workload.is_finetuning(config)
+  plan = finetuned_plan(config, params, layout, results) if finetuned else pretraining_plan(params, cfg)
+  tokenizer = tokenizer_files(config.data.tokenizer)
+  code = {name: text for name, text in hf_modeling.sources().items() if name in plan.code}
+  fields = plan.config_fields | (dict(plan.task_head.config) if plan.task_head else {})
+  card = model_card.card(config, results, model_card.Export(
+      plan.architecture, plan.auto_class, plan.remote, PIPELINE_CODE in plan.code, PIPELINES.get(plan.auto_class),
+      fields.get("encoderlab_head") or {}, len(fields.get("id2label", ())) == 1, plan.task, checkpoint, step, plan.note,
+      sorted(flat(plan.beside))))
+  files = code | tokenizer_config(tokenizer, config.task.max_length if finetuned else None) | {CARD: card}
+  hf_checkpoint.save_hf_checkpoint(out, cfg, params["encoder"], plan.heads, tokenizer, task_head=plan.task_head,
+                                   config_fields=plan.config_fields, files=files)
+  if plan.beside:
+    write_beside(out, plan.beside, plan.note, plan.task)
+  return plan.architecture, plan.note
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -61,6 +61,12 @@ def split_words(text: str, split_hyphens: bool = False) -> list[str]:
   return [match.group(0) for match in _WORDS[split_hyphens].finditer(text)]
 
 
+def word_pattern(task: ml_collections.ConfigDict) -> str:
+  """The regular expression (re.IGNORECASE) whose matches are the words `split_words` makes of raw text for a run
+  with config.task `task` (UD-style when it trained on CoNLL-U): what an HF export's pipeline splits text with."""
+  return _WORDS[reader_options(task)["format"] == "conllu"].pattern
+
+
 def run_config(workdir: Path, expected: str) -> ml_collections.ConfigDict:
   """The resolved config a run saved in workdir/config.json; `expected` says which run the command takes, e.g. "a
   fine-tuning run: python -m launch.main --config configs/finetune.py:... --workdir DIR"."""
@@ -125,7 +131,7 @@ def restore_params(workdir: Path, config: ml_collections.ConfigDict, checkpoint:
   return init_from.run_params(workdir, best, evaluation=True)
 
 
-def _reader_options(task: ml_collections.ConfigDict) -> dict[str, Any]:
+def reader_options(task: ml_collections.ConfigDict) -> dict[str, Any]:
   """The run's reader options (TSV columns, header) and format: its tfds preset's or its task.columns."""
   if task.dataset:
     preset = tfds_builders.PRESETS[task.dataset]
@@ -160,7 +166,7 @@ class Predictor:
     model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
     return cls(family, tokenizer, params, jax.jit(evaluation.device_outputs(model, family)),
                config.batch_size // config.grad_accum_steps, buckets, results.get("threshold"),
-               _reader_options(config.task), step)
+               reader_options(config.task), step)
 
   @property
   def task(self) -> dict[str, Any]:

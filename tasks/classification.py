@@ -16,7 +16,7 @@ import numpy as np
 from encoder import errors, hf_checkpoint
 from objectives import layers, objective
 from objectives.objective import Objective
-from tasks.family import HfHead, labels_config, not_in_hf
+from tasks.family import HfHead, labels_config
 from tasks.scoring import metrics
 
 POOLINGS = ("cls", "pooled", "mean")
@@ -188,20 +188,17 @@ class SentenceFamily:
   def unlabelled(self, record: dict) -> dict:
     return {"text_a": record["text_a"], "text_b": record.get("text_b"), "label": None}
 
-  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
-    """BertForSequenceClassification when the head reads BERT's pooled [CLS], the only vector that class classifies;
-    a head on the final [CLS] vector or the token mean is saved beside (a tanh pooler cannot pass a vector through)."""
-    pooling = pooling_of(self.task)
-    if pooling != "pooled":
-      read = "final [CLS] vector" if pooling == "cls" else "mean of the final token vectors"
-      return not_in_hf(head_params, f"task.pooling={pooling!r}: the head reads the {read}, but "
-                                    "BertForSequenceClassification classifies the pooler output tanh(W h_CLS + b); "
-                                    "only pooling 'pooled' exports to it")
+  def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
+    """HF's BertForSequenceClassification when the head reads BERT's pooled [CLS] (the only vector that class
+    classifies) and has no auxiliary score; else the remote class, which reads the final [CLS] vector or the mean of
+    the tokens as trained (a tanh pooler cannot pass a vector through) and gives the score beside the logits."""
     output, config = self.hf_output()
-    rest = {name: tree for name, tree in head_params.items() if name != output}
-    return HfHead("BertForSequenceClassification", hf_checkpoint.linear_to_hf("classifier", head_params[output]),
-                  config, rest, "the auxiliary score output (task.score_weight) has no place in "
-                                "BertForSequenceClassification" if rest else "")
+    pooling, score = pooling_of(self.task), "score" in head_params and output != "score"
+    tensors = hf_checkpoint.linear_to_hf("classifier", head_params[output])
+    tensors |= hf_checkpoint.linear_to_hf("score", head_params["score"]) if score else {}
+    head = {"pooling": pooling, "dropout": layers.option(self.task, "dropout", 0.1), "score": score}
+    native = "BertForSequenceClassification" if pooling == "pooled" and not score else None
+    return HfHead("SequenceClassification", native, tensors, config, head, pooler=pooling == "pooled")
 
 
 class Classification(SentenceFamily):

@@ -18,27 +18,42 @@ from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
 import jax
 import numpy as np
 
+from encoder import hf_checkpoint
 from objectives.objective import Objective
 
 
 class HfHead(NamedTuple):
-  """A trained head as HuggingFace transformers can (or cannot) load it (`TaskFamily.hf_head`, `launch.export`)."""
-  architecture: str | None  # The BertFor* class that computes the head exactly; None: none does (BertModel only).
-  tensors: dict[str, np.ndarray]  # That class's head tensors in HF names (e.g. classifier.weight [labels, hidden]).
-  config: dict[str, Any]  # Its config.json fields (id2label, label2id, problem_type).
-  beside: dict[str, Any]  # The part of the head HF has no place for (a subtree of the head's parameters), saved beside.
-  note: str  # What `beside` is and why HF cannot load it ("" when nothing is).
+  """A trained head as HuggingFace transformers loads it (`TaskFamily.hf_head`, `launch.export`): in HF's own BERT
+  class when one computes it exactly, else in the class of launch/hf_modeling that does (remote code)."""
+  task: str | None  # The classes' task: "SequenceClassification", "TokenClassification" (taggers, span NER) or
+  # "QuestionAnswering" (launch/hf_modeling's Encoderlab{Bert,ModernBert}For<task>); None: no class (`not_in_hf`).
+  native: str | None  # HF's BertFor* class that computes the head exactly (no remote code on a BERT encoder), or None.
+  tensors: dict[str, np.ndarray]  # The head's tensors in those classes' names (classifier.weight [labels, hidden]).
+  config: dict[str, Any]  # Their config.json fields (id2label, label2id, problem_type).
+  head: dict[str, Any]  # What the remote class and pipeline read (config.json's encoderlab_head: pooling, crf, ...).
+  pooler: bool = False  # Whether the head reads BERT's pooled [CLS] (the export then holds the pooler).
+  beside: dict[str, Any] | None = None  # `not_in_hf`: the head's parameters, saved beside the encoder.
+  note: str = ""  # `not_in_hf`: why no class computes the head.
 
 
 def not_in_hf(head_params: Mapping[str, Any], why: str) -> HfHead:
-  """A head no BertFor* class computes: the encoder exports alone, every head parameter is saved beside."""
-  return HfHead(None, {}, {}, dict(head_params), why)
+  """A head no class computes: the encoder exports alone, every head parameter is saved beside."""
+  return HfHead(None, None, {}, {}, {}, beside=dict(head_params), note=why)
 
 
 def labels_config(labels: Sequence[str]) -> dict[str, Any]:
   """config.json's id2label and label2id for labels in index order."""
   return {"id2label": {str(i): label for i, label in enumerate(labels)},
           "label2id": {label: i for i, label in enumerate(labels)}}
+
+
+def linears(head_params: Mapping[str, Any], names: Sequence[str]) -> dict[str, np.ndarray]:
+  """Those of the linen Dense layers `names` that the head has, as torch nn.Linear tensors of the same names."""
+  tensors = {}
+  for name in names:
+    if name in head_params:
+      tensors |= hf_checkpoint.linear_to_hf(name, head_params[name])
+  return tensors
 
 
 class TaskFamily(Protocol):
@@ -108,6 +123,6 @@ class TaskFamily(Protocol):
     """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (what tasks.scoring.score
     reads)."""
 
-  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
-    """The trained head (the run's params[objective name]) in the BertFor* class that computes it exactly, or what
-    HF has no place for (`not_in_hf`); what `launch.export` writes."""
+  def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
+    """The trained head (the run's params[objective name]; `threshold`: the decoding threshold the run tuned on dev)
+    as HF classes hold it, or `not_in_hf`; what `launch.export` writes."""

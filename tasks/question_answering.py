@@ -248,7 +248,11 @@ class QuestionAnswering:
   def conll(self, output: dict) -> str:
     raise errors.UserError("--output conll is for word-level tasks; question answering writes --output jsonl")
 
-  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
-    """BertForQuestionAnswering: its qa_outputs is our [H, 2] layer (start logits first)."""
-    return HfHead("BertForQuestionAnswering", hf_checkpoint.linear_to_hf("qa_outputs", head_params["qa_outputs"]),
-                  {}, {}, "")
+  def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
+    """HF's BertForQuestionAnswering: its qa_outputs is our [H, 2] layer (start logits first); the windows and the
+    decoding (with the null threshold the run tuned on dev, SQuAD 2.0) are the pipeline's (launch/hf_modeling)."""
+    head = {"max_length": self.task["max_length"], "doc_stride": int(self.task.get("doc_stride", 128)),
+            "max_question_length": int(self.task.get("max_question_length", 64)), "n_best": self.n_best,
+            "max_answer_length": self.max_answer_length, "unanswerable": self.unanswerable(), "threshold": threshold}
+    return HfHead("QuestionAnswering", "BertForQuestionAnswering",
+                  hf_checkpoint.linear_to_hf("qa_outputs", head_params["qa_outputs"]), {}, head)

@@ -27,7 +27,7 @@ from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import tagging, word_shape
-from tasks.family import HfHead, not_in_hf
+from tasks.family import HfHead, labels_config, linears
 from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions
 from tasks.readers import overlaps, tagging_to_spans
@@ -330,7 +330,17 @@ class SpanNER:
     return tagging.conll_block(output["words"],
                                tag_schemes.tags_from_spans(spans, len(output["words"]), self.scheme)) + "\n"
 
-  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
-    """Never a HF class: HF has no span classifier (its heads label the sequence or each token, not word spans)."""
-    return not_in_hf(head_params, "span NER classifies word spans [s_i; e_j; g_ij] (boundary FFNs, span pooling, "
-                                  "span FFN), which no BertFor* class computes")
+  def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
+    """The remote word-level class as a span classifier (HF's heads label the sequence or each token, never word
+    spans), decoding with the threshold the run tuned on dev; label 0 ("O") is no entity."""
+    tensors = linears(head_params, ["ffn_start", "ffn_end", "span_attention", "ffn", "classifier"])
+    if "case_embeddings" in head_params:
+      tensors["case_embeddings.weight"] = np.asarray(head_params["case_embeddings"]["embedding"])
+    option = lambda key, default: layers.option(self.task, key, default)
+    head = {"kind": "spans", "dropout": option("dropout", 0.1), "shapes": list(word_shape.SHAPES),
+            "case_features": int(option("case_features", 0) or 0),
+            "boundary_ffn": bool(option("boundary_ffn", True)), "pooling": option("pooling", "mean"),
+            "span_hidden": int(option("span_hidden", 256)), "max_span_width": int(option("max_span_width", 8)),
+            "threshold": threshold, "nested": bool(option("nested", False))}
+    labels = labels_config([tag_schemes.OUTSIDE, *self.task["labels"]])
+    return HfHead("TokenClassification", None, tensors, labels, head)

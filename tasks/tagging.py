@@ -14,12 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import hf_checkpoint
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import alignment, word_shape
-from tasks.family import HfHead, labels_config, not_in_hf
+from tasks.family import HfHead, labels_config, linears
 from tasks.readers import overlaps
 from tasks.scoring import metrics, tag_schemes
 from tasks import crf as crf_lib
@@ -202,19 +201,23 @@ class Tagging:
     tags = padded([t for t in output["tags"] if t is not None], len(output["words"]))
     return conll_block(output["words"], tags) + "\n"
 
-  def hf_head(self, head_params: Mapping[str, Any]) -> HfHead:
-    """BertForTokenClassification (the same per-subword logits; our tags are the argmax at each word's first subword)
-    unless the head has parts that class lacks: a CRF (Viterbi over transitions), word shapes (computed from the
-    cased words, which the uncased ids have lost) or the word-final subword (needs word boundaries)."""
-    extras = [part for part, used in (("a CRF's transitions (Viterbi decoding)", self.task.get("crf")),
-                                      ("word-shape embeddings (task.case_features)", self.task.get("case_features")),
-                                      ("the word-final subword's vector (task.last_subword)",
-                                       self.task.get("last_subword"))) if used]
-    if extras:
-      return not_in_hf(head_params, f"the tagging head uses {' and '.join(extras)}, which "
-                                    "BertForTokenClassification has no place for")
-    return HfHead("BertForTokenClassification", hf_checkpoint.linear_to_hf("classifier", head_params["classifier"]),
-                  labels_config(self.task["labels"]), {}, "")
+  def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
+    """HF's BertForTokenClassification (the same per-subword logits; our tags are the argmax at each word's first
+    subword) unless the head has parts that class lacks: a CRF (Viterbi over its transitions, the scheme's forbidden
+    moves at FORBIDDEN as decoded), word shapes (computed from the cased words, which uncased ids have lost) or the
+    word-final subword (needs word boundaries); then the remote tagger, which reads them."""
+    tensors = linears(head_params, ["classifier"])
+    if "case_embeddings" in head_params:
+      tensors["case_embeddings.weight"] = np.asarray(head_params["case_embeddings"]["embedding"])
+    if "crf" in head_params:
+      crf = crf_lib.LinearChainCRF(tuple(self.task["labels"]), layers.option(self.task, "scheme", "IOB2"))
+      constrained = crf.apply({"params": head_params["crf"]}, method=crf.constrained)
+      tensors |= {f"crf.{name}": np.asarray(x) for name, x in zip(("transitions", "start", "end"), constrained)}
+    head = {"kind": "tagger", "dropout": layers.option(self.task, "dropout", 0.1), "crf": bool(self.task.get("crf")),
+            "case_features": int(self.task.get("case_features") or 0), "shapes": list(word_shape.SHAPES),
+            "last_subword": bool(self.task.get("last_subword"))}
+    native = None if head["crf"] or head["case_features"] or head["last_subword"] else "BertForTokenClassification"
+    return HfHead("TokenClassification", native, tensors, labels_config(self.task["labels"]), head)
 
 
 def entity_scores(task: Mapping[str, Any], gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]

@@ -58,7 +58,7 @@ def conll_tags(relative: str) -> list[list[str]]:
 # The test files that use tests/launch/conftest.py's session-wide `trained` runs: one worker runs them all, so that
 # each run is trained once (a file missing here still passes, on whichever worker, training its runs again).
 TRAINED_RUN_USERS = frozenset(f"tests/launch/test_{name}.py" for name in (
-    "continued_pretraining", "export", "finetune", "mrpc", "pinned_results", "predict"))
+    "continued_pretraining", "export", "finetune", "mrpc", "pinned_results", "predict", "question_answering"))
 
 
 @pytest.hookimpl(optionalhook=True)

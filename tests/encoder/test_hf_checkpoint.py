@@ -181,6 +181,26 @@ def test_missing_pooler_is_an_error_unless_zero_initialised(pretraining, tmp_pat
   assert set(heads) == {"mlm"} and not params["pooler"]["kernel"].any() and params["pooler"]["kernel"].shape == (32, 32)
 
 
+@pytest.mark.parametrize("cls", [transformers.BertForSequenceClassification, transformers.BertForTokenClassification,
+                                 transformers.BertForQuestionAnswering])
+def test_task_checkpoints_import_as_their_encoder(cls, tmp_path_factory, bert):
+  """HF's fine-tuned classes (what launch.export writes natively; its remote classes end alike): the encoder is
+  BertModel's, the task head left out, a pooler the class lacks (token classification) zeros; a task class's name is
+  what tells a head from an unexpected tensor."""
+  model, directory = _random_hf(cls, tmp_path_factory, cls.__name__)
+  cfg, params, heads = hf.load_hf_checkpoint(directory)
+  expected = _state(model.bert)
+  ours = hf.hf_state(cfg, params, pooler="bert.pooler.dense.weight" in _state(model))
+  assert heads == {} and ours.keys() == expected.keys()
+  assert all(np.array_equal(ours[name], expected[name]) for name in ours)
+  if "bert.pooler.dense.weight" not in _state(model):
+    assert not params["pooler"]["kernel"].any()
+  config = json.loads((directory / "config.json").read_text())
+  (directory / "config.json").write_text(json.dumps(config | {"architectures": ["BertModel"]}))
+  with pytest.raises(hf.CheckpointError):  # Read as a BertModel, the head is unexpected (or the pooler missing).
+    hf.load_hf_checkpoint(directory)
+
+
 @pytest.mark.parametrize("edit, error, pattern", [
     (lambda t: {k: v for k, v in t.items() if k != "encoder.layer.1.attention.self.key.weight"},
      hf.MissingTensorError, r"encoder\.layer\.1\.attention\.self\.key\.weight"),

@@ -7,6 +7,7 @@ import pytest
 from configs import demo as demo_config
 from configs import finetune
 from launch import train
+from tasks import tfds_builders
 from tests.conftest import require_data
 
 # name -> (configs/finetune.py argument, overrides, a data file the run needs); "ud_sample" is the demo's POS run on
@@ -24,12 +25,22 @@ RUNS = {
 # Presets added after the pins were written: trained the same way, not pinned (test_pinned_results pins RUNS).
 UNPINNED_RUNS = {
     "mrpc": ("task=mrpc,runlocal", {}, "mrpc/train.tsv"),
+    "squad": ("task=squad,runlocal", {}, "squad_v1.1/train-44-articles.json"),
 }
+
+
+def run_spec(name: str) -> tuple[str | None, dict, str | None]:
+  """(configs/finetune.py argument, overrides, a data file the run needs) of shared run `name`: one of RUNS or
+  UNPINNED_RUNS, or any other preset of configs/finetune.py at runlocal size."""
+  if name in RUNS | UNPINNED_RUNS:
+    return (RUNS | UNPINNED_RUNS)[name]
+  dataset = tfds_builders.PRESETS.get(finetune.TASK_PRESETS[name].get("dataset", ""))
+  return f"task={name},runlocal", {}, dataset.files["train"] if dataset else None
 
 
 def run_config(name: str):
   """The config of shared run `name`."""
-  arg, overrides, _ = (RUNS | UNPINNED_RUNS)[name]
+  arg, overrides, _ = run_spec(name)
   config = demo_config.pos_config(runlocal=True) if arg is None else finetune.get_config(arg)
   config.update_from_flattened_dict(overrides)
   return config
@@ -41,8 +52,8 @@ def trained(tmp_path_factory):
   workdirs = {}
 
   def get(name: str) -> Path:
-    if (RUNS | UNPINNED_RUNS)[name][2]:
-      require_data((RUNS | UNPINNED_RUNS)[name][2])
+    if run_spec(name)[2]:
+      require_data(run_spec(name)[2])
     if name not in workdirs:
       workdir = tmp_path_factory.mktemp(name)
       train.train_and_evaluate(run_config(name), workdir)

@@ -47,6 +47,8 @@ def test_trains_and_resumes_bitwise(runs):
 
 
 def test_exports_discriminator_and_generator(runs, tmp_path):
+  """HF's own ElectraForPreTraining (our discriminator's logits) and, in generator/, ElectraForMaskedLM load with
+  nothing missing or unexpected, with a model card saying so."""
   root, _ = runs
   out = tmp_path / "out"
   assert export.export(root / "reference", out, "latest") == ("ElectraForPreTraining", "")
@@ -60,14 +62,19 @@ def test_exports_discriminator_and_generator(runs, tmp_path):
   mask = (ids != 0).astype(np.int64)
   hidden = Encoder(cfg).apply({"params": params["encoder"]}, ids, attention_segments=mask).last
   ours = electra.DiscriminatorHead().apply({"params": params["electra"]["discriminator"]}, hidden)
-  discriminator = transformers.ElectraForPreTraining.from_pretrained(out).eval()
+  discriminator, report = transformers.AutoModelForPreTraining.from_pretrained(out, output_loading_info=True)
+  assert type(discriminator).__name__ == "ElectraForPreTraining" and not any(report.values()), report
+  discriminator.eval()
   with torch.no_grad():
     theirs = discriminator(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
   # Ours and HF's float32 discriminator (2 layers): a measured bound, as test_export's (HF's logits of exported runs
   # within 7.2e-7 of ours on Zen 3); a weight exported into the wrong place moves logits by O(1).
   assert np.abs(np.asarray(ours) - theirs)[mask > 0].max() <= 1e-4
-  generator = transformers.ElectraForMaskedLM.from_pretrained(out / "generator")
+  generator, report = transformers.AutoModelForMaskedLM.from_pretrained(out / "generator", output_loading_info=True)
+  assert type(generator).__name__ == "ElectraForMaskedLM" and not any(report.values()), report
   assert generator.config.hidden_size == 16 and generator.config.embedding_size == 32  # 1/4 of 64; shared width.
+  card = (out / export.CARD).read_text()
+  assert 'AutoModelForPreTraining.from_pretrained("DIR")' in card and "`ElectraForPreTraining` is HF's own" in card
   without_pooler = lambda tree: {k: v for k, v in tree.items() if k != "pooler"}  # HF's ELECTRA has no pooler.
   assert jax.tree.all(jax.tree.map(np.array_equal, without_pooler(heads["electra"]["generator"]["encoder"]),
                                    without_pooler(jax.tree.map(np.asarray, params["electra"]["generator"]["encoder"]))))

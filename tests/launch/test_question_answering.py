@@ -9,14 +9,12 @@ import re
 import numpy as np
 import pytest
 
-from configs import finetune
 from encoder import errors
 from encoder.tokenizer import load_tokenizer
-from launch import export, predict, train
+from launch import export, predict
 from launch.model import EncoderWithHeads, encoder_config
 from tasks import batching, question_answering
 from tasks.scoring import score
-from tests.conftest import require_data
 from tests.tasks.scoring.test_squad import official_evaluate
 
 torch = pytest.importorskip("torch")
@@ -24,13 +22,10 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-  """configs/finetune.py:task=squad,runlocal trained once: 64 training questions, 32 held-out ones (dev), 32 of the
-  official dev set (test), windows of 32 subwords."""
-  require_data("squad_v1.1/train-44-articles.json")
-  workdir = tmp_path_factory.mktemp("squad")
-  train.train_and_evaluate(finetune.get_config("task=squad,runlocal"), workdir)
-  return workdir
+def run(trained):
+  """configs/finetune.py:task=squad,runlocal (tests/launch/conftest.py's shared run, which test_export also exports):
+  64 training questions, 32 held-out ones (dev), 32 of the official dev set (test), windows of 32 subwords."""
+  return trained("squad")
 
 
 def _jsonl(path):

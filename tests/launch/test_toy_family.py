@@ -107,7 +107,7 @@ class WordCount:
   def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
     return classification.texts(record) | {"words": prediction}
 
-  def hf_head(self, head_params: dict[str, Any]) -> HfHead:
+  def hf_head(self, head_params: dict[str, Any], threshold: float | None = None) -> HfHead:
     return not_in_hf(head_params, "no HF class counts words")
 
 
