@@ -3,6 +3,8 @@ before anything is created (`tpu_pod --plan`, and the same check before every la
 
   python -m launch.experiments.pod_plan --type v4-32 [--mfu 0.5] -- --config configs/pretrain.py:size=base ... \
       --workdir gs://bucket/runs/x
+Prints the figures and the verdict, then one JSON object (the figures); exits 1 with `error: --plan: ...` when the
+config is refused.
 
 Memory per device: the engine's two programs (launch.train: grad_step, then apply_step), jitted with the run's
 shardings over a mesh of the slice's JAX devices (host devices of this CPU) and compiled, never run;
@@ -24,6 +26,7 @@ docs/pretraining.md's gs:// read table). A host that cannot keep up is refused, 
 import argparse
 import contextlib
 import functools
+import json
 import math
 import os
 import sys
@@ -69,9 +72,12 @@ class Plan(NamedTuple):
                  "--config.model.remat=full, or a smaller config.batch_size")
     if self.supply_tokens_per_s < self.host_tokens_per_s:
       needed = math.ceil(self.host_tokens_per_s / self.process_tokens_per_s)
+      remedy = (f"set --config.data.workers={needed} (of the host's {self.slice.host_cores} cores)"
+                if needed < self.slice.host_cores else
+                f"{needed} workers would be needed, more than the host's {self.slice.host_cores} cores: the chips "
+                "would wait for input (a larger model per token, or --mfu if the step will be slower)")
       out.append(f"input: a host needs {self.host_tokens_per_s:,.0f} tokens/s at MFU {self.mfu}, its {self.workers} "
-                 f"input worker(s) supply ~{self.supply_tokens_per_s:,.0f}; set --config.data.workers={needed} "
-                 f"(of the host's {self.slice.host_cores} cores)")
+                 f"input worker(s) supply ~{self.supply_tokens_per_s:,.0f}; {remedy}")
     return out
 
   def report(self) -> str:
@@ -247,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   with contextlib.redirect_stdout(sys.stderr):  # Library chatter (compilation, grain) stays off the report.
     result = plan(parse_main_args(argv[split + 1:]), slice_, args.mfu)
   print(result.report(), flush=True)
+  print(json.dumps({k: v for k, v in result._asdict().items() if k != "slice"} | {"type": slice_.name}), flush=True)
   problems = result.problems()
   if problems:
     raise errors.UserError(f"--plan: {problems[0]}")

@@ -238,6 +238,18 @@ def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
   assert input_pipeline.worker_count(3, "tpu", 240) == 3 and input_pipeline.worker_count(-1, "gpu", 240) == 0
 
 
+def test_a_relative_prepared_directory_is_found_under_the_data_directory(valid_dir, tmp_path, monkeypatch):
+  """tpu_pod --data copies a bucket folder into every worker's $ENCODERLAB_DATA: `prepared=corpus` names it there (a
+  path that exists from the working directory, or an absolute one, is taken as it is)."""
+  from launch import input_pipeline  # pylint: disable=import-outside-toplevel
+  (tmp_path / "corpus").symlink_to(valid_dir)
+  monkeypatch.setenv("ENCODERLAB_DATA", str(tmp_path))
+  assert input_pipeline.resolve_prepared("corpus") == tmp_path / "corpus"
+  assert input_pipeline.resolve_prepared(str(valid_dir)) == valid_dir
+  with pytest.raises(FileNotFoundError, match="prepared: .*elsewhere is not a directory written by objectives"):
+    input_pipeline.resolve_prepared("elsewhere")
+
+
 class EncoderlabTestText(tfds.core.GeneratorBasedBuilder):
   """WikiText-2 valid as a tfds text dataset: one record per article, its paragraphs joined by newlines."""
   VERSION = tfds.core.Version("1.0.0")
