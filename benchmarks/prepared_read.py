@@ -5,11 +5,12 @@ documents) into --prepared (a gs:// URL; with --emulator, a bucket of the local 
 tests/gcs_emulator.py, started here), and the same corpus into a local directory; then, for each count of
 --workers (config.data.workers: 0 = grain's threads), times launch.input_pipeline.train_batches over it as a run
 does (configs/pretrain.py, rows of --length tokens, nsp_pairs packing, unigram masking, batches of --batch rows, every
-row read from the shards, document by document), after one warm-up batch: tokens/s = batches x batch x length /
-seconds, the median of --rounds rounds of --batches batches. The local directory gives the same figures without the
-bucket. The machine's load average is recorded with them: on a shared machine the processes compete for its cores
-(with --emulator the emulator, a Python HTTP server, runs on them too), so the figures are the lower bounds of a
-contended host, not a TPU host's.
+row read from the shards, document by document), after one warm-up batch, the median of --rounds rounds of
+--batches batches: tokens_per_s (per wall second), tokens_per_cpu_s (per CPU-second of this process and its worker
+processes: what the pipeline costs, which other processes sharing the cores do not change) and, with --emulator,
+emulator_cpu_s_per_million_tokens (the emulator's CPU, a Python HTTP server on the same cores, which real GCS does not
+spend here). The local directory gives the same figures without the bucket. The load average is recorded with them:
+on a shared machine the wall figures are those of a contended host, not a TPU host's.
 
   python -m benchmarks.prepared_read --emulator [--workers 0,1,2,4] [--length 128] [--batch 64]
   python -m benchmarks.prepared_read --prepared gs://my-bucket/corpus-bench   # a real bucket (credentials needed)
@@ -43,8 +44,28 @@ def bucket(emulator: bool, prepared: str | None) -> Iterator[str]:
     yield f"gs://{gcs_emulator.BUCKET}/corpus"
 
 
-def tokens_per_second(prepared: str, workers: int, length: int, batch: int, batches: int, rounds: int) -> float:
-  """Median tokens/s of the pretraining input pipeline reading `prepared` with `workers` processes."""
+def cpu_seconds() -> tuple[float, float]:
+  """(CPU seconds of this process and its descendants but the emulator, CPU seconds of the emulator) so far;
+  descendants that exited are not counted, so a timed window must end before the workers are closed."""
+  import psutil  # pylint: disable=import-outside-toplevel
+  me = psutil.Process()
+  pipeline = emulator = 0.0
+  for process in [me, *me.children(recursive=True)]:
+    try:
+      times = process.cpu_times()
+      used = times.user + times.system
+      if "tests.gcs_emulator" in " ".join(process.cmdline()):
+        emulator += used
+      else:
+        pipeline += used
+    except psutil.Error:  # Exited in between.
+      pass
+  return pipeline, emulator
+
+
+def throughput(prepared: str, workers: int, length: int, batch: int, batches: int, rounds: int) -> dict[str, float]:
+  """Median over rounds of the pretraining input pipeline reading `prepared` with `workers` processes: tokens per
+  wall second, tokens per CPU-second of the pipeline's processes, and the emulator's CPU-seconds per million tokens."""
   # pylint: disable=import-outside-toplevel  (JAX and grain only for this part)
   from configs import pretrain
   from launch import input_pipeline
@@ -52,18 +73,23 @@ def tokens_per_second(prepared: str, workers: int, length: int, batch: int, batc
   config.data.prepared, config.data.max_length, config.data.eval_files = prepared, length, ""
   with tempfile.TemporaryDirectory(prefix="prepared_read_") as cache:
     data = input_pipeline.load_data(config, Path(cache))
-  rates = []
+  wall, cpu, server = [], [], []
   for r in range(rounds):
     iterator = input_pipeline.train_batches(data.train, data.mask_options, global_batch=batch, seed=r, start_step=0,
                                             prefetch=config.data.prefetch, workers=workers)
     next(iterator)  # Warm-up: worker processes start, shard readers open.
-    start = time.perf_counter()
+    start, (pipeline, emulator) = time.perf_counter(), cpu_seconds()
     for _ in range(batches):
       next(iterator)
-    rates.append(batches * batch * length / (time.perf_counter() - start))
+    seconds, (pipeline_end, emulator_end) = time.perf_counter() - start, cpu_seconds()
+    tokens = batches * batch * length
+    wall.append(tokens / seconds)
+    cpu.append(tokens / (pipeline_end - pipeline))
+    server.append((emulator_end - emulator) / tokens * 1e6)
     if hasattr(iterator, "close"):
       iterator.close()
-  return statistics.median(rates)
+  return {"tokens_per_s": round(statistics.median(wall)), "tokens_per_cpu_s": round(statistics.median(cpu)),
+          "emulator_cpu_s_per_million_tokens": round(statistics.median(server), 2)}
 
 
 def main() -> None:
@@ -94,10 +120,9 @@ def main() -> None:
     for where, target in sources.items():
       result[where] = {}
       for workers in counts:
-        result[where][workers] = round(tokens_per_second(target, workers, args.length, args.batch, args.batches,
-                                                         args.rounds))
-        print(f"{where} workers={workers}: {result[where][workers]:,} tokens/s", flush=True)
-  result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        result[where][workers] = throughput(target, workers, args.length, args.batch, args.batches, args.rounds)
+        print(f"{where} workers={workers}: {result[where][workers]}", flush=True)
+  result["load_average"] = [round(x, 2) for x in os.getloadavg()]  # Other processes on this machine's cores.
   print(json.dumps(result))
 
 

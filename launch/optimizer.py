@@ -1,7 +1,7 @@
-"""The optimizer: AdamW or LAMB with BERT's linear warmup + polynomial (by default linear) decay, global-norm clipping, and weight decay
-masked off biases and LayerNorm parameters; optionally per-parameter update scales (fine-tuning regimes: frozen
-parts get 0 and no gradient in the clipping norm, layer-wise LR decay scales each layer's update), and optionally an
-exponential moving average of the parameters that evaluation uses."""
+"""The optimizer: AdamW or LAMB with BERT's linear warmup + polynomial (by default linear) decay, global-norm
+clipping, and weight decay masked off biases and LayerNorm parameters; optionally per-parameter update scales
+(fine-tuning regimes: frozen parts get 0 and no gradient in the clipping norm, layer-wise LR decay scales each
+layer's update), and optionally an exponential moving average of the parameters that evaluation uses."""
 
 from typing import Any, NamedTuple
 

@@ -28,7 +28,6 @@ import contextlib
 import functools
 import json
 import math
-import os
 import sys
 import tempfile
 import time
@@ -146,7 +145,8 @@ def step_programs(config: Any, work: Any, accum: int) -> StepPrograms:
                                    sharding=batch_sharding) for k, v in work.example.items()}
   grad_step = jax.jit(functools.partial(steps.grad_step, fns, grad_shardings=shardings.params, accum=accum,
                                         nan_step=-1),
-                      in_shardings=(shardings, batch_sharding), out_shardings=(replicated, replicated, shardings.params))
+                      in_shardings=(shardings, batch_sharding),
+                      out_shardings=(replicated, replicated, shardings.params))
   loss, metrics, grads = jax.eval_shape(grad_step, state, batch)
   acc = jax.eval_shape(lambda: steps.zero_metrics(functools.partial(steps.train_step, fns, accum=accum, nan_step=-1),
                                                   state, batch))

@@ -9,12 +9,12 @@ after a failure or a host restart (resuming from the workdir), and optionally de
 starts it again; MaxText's multihost_job.py runs its job from a startup script for the same reason).
 
 Files, in <workdir>/logs/ (gs:// or a shared filesystem; every worker reads them) and in --local_dir:
-(launch.main runs with ENCODERLAB_POD_WORKER and ENCODERLAB_POD_ATTEMPT set: which worker and attempt it is.)
   worker-<i>.log   the output of every attempt of launch.main on worker i, copied up every --poll_s seconds and at
                    the end: `gcloud storage cat gs://.../logs/worker-0.log` reads it while the run goes on
   worker-<i>.json  its status: run_id, attempt, state (running, done, failed, stopped), pid, exit, final, reason (the
                    log's last line: launch.main's one-line `error: ...`, or a traceback's last line), host, time
   attempt.json     {"run_id", "attempt"}: the attempt all workers run (only ever raised)
+launch.main runs with ENCODERLAB_POD_WORKER and ENCODERLAB_POD_ATTEMPT set (which worker and attempt it is).
 
 Rules. An attempt ends on every worker when one worker's launch.main exits other than done: that worker records
 `failed` and raises the attempt (if --max_attempts allows), and the others, seeing the raised attempt, stop theirs
@@ -22,7 +22,7 @@ Rules. An attempt ends on every worker when one worker's launch.main exits other
 resumes from the newest checkpoint (jax.distributed waits for all processes). A worker whose last attempt failed
 records `failed` with `final`; the others then stop for good, each recording `stopped` with that worker's reason. A
 supervisor that starts and finds its own status `running` or `stopped` for this run (its host restarted) raises the
-attempt, so the others restart with it. SIGTERM to the supervisor (`systemctl stop`: tpu_pod --stop, a shutdown)
+attempt, so the others restart with it, unless a worker has failed for good (then it ends too). SIGTERM to the supervisor (`systemctl stop`: tpu_pod --stop, a shutdown)
 passes SIGTERM on to launch.main, which saves a checkpoint and exits; the supervisor records `stopped` and ends. A
 launch.main that exits 0 without finishing (results.json's stopped_early: SIGTERM from outside, e.g. Autocheckpoint
 before maintenance) counts as a failed attempt, retried after --restart_delay_s x its number. --on_end runs on
@@ -205,10 +205,12 @@ class Supervisor:
 
   def run(self) -> int:
     """The supervisor's life: join (or restart) the run's attempt, run attempts until done, stopped or failed."""
-    mine = self.status_of(self.worker)
-    if mine and mine["state"] == "done" or mine and mine["state"] == "failed" and mine.get("final"):
-      print(f"[pod_worker {self.worker}] run {self.args.run_id} already ended: {mine['state']}", flush=True)
-      return 0 if mine["state"] == "done" else 1
+    mine = self.status_of(self.worker) or {}
+    failed = self.peer_failure()
+    if mine.get("state") == "done" or mine.get("final") or failed:
+      print(f"[pod_worker {self.worker}] run {self.args.run_id} has ended: "
+            + (f"worker {failed[0]} failed for good" if failed else mine["state"]), flush=True)
+      return 0 if mine.get("state") == "done" else 1
     attempt = self.attempt()
     if mine:  # Running or stopped before: this host restarted mid-run; everyone restarts together.
       attempt = self.raise_attempt(max(attempt, mine["attempt"]) + 1)

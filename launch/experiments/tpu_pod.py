@@ -285,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
   root.add_argument("--queued", action="store_true",
                     help="as a queued resource (waits for capacity; recommended with --spot)")
   root.add_argument("--autocheckpoint", action="store_true",
-                    help="create it with --autocheckpoint-enabled (v2-v4, v5e: SIGTERM before maintenance; gcloud alpha)")
+                    help="create it with --autocheckpoint-enabled (v2-v4, v5e: SIGTERM before maintenance)")
   root.add_argument("--git_url", help="clone this repository on the workers instead of copying this checkout")
   root.add_argument("--git_ref", help="with --git_url: the commit, branch or tag to check out")
   root.add_argument("--data", help="data directory for ENCODERLAB_DATA: gs://bucket/path or a local directory")

@@ -2,7 +2,8 @@
 is $STANDIN_SCRIPT's entry "w/a" (JSON; default "done"):
   "done"         worker 0 writes <workdir>/results.json {"stopped_early": false} (as process 0 does); exits 0
   "fail:<line>"  prints <line> last and exits 1 (launch.main's one-line error)
-  "hang"         runs until SIGTERM, then (as launch.train) worker 0 writes results.json {"stopped_early": true}, exits 0
+  "hang"         runs until SIGTERM, then (as launch.train) worker 0 writes results.json {"stopped_early": true};
+                 exits 0
   "stuck"        ignores SIGTERM (a process whose peer died, waiting in a collective): only SIGKILL ends it
 It prints its arguments first. It learns w and a from the variables pod_worker sets (ENCODERLAB_POD_WORKER,
 ENCODERLAB_POD_ATTEMPT)."""

@@ -175,7 +175,8 @@ def test_queued_spot_slice_created_recreated_after_preemption_and_reused(world):
   assert relaunched.returncode == 0, relaunched.stderr
   assert _calls(world)[:6] == ["queued-resources describe", "queued-resources delete", "queued-resources describe",
                                "tpu-vm describe", "queued-resources create", "queued-resources describe"]
-  assert "queued resource bert is SUSPENDED: it no longer allocates; deleting and queueing it again" in relaunched.stdout
+  assert ("queued resource bert is SUSPENDED: it no longer allocates; deleting and queueing it again"
+          in relaunched.stdout)
   reused = _pod(world, V5E)
   assert reused.returncode == 0, reused.stderr
   assert _calls(world)[:3] == ["queued-resources describe", "tpu-vm describe", "tpu-vm scp"]
@@ -184,9 +185,9 @@ def test_queued_spot_slice_created_recreated_after_preemption_and_reused(world):
   state["nodes"]["bert"]["queued"] = None
   (world["tmp"] / "state.json").write_text(json.dumps(state))
   clash = _pod(world, V5E)
-  assert clash.returncode == 1 and clash.stderr == ("error: --name bert: a TPU VM of that name exists outside a queued "
-                                                    "resource; launch it without --queued, delete it, or choose another "
-                                                    "--name\n")
+  assert clash.returncode == 1 and clash.stderr == (
+      "error: --name bert: a TPU VM of that name exists outside a queued resource; launch it without --queued, delete "
+      "it, or choose another --name\n")
   assert _calls(world) == ["queued-resources describe", "tpu-vm describe"]
 
 
@@ -356,5 +357,6 @@ def test_slice_types_and_refusals():
     tpu_types.slice_type("v9-8")
   with pytest.raises(errors.UserError, match="--type v4-33: 33 is not a v4 slice size"):
     tpu_types.slice_type("v4-33")
-  with pytest.raises(SystemExit, match="error: --autocheckpoint: Autocheckpoint supports v2-v4 and v5e slices, not v6e"):
+  with pytest.raises(SystemExit, match="error: --autocheckpoint: Autocheckpoint supports v2-v4 and v5e slices, not "
+                                       "v6e"):
     tpu_pod.main(["--name", "b", "--zone", "z", "--type", "v6e-8", "--autocheckpoint", "--dry-run"])
