@@ -5,7 +5,7 @@ documents) into --prepared (a gs:// URL; with --emulator, a bucket of the local 
 tests/gcs_emulator.py, started here), and the same corpus into a local directory; then, for each count of
 --workers (config.data.workers: 0 = grain's threads), times launch.input_pipeline.train_batches over it as a run
 does (configs/pretrain.py, rows of --length tokens, nsp_pairs packing, unigram masking, batches of --batch rows, every
-row read from the shards, document by document), after one warm-up batch, the median of --rounds rounds of
+row read from the shards, document by document), after 1 + 2 x workers warm-up batches, the median of --rounds rounds of
 --batches batches: tokens_per_s (per wall second), tokens_per_cpu_s (per CPU-second of this process and its worker
 processes: what the pipeline costs, which other processes sharing the cores do not change) and, with --emulator,
 emulator_cpu_s_per_million_tokens (the emulator's CPU, a Python HTTP server on the same cores, which real GCS does not
@@ -77,7 +77,8 @@ def throughput(prepared: str, workers: int, length: int, batch: int, batches: in
   for r in range(rounds):
     iterator = input_pipeline.train_batches(data.train, data.mask_options, global_batch=batch, seed=r, start_step=0,
                                             prefetch=config.data.prefetch, workers=workers)
-    next(iterator)  # Warm-up: worker processes start, shard readers open.
+    for _ in range(1 + 2 * workers):  # Warm-up: every worker starts and opens the shards (its one-time sha256 check
+      next(iterator)  # of each, objectives/prepared.py), which a long run pays once; the window measures the rest.
     start, (pipeline, emulator) = time.perf_counter(), cpu_seconds()
     for _ in range(batches):
       next(iterator)

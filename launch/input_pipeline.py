@@ -26,7 +26,7 @@ from objectives import masking, pipeline
 
 DEVICE_KEYS_DROPPED = ("word_starts",)  # Host-only fields of the pipeline rows (used by masking).
 CORES_PER_TPU_WORKER = 8  # config.data.workers=-1 on a TPU host: a worker process per this many of its cores,
-MAX_TPU_WORKERS = 16  # at most this many (docs/pretraining.md#input-at-pod-speed sizes them).
+MAX_TPU_WORKERS = 32  # at most this many (docs/pretraining.md#input-at-pod-speed sizes them).
 EVAL_SEED_OFFSET = 1  # Evaluation masks use seed + 1, fixed across evaluations.
 
 
@@ -116,9 +116,9 @@ def _this_process(batched: grain.MapDataset) -> grain.MapDataset:
 
 def worker_count(configured: int, backend: str | None = None, cores: int | None = None) -> int:
   """config.data.workers -> worker processes: as configured when >= 0; -1 (the default) on a TPU host one per
-  CORES_PER_TPU_WORKER of its cores, at most MAX_TPU_WORKERS (a v4 host's 240 vCPUs: 16, a v5e host's 112: 14; one
-  process masks ~150-350k tokens/s, a v4-32 host needs ~0.85M at 50% MFU: docs/pretraining.md), elsewhere 0 (threads;
-  a GPU host sets its own, docs/gpu.md)."""
+  CORES_PER_TPU_WORKER of its cores, at most MAX_TPU_WORKERS (a v4 host's 240 vCPUs: 30, a v5e host's 112: 14; one
+  process reads and masks ~65k tokens of 128-token rows per CPU-second from a bucket, a v4-32 host needs ~1.1M at
+  50% MFU: docs/pretraining.md), elsewhere 0 (threads; a GPU host sets its own, docs/gpu.md)."""
   if configured >= 0:
     return configured
   if configured != -1:

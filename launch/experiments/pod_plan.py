@@ -19,8 +19,9 @@ said, not refused (the recipe's 200-step smoke test on the slice settles it; TPU
 Input per host: the tokens/s its share of each batch needs when the step runs at --mfu of the chips' dense bf16 peak
 (step FLOPs: encoder.flops.step_flops, as launch.train's MFU), against what its input workers supply: the worker
 processes of config.data.workers (-1: input_pipeline.worker_count for the host's cores) times one process's rate,
-measured here in CPU time on the config's rows (the sample corpus's text; reading the prepared shards is extra:
-docs/pretraining.md's gs:// read table). A host that cannot keep up is refused, naming the workers it needs.
+measured here in CPU time on the config's rows (from the sample corpus's text in memory), times BUCKET_READ_FACTOR
+when the prepared corpus is in a bucket (reading it there costs as much CPU again: docs/pretraining.md's read
+table). A host that cannot keep up is refused, naming the workers it needs.
 """
 
 import argparse
@@ -37,6 +38,9 @@ from typing import Any, NamedTuple, Sequence
 from encoder import errors
 from launch.experiments import tpu_types
 
+# Tokens per CPU-second of the input pipeline reading a prepared corpus from gs:// over reading it locally (rows of
+# 128, 0-2 workers: 64-74k against 130-144k; benchmarks.prepared_read against the GCS emulator, docs/pretraining.md).
+BUCKET_READ_FACTOR = 0.5
 ACCELERATOR_RATIO = 0.60  # H200 / this CPU's compiled bytes per row, BERT-base, 512 tokens, bf16 (457.2 / 760.1 MiB).
 USABLE_MEMORY = 0.95  # Of a device's HBM: the runtime keeps some (a v5e chip reports ~15.75 of 16 GiB).
 MASKING_SECONDS = 2.0  # How long one process's masking rate is measured.
@@ -90,7 +94,8 @@ class Plan(NamedTuple):
         f"{_gib(self.high_bytes)} (XLA:CPU's compiled program) GiB; usable {_gib(self.device_bytes)} GiB",
         f"input per host: {self.host_tokens_per_s:,.0f} tokens/s needed (step {self.step_seconds:.3f} s at MFU "
         f"{self.mfu}); supplied ~{self.supply_tokens_per_s:,.0f} by {self.workers} worker(s) x "
-        f"{self.process_tokens_per_s:,.0f} (one process's masking, measured on this CPU)"]
+        f"{self.process_tokens_per_s:,.0f} (one process's rate per CPU-second, measured on this CPU; halved for a "
+        "gs:// corpus)"]
     problems = self.problems()
     if problems:
       lines += [f"verdict: refused: {p}" for p in problems]
@@ -225,7 +230,7 @@ def plan(config: Any, slice_: tpu_types.SliceType, mfu: float = 0.5) -> Plan:
   step_seconds = step_flops / (mfu * slice_.devices * slice_.device_peak_flops)
   host_tokens = config.batch_size // slice_.hosts * config.data.max_length / step_seconds
   workers = input_pipeline.worker_count(config.data.workers, "tpu", slice_.host_cores)
-  process_rate = masking_rate(work, config)
+  process_rate = masking_rate(work, config) * (BUCKET_READ_FACTOR if config.data.prepared.startswith("gs://") else 1)
   return Plan(slice_, rows, accum, state_bytes, int(high), int(low), device_bytes, fits,
               step_seconds, host_tokens, workers, process_rate, max(workers, 1) * process_rate, mfu)
 

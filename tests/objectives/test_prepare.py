@@ -232,9 +232,9 @@ def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
     np.testing.assert_array_equal(batch[key], batches[0][key], err_msg=key)
   with pytest.raises(errors.ConfigError, match=r"config\.data\.workers=-2: expected -1 \(chosen for the host\)"):
     input_pipeline.train_batches(memory.train, options, global_batch=8, seed=1, start_step=0, prefetch=2, workers=-2)
-  # -1 (the default): threads on this CPU; on a TPU host one worker per 8 cores, at most 16 (v4 240, v5e 112 vCPUs).
+  # -1 (the default): threads on this CPU; on a TPU host one worker per 8 cores, at most 32 (v4 240, v5e 112 vCPUs).
   assert config.data.workers == -1 and input_pipeline.worker_count(-1) == 0
-  assert [input_pipeline.worker_count(-1, "tpu", cores) for cores in (240, 112, 180, 4)] == [16, 14, 16, 1]
+  assert [input_pipeline.worker_count(-1, "tpu", cores) for cores in (240, 112, 180, 4, 448)] == [30, 14, 22, 1, 32]
   assert input_pipeline.worker_count(3, "tpu", 240) == 3 and input_pipeline.worker_count(-1, "gpu", 240) == 0
 
 

@@ -135,6 +135,9 @@ def test_dry_runs_print_every_command_and_gcloud_parses_them(world):
   shape = lambda argv: [re.sub(r"^--command=.*", "--command=true", re.sub(r"worker-\d", "worker-0", a)) for a in argv]
   printed = {shlex.join(shape(shlex.split(c))): True for out in (v4, v5e, logs, stop) for c in _commands(out.stdout)
              if c.startswith("gcloud")}
+  script = next(line for line in v5e.stdout.splitlines() if line.startswith("#   exec "))
+  on_end = shlex.split(script)[shlex.split(script).index("--on_end") + 1]
+  printed[shlex.join(json.loads(on_end))] = True  # What worker 0 runs at the end (--delete_when_done).
   printed[commands[3].replace("gcloud alpha", "gcloud")] = False  # --autocheckpoint-enabled is alpha only.
   with concurrent.futures.ThreadPoolExecutor(4) as pool:
     answers = dict(zip(printed, pool.map(lambda c: _real_gcloud(c, world["tmp"]), printed)))
