@@ -123,7 +123,10 @@ def test_dry_runs_print_every_command_and_gcloud_parses_them(world):
       "--zone=us-central2-b", "gcloud compute tpus tpu-vm delete bert --quiet --zone=us-central2-b"]
   logs = _pod(world, ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--logs", "out", "--dry-run"],
               main_args=["--workdir", "/shared/run"])
+  logs_gs = _pod(world, ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--logs", "out", "--dry-run"],
+                 main_args=["--workdir", "gs://bucket/runs/base"])
   stop = _pod(world, ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--stop", "--dry-run"], [])
+  assert _commands(logs_gs.stdout)[1:] == ["gcloud storage rsync --recursive gs://bucket/runs/base/logs out"]
   assert _commands(logs.stdout)[1:] == [f"gcloud compute tpus tpu-vm scp 'bert:~/encoderlab-logs/worker-{w}.*' out "
                                         f"--worker={w} --zone=us-west4-a" for w in range(4)]
   assert _commands(stop.stdout) == ["gcloud compute tpus tpu-vm ssh bert --worker=all '--command=sudo systemctl "
@@ -133,8 +136,8 @@ def test_dry_runs_print_every_command_and_gcloud_parses_them(world):
     pytest.skip("no real gcloud here to parse the commands")
   # Each distinct shape once: an ssh's --command text and an scp's worker number do not change the parsing.
   shape = lambda argv: [re.sub(r"^--command=.*", "--command=true", re.sub(r"worker-\d", "worker-0", a)) for a in argv]
-  printed = {shlex.join(shape(shlex.split(c))): True for out in (v4, v5e, logs, stop) for c in _commands(out.stdout)
-             if c.startswith("gcloud")}
+  printed = {shlex.join(shape(shlex.split(c))): True for out in (v4, v5e, logs, logs_gs, stop)
+             for c in _commands(out.stdout) if c.startswith("gcloud")}
   script = next(line for line in v5e.stdout.splitlines() if line.startswith("#   exec "))
   on_end = shlex.split(script)[shlex.split(script).index("--on_end") + 1]
   printed[shlex.join(json.loads(on_end))] = True  # What worker 0 runs at the end (--delete_when_done).
