@@ -58,8 +58,8 @@ def resolve_files(spec: str, what: str) -> list[Path]:
 
 def resolve_prepared(spec: str) -> Path:
   """config.data.prepared -> the directory (absolute, gs://, relative to the working directory, else under the data
-  directory: `tpu_pod --data gs://bucket/corpus` copies it to every worker's $ENCODERLAB_DATA, where `corpus`
-  names it)."""
+  directory: `tpu_pod --data gs://bucket/data` copies that folder's contents to every worker's $ENCODERLAB_DATA,
+  where `corpus` names the copy of gs://bucket/data/corpus)."""
   path = files.path(spec)
   root = paths.data_dir()
   if not (path.is_absolute() or files.is_remote(spec) or path.exists()) and root is not None:

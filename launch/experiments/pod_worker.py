@@ -22,11 +22,12 @@ Rules. An attempt ends on every worker when one worker's launch.main exits other
 resumes from the newest checkpoint (jax.distributed waits for all processes). A worker whose last attempt failed
 records `failed` with `final`; the others then stop for good, each recording `stopped` with that worker's reason. A
 supervisor that starts and finds its own status `running` or `stopped` for this run (its host restarted) raises the
-attempt, so the others restart with it, unless a worker has failed for good (then it ends too). SIGTERM to the supervisor (`systemctl stop`: tpu_pod --stop, a shutdown)
-passes SIGTERM on to launch.main, which saves a checkpoint and exits; the supervisor records `stopped` and ends. A
-launch.main that exits 0 without finishing (results.json's stopped_early: SIGTERM from outside, e.g. Autocheckpoint
-before maintenance) counts as a failed attempt, retried after --restart_delay_s x its number. --on_end runs on
-worker 0 once the run is done on every worker or failed for good (tpu_pod --delete_when_done: deleting the slice).
+attempt, so the others restart with it, unless a worker has failed for good (then it ends too). SIGTERM to the
+supervisor (`systemctl stop`: tpu_pod --stop, a shutdown) passes SIGTERM on to launch.main, which saves a checkpoint
+and exits; the supervisor records `stopped` and ends. A launch.main that exits 0 without finishing (results.json's
+stopped_early: SIGTERM from outside, e.g. Autocheckpoint before maintenance) counts as a failed attempt, retried
+after --restart_delay_s x its number. --on_end runs on worker 0 once the run is done on every worker or failed for
+good (tpu_pod --delete_when_done: deleting the slice).
 """
 
 import argparse
