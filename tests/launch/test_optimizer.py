@@ -1,4 +1,4 @@
-"""Schedule (BERT: linear warmup, linear decay) and the weight-decay mask against hand-computed values, LAMB against
+"""Schedule (BERT: linear warmup, linear decay; NVIDIA's power-0.5 decay) and the weight-decay mask against hand-computed values, LAMB against
 the paper's update in numpy."""
 
 import jax
@@ -10,6 +10,7 @@ import pytest
 from flax.traverse_util import flatten_dict, unflatten_dict
 
 from configs import common
+from encoder import errors
 from encoder.config import preset
 from encoder.model import Encoder
 from launch import optimizer
@@ -23,6 +24,18 @@ def test_schedule_warmup_then_linear_decay():
   # float32 schedule (a product and a division of small integers and lr) against float64: a few roundings, u = 6e-8
   # relative; a step off by one moves the rate by >= 1e-5, 1% of it or more.
   np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-5, atol=1e-9)
+
+
+def test_schedule_power_half_decay_and_a_bad_power():
+  """decay_power 0.5 (NVIDIA's LAMB recipe's power) in float64 against lr * (1 - p)^0.5 over the post-warmup steps;
+  float32 rounding of the schedule's few operations bounds the difference (rtol 1e-6)."""
+  opt = common.optimizer_config(learning_rate=6e-3, warmup_steps=20, end_learning_rate=0.0, decay_power=0.5)
+  schedule = optimizer.learning_rate_schedule(opt, 100)
+  steps = np.arange(0, 101)
+  expected = np.where(steps < 20, 6e-3 * steps / 20, 6e-3 * np.sqrt(np.clip(1 - (steps - 20) / 80, 0, 1)))
+  np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-6, atol=1e-12)
+  with pytest.raises(errors.ConfigError, match=r"decay_power=0\.0: expected a positive power"):
+    optimizer.learning_rate_schedule(common.optimizer_config(decay_power=0.0), 100)
 
 
 def test_decay_mask_skips_biases_and_layer_norms():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from configs import paths
 from encoder import errors
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer, train_sentencepiece, train_wordpiece
@@ -230,8 +231,23 @@ def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
   workers.close()
   for key in batches[0]:
     np.testing.assert_array_equal(batch[key], batches[0][key], err_msg=key)
-  with pytest.raises(errors.ConfigError, match=r"config\.data\.workers=-1"):
-    input_pipeline.train_batches(memory.train, options, global_batch=8, seed=1, start_step=0, prefetch=2, workers=-1)
+  with pytest.raises(errors.ConfigError, match=r"config\.data\.workers=-2: expected -1 \(chosen for the host\)"):
+    input_pipeline.train_batches(memory.train, options, global_batch=8, seed=1, start_step=0, prefetch=2, workers=-2)
+  # -1 (the default): threads on this CPU; on a TPU host one worker per 8 cores, at most 32 (v4 240, v5e 112 vCPUs).
+  assert config.data.workers == -1 and input_pipeline.worker_count(-1) == 0
+  assert [input_pipeline.worker_count(-1, "tpu", cores) for cores in (240, 112, 180, 4, 448)] == [30, 14, 22, 1, 32]
+  assert input_pipeline.worker_count(3, "tpu", 240) == 3 and input_pipeline.worker_count(-1, "gpu", 240) == 0
+
+
+def test_a_relative_prepared_directory_is_found_under_the_data_directory(valid_dir, tmp_path, monkeypatch):
+  """tpu_pod --data copies a bucket folder into every worker's $ENCODERLAB_DATA: `prepared=corpus` names it there (a
+  path that exists from the working directory, or an absolute one, is taken as it is)."""
+  (tmp_path / "corpus").symlink_to(valid_dir)
+  monkeypatch.setenv("ENCODERLAB_DATA", str(tmp_path))
+  assert paths.resolve_prepared("corpus") == tmp_path / "corpus"
+  assert paths.resolve_prepared(str(valid_dir)) == valid_dir
+  with pytest.raises(FileNotFoundError, match="prepared: .*elsewhere is not a directory written by objectives"):
+    paths.resolve_prepared("elsewhere")
 
 
 class EncoderlabTestText(tfds.core.GeneratorBasedBuilder):
