@@ -98,7 +98,7 @@ ENGINE: dict[str, fields.Rule] = {
     "init": Check(_init_problem, "'hf:<name or directory>', 'run:<workdir>' or ''", ("bert-base", "hf:")),
 }
 OPTIMIZER: dict[str, fields.Rule] = {
-    "optimizer.name": Choice(OPTIMIZERS), "optimizer.learning_rate": POSITIVE,
+    "optimizer.name": Choice(OPTIMIZERS), "optimizer.learning_rate": NON_NEGATIVE,
     "optimizer.warmup_steps": NON_NEGATIVE_INT, "optimizer.end_learning_rate": NON_NEGATIVE,
     "optimizer.weight_decay": NON_NEGATIVE, "optimizer.b1": PROBABILITY, "optimizer.b2": PROBABILITY,
     "optimizer.eps": POSITIVE, "optimizer.clip_norm": NON_NEGATIVE, "optimizer.ema_decay": PROBABILITY,
