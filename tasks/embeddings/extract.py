@@ -7,9 +7,9 @@ short sentences share a row as separate attention segments, each with its own po
 `attention_segments` keep them from seeing each other, so a vector is the one the sentence gets alone). Rows sorted
 by length are cut into batches of `batch_size` rows padded to the next of a few `buckets` lengths, so jit compiles
 one shape per bucket, and nearly every computed token is a real one. The layer mix and the pooling of each word's
-subwords happen on the device (`_pool`: a segment sum over the batch's tokens, each token numbered with its word's
-output row), so only the word vectors come back, not every position's states; the next batch is dispatched before the
-previous one is fetched (jax dispatch is asynchronous), so the host's batching and copying overlap the device.
+subwords happen on the device (`_pool`: each word's subwords gathered and added in order), so only the word vectors
+come back, not every position's states; the next batch is dispatched before the previous one is fetched (jax dispatch
+is asynchronous), so the host's batching and copying overlap the device.
 
 Sentences longer than `max_length` subwords are never truncated: they are cut into overlapping windows of
 max_length - 2 subwords (`stride` apart), each encoded as its own `[CLS] window [SEP]`, and each subword takes its
@@ -112,13 +112,16 @@ def _forward(cfg: EncoderConfig, params, input_ids, positions, attention_segment
   return select_from_states(states, spec)
 
 
-def _pool(states, output_rows, counts, *, out_dtype):
-  """[batch, length, ...] float32 states -> [len(counts), ...] in out_dtype: output row r is the mean of the tokens
-  numbered r in output_rows [batch, length] (tokens numbered len(counts) or more are dropped), counts[r] of them.
-  The segment sum adds a row's tokens in their order, starting from zero, and divides once: `pool_words`'s sums."""
-  sums = jax.ops.segment_sum(states.reshape((-1,) + states.shape[2:]), output_rows.reshape(-1),
-                             num_segments=len(counts))
-  return (sums / counts.reshape((-1,) + (1,) * (sums.ndim - 1))).astype(out_dtype)
+def _pool(states, first, counts, *, out_dtype):
+  """[batch, length, ...] float32 states -> [len(first), ...] in out_dtype: output row r is the mean of the counts[r]
+  consecutive tokens from flat position first[r] (a word's subwords). The k-th token of every row is gathered and
+  added for k = 0, 1, ... up to the batch's longest word, then the sum divided once: `pool_words`'s order of
+  operations, deterministic on every backend (a scatter-add is not on GPUs)."""
+  flat = states.reshape((-1,) + states.shape[2:])
+  expand = lambda v: v.reshape((-1,) + (1,) * (flat.ndim - 1))
+  take = lambda k: jnp.take(flat, first + k, axis=0, mode="clip")  # Past the end only where masked out.
+  sums = jax.lax.fori_loop(1, jnp.max(counts), lambda k, acc: acc + jnp.where(expand(counts > k), take(k), 0), take(0))
+  return (sums / expand(counts).astype(jnp.float32)).astype(out_dtype)
 
 
 def output_rows_size(count: int, tokens: int, steps: int = 8) -> int:
@@ -289,7 +292,7 @@ class Embedder:
     length = batching.bucket_length(max(sum(len(p.ids) + 2 for p in row) for row in rows), self.buckets)
     input_ids = np.full((self.batch_size, length), self.tokenizer.pad_id, np.int32)
     positions, segments = np.zeros_like(input_ids), np.zeros_like(input_ids)
-    numbers, counts, firsts = np.full_like(input_ids, -1), [], []  # Tokens' output rows, their sizes.
+    first_tokens, counts, firsts = [], [], []  # Each output row's first flat token and token count; each piece's row.
     for r, row in enumerate(rows):
       offset = 0
       for segment, piece in enumerate(row, 1):
@@ -297,28 +300,22 @@ class Embedder:
         input_ids[r, offset:offset + size] = [self.tokenizer.cls_id, *piece.ids, self.tokenizer.sep_id]
         positions[r, offset:offset + size] = np.arange(size)
         segments[r, offset:offset + size] = segment
-        first, (begin, end) = len(counts), piece.own
-        firsts.append(first)
+        firsts.append(len(first_tokens))
+        token = r * length + offset + 1  # The piece's first subword, after [CLS].
         if piece.total == len(piece.ids) and pooling != "subword":  # Its words, pooled here.
           word_starts_ = starts[piece.sentence]
-          sizes = np.diff(np.append(word_starts_, piece.total))
-          if pooling == "mean":
-            numbers[r, offset + 1:offset + 1 + piece.total] = first + np.repeat(np.arange(len(sizes)), sizes)
-            counts.extend(sizes)
-          else:
-            numbers[r, offset + 1 + word_starts_] = first + np.arange(len(sizes))
-            counts.extend([1] * len(sizes))
+          first_tokens.extend(token + word_starts_)
+          counts.extend(np.diff(np.append(word_starts_, piece.total)) if pooling == "mean" else [1] * len(word_starts_))
         else:  # Its own subwords, one row each.
-          own = offset + 1 + begin - piece.start
-          numbers[r, own:own + end - begin] = first + np.arange(end - begin)
+          begin, end = piece.own
+          first_tokens.extend(token + np.arange(begin, end) - piece.start)
           counts.extend([1] * (end - begin))
         offset += size
     rows_size = output_rows_size(len(counts), input_ids.size)
-    numbers[numbers < 0] = rows_size  # Dropped by the segment sum.
-    sizes = np.ones(rows_size, np.float32)
-    sizes[:len(counts)] = counts
+    first, sizes = np.zeros(rows_size, np.int32), np.ones(rows_size, np.int32)  # Padding rows: token 0 alone.
+    first[:len(counts)], sizes[:len(counts)] = first_tokens, counts
     states = self._forward(self.params, input_ids, positions, segments, spec=spec)
-    return self._pool(states, numbers, sizes, out_dtype=TRANSFER_DTYPES[self.transfer_dtype]), firsts
+    return self._pool(states, first, sizes, out_dtype=TRANSFER_DTYPES[self.transfer_dtype]), firsts
 
   def _collect(self, result, firsts: list[int], rows: list[list[_Piece]], starts: dict, assembling: dict,
                pooling: str):

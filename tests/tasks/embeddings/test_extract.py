@@ -204,11 +204,11 @@ def test_bad_arguments_are_refused(embedder, tiny, tokenizer):
 @pytest.mark.parametrize("layers", ["last", "1,3", "last4_mean"])  # One layer, several kept apart, a reduction.
 def test_pooling_on_the_device_equals_pooling_the_subwords_on_the_host(tiny, tokenizer, embedder, layers):
   """Each pooling, sentences in one window (pooled on the device) and in several (pooled on the host): the same as
-  `pool_words` on the subword vectors of the same batches. Both sides sum a word's few subwords in float32 and divide
-  by their count, but XLA may reorder the segment sum's additions (a GPU's scatter-add does) and divide by multiplying
-  with the reciprocal: a few float32 roundings, 2^-24 = 6e-8 relative each, on post-LN states of size ~1 (measured
-  on Zen 3, also with --xla_cpu_max_isa=AVX2: 1.2e-7 at most for the mean, 0 for the first subword). A word pooled
-  from a wrong subword is off by ~1."""
+  `pool_words` on the subword vectors of the same batches. Both add a word's subwords in order in float32 and divide
+  once by their count, but XLA on a CPU divides by a count broadcast over the features as a multiplication by its
+  reciprocal (1 ulp off in ~20% of quotients): 2^-24 = 6e-8 relative, on post-LN states of size ~1 (measured on Zen 3,
+  also with --xla_cpu_max_isa=AVX2: 1.2e-7 at most for the mean, 0 for the first subword). A word pooled from a wrong
+  subword is off by ~1."""
   windowed = Embedder(*tiny, tokenizer, max_length=16, stride=5, batch_size=4, buckets=(8, 16))
   encodings = tokenizer.encode_batch([list(s) for s in SENTENCES], add_special_tokens=False)
   for each in (embedder, windowed):
