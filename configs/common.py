@@ -98,6 +98,8 @@ def engine_config(config: ml_collections.ConfigDict, *, steps: int) -> ml_collec
   config.best_mode = "min"  # "min" or "max" for best_metric.
   config.measure_mfu = True  # Time a 2048^3 f32 matmul once at start as the MFU ceiling.
   config.compile_ahead = True  # jit: compile each batch shape's step on a background thread (launch.compile_ahead).
+  # JAX's persistent compilation cache ('' = off); $ENCODERLAB_COMPILATION_CACHE wins (launch.compilation_cache).
+  config.compilation_cache = "~/.cache/encoderlab/xla"
   config.debug_nan_step = -1  # Debug: make the loss NaN at this step to exercise the NaN guard (-1: never).
   config.debug_kill_at_step = -1  # Debug: signal this process right after this step (tests resume; -1: never).
   config.debug_kill_signal = "SIGKILL"  # Debug: the signal of debug_kill_at_step (SIGKILL, or SIGTERM: save + stop).

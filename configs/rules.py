@@ -93,6 +93,7 @@ ENGINE: dict[str, fields.Rule] = {
     "keep_checkpoints": POSITIVE_INT, "best_metric": Check(_best_metric_problem, "a metric name ('eval/...') or ''",
                                                            ("accuracy",)),
     "best_mode": Choice(("min", "max")), "measure_mfu": BOOL, "compile_ahead": BOOL,
+    "compilation_cache": Anything("a directory path (local or gs://), or '' for no persistent compilation cache"),
     "debug_nan_step": Number(0, integer=True, also=(-1,)), "debug_kill_at_step": Number(1, integer=True, also=(-1,)),
     "debug_kill_signal": Choice(SIGNALS), "debug_kill_during_save": Choice(("", "write", "commit")),
     "init": Check(_init_problem, "'hf:<name or directory>', 'run:<workdir>' or ''", ("bert-base", "hf:")),

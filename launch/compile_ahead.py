@@ -4,11 +4,13 @@ Fine-tuning pads batches to a few length buckets, so the gradient step (launch.s
 bucket, several seconds each on a CPU. The schedule of batches is known in advance (a pure function of the step),
 so each shape is compiled before it is first needed, using the cores that training and the previous compilation
 leave idle; the loop waits only for a shape still compiling. jit's compilation cache is shared, so the loop's own
-call finds the compiled step.
+call finds the compiled step. The evaluation's program (`add`) is compiled next, for each shape of the dev and test
+batches, so the first evaluation does not stop training to compile; with the persistent compilation cache
+(launch.compilation_cache) a later run loads all of them instead.
 """
 
 import concurrent.futures
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import jax
 
@@ -33,11 +35,24 @@ class CompileAhead:
     state = _abstract(state)
     self._futures = {batch_key(b): self._pool.submit(lambda b=_abstract(b): step.lower(state, b).compile())
                      for b in batches}
+    self._added: list[concurrent.futures.Future] = []
 
   def wait(self, batch: dict[str, Any]) -> None:
     future = self._futures.pop(batch_key(batch), None)
     if future is not None:
       future.result()  # Re-raises a compilation error here, in the training loop.
+
+  def add(self, program: Callable, first: Any, batches: Callable[[], Iterable[dict[str, Any]]]) -> None:
+    """Compiles the jitted `program(first, batch)` for each batch of `batches()` (one per shape; called on the
+    thread, as collating a whole split takes a while) after everything submitted before."""
+    first = _abstract(first)
+    self._added.append(self._pool.submit(
+        lambda: [program.lower(first, _abstract(batch)).compile() for batch in batches()]))
+
+  def wait_added(self) -> None:
+    """Blocks until the programs of `add` are compiled (so the caller's own call does not compile them again)."""
+    while self._added:
+      self._added.pop().result()
 
   def close(self) -> None:
     """Drops compilations not started yet (a run stopped early) and waits for the running one."""

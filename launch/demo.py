@@ -25,7 +25,7 @@ import numpy as np
 from configs import demo as demo_config
 from encoder import errors, init_from
 from encoder.tokenizer import load_tokenizer
-from launch import host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
+from launch import compilation_cache, host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
 from launch.model import EncoderWithHeads, encoder_config
 from objectives import registry
 
@@ -165,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   if args.fresh:
     clear_runs(workdir)
   mlm, pos = demo_config.mlm_config(args.steps), demo_config.pos_config()
+  compilation_cache.enable(mlm.compilation_cache)  # Both runs' (the engine's default), before the first compilation.
   m = mlm.model
   print(f"demo 1/2: pretraining a {m.num_layers}-layer, hidden-{m.hidden_size} BERT from scratch with masked language "
         f"modeling for {mlm.num_train_steps} steps\n  on {demo_config.sample_file('train')}\n  (whole WikiText-2 "

@@ -11,7 +11,7 @@ from ml_collections import config_flags
 
 from configs import checks
 from encoder import errors
-from launch import distributed, host_memory, xla_flags
+from launch import compilation_cache, distributed, host_memory, xla_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=mini.",
                                           lock_config=True)
@@ -39,6 +39,7 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
   host_memory.retain_freed_memory()  # Before the first JAX computation starts XLA's threads.
   xla_flags.apply_gpu_defaults()
+  compilation_cache.enable(_CONFIG.value.compilation_cache)  # Before the first compilation.
   logging.set_verbosity(logging.WARNING)  # Orbax and grain log every save/read at INFO.
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value)
   from launch import train  # pylint: disable=import-outside-toplevel  (after jax.distributed is set up)

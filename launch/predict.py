@@ -31,7 +31,7 @@ import ml_collections
 from encoder import errors, files, init_from
 from encoder.config import AUTO
 from encoder.files import Path
-from launch import checkpointing
+from launch import checkpointing, compilation_cache
 from encoder.tokenizer import load_tokenizer
 from launch.model import EncoderWithHeads, encoder_config
 from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
@@ -387,6 +387,9 @@ def main(argv: Sequence[str] | None = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   if args.out != STDIN and files.reachable(args.out).is_dir():
     raise errors.UserError(f"--out {args.out}: expected the file to write the predictions to, found a directory")
+  # Where the run cached its programs (a run saved before the field existed: the default).
+  compilation_cache.enable(read_config(files.reachable(args.workdir)).get("compilation_cache",
+                                                                          compilation_cache.DEFAULT))
   predictor = Predictor.from_workdir(args.workdir, args.checkpoint)
   kind = "word-level" if predictor.word_task else "text"
   if (args.format in ("words", "conll", "conllu")) != predictor.word_task and args.format not in ("text", "jsonl"):

@@ -34,7 +34,7 @@ from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics
 from launch.model import EncoderWithHeads, encoder_config, last_positions, term_weights
 from launch.progress import Progress
 from objectives import objective
-from tasks import evaluation, regimes
+from tasks import evaluation, finetune_data, regimes
 
 
 class NonFiniteLossError(errors.UserError, FloatingPointError):
@@ -186,6 +186,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
 
   def evaluate(device_state) -> dict[str, float]:
     if finetuning:
+      if ahead is not None:
+        ahead.wait_added()  # Not compiling the evaluation's program a second time here.
       return evaluate_dev(optimizer.evaluation_params(canonical(device_state)))
     if data.eval is None:
       return {}
@@ -206,6 +208,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   if parallelism == "jit" and config.compile_ahead:
     ahead = compile_ahead.CompileAhead(grad_step, device_state,
                                        [to_device(b, accum=accum) for b in work.batch_shapes(start)])
+    if finetuning:  # Then the evaluation's program, for each shape of the dev and test batches.
+      ahead.add(predict, optimizer.evaluation_params(device_state), lambda: map(eval_to_device, (
+          finetune_data.first_eval_batch_of_each_shape((data.eval, data.test), batch_size=eval_batch,
+                                                       buckets=data.buckets, widths=data.widths))))
   interval_start, interval_step = time.perf_counter(), start
   try:
     for step in range(start, total_steps):

@@ -281,6 +281,17 @@ def first_batch_of_each_shape(data: TaskData, *, batch_size: int, seed: int, sta
   return [_local_rows(batch(step)) for step in sorted(first.values())]
 
 
+def first_eval_batch_of_each_shape(splits: Sequence[Split | None], *, batch_size: int, buckets: Sequence[int],
+                                   widths: dict[str, Callable[[int], int]]) -> list[dict[str, np.ndarray]]:
+  """This process's rows of the first `eval_batches` batch of each shape over `splits` (None: a split the run does
+  not have): what `launch.compile_ahead` compiles the evaluation program for."""
+  first: dict[tuple, dict[str, np.ndarray]] = {}
+  for split in filter(None, splits):
+    for _, batch in eval_batches(split, batch_size=batch_size, buckets=buckets, widths=widths):
+      first.setdefault(tuple(sorted((k, v.shape) for k, v in batch.items())), batch)
+  return list(first.values())
+
+
 def _local_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   """This process's rows of a global batch."""
   rows = len(batch["example_mask"]) // jax.process_count()

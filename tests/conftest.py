@@ -8,9 +8,14 @@ import jax
 import pytest
 
 from configs import paths
+from launch import compilation_cache
 
 # The tests check the math against numpy and torch in full float32: no TF32 matmuls when they run on a recent GPU.
 jax.config.update("jax_default_matmul_precision", "float32")
+# No test reads or writes the user's compilation cache: entry points called in-process (launch.predict.main) would turn
+# it on for the rest of the session, and a loaded program is not compiled (tests count compilations). A test that
+# wants a cache gives its subprocess one (test_compilation_cache, test_sweep).
+os.environ[compilation_cache.ENV] = "off"
 
 TRUE_SPELLINGS = ("1", "true", "yes", "on", "y")
 

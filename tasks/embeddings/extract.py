@@ -6,13 +6,15 @@ tokenized a chunk at a time in one native call and packed, longest first, into r
 short sentences share a row as separate attention segments, each with its own positions: the encoder's
 `attention_segments` keep them from seeing each other, so a vector is the one the sentence gets alone). Rows sorted
 by length are cut into batches of `batch_size` rows padded to the next of a few `buckets` lengths, so jit compiles
-one shape per bucket, and nearly every computed token is a real one. The layer mix happens on the device inside the
-jitted forward (only the selected result comes back), and the next batch is dispatched before the previous one is
-fetched (jax dispatch is asynchronous), so host pooling overlaps the device.
+one shape per bucket, and nearly every computed token is a real one. The layer mix and the pooling of each word's
+subwords happen on the device (`_pool`: each word's subwords gathered and added in order), so only the word vectors
+come back, not every position's states; the next batch is dispatched before the previous one is fetched (jax dispatch
+is asynchronous), so the host's batching and copying overlap the device.
 
 Sentences longer than `max_length` subwords are never truncated: they are cut into overlapping windows of
 max_length - 2 subwords (`stride` apart), each encoded as its own `[CLS] window [SEP]`, and each subword takes its
-vector from the window where it is most central (as far as possible from both window edges).
+vector from the window where it is most central (as far as possible from both window edges). Such a sentence's
+subword vectors come back one row each and are pooled on the host (`pool_words`) once all its windows are in.
 """
 
 import collections
@@ -103,11 +105,30 @@ def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
   return rows
 
 
-def _forward(cfg: EncoderConfig, params, input_ids, positions, attention_segments, *, spec: LayerSpec, out_dtype):
-  """The selected layer mix at every position: [batch, length, ...] in out_dtype (computed on the device)."""
+def _forward(cfg: EncoderConfig, params, input_ids, positions, attention_segments, *, spec: LayerSpec):
+  """The selected layer mix at every position: [batch, length, ...] in float32 (computed on the device)."""
   out = Encoder(cfg).apply({"params": params}, input_ids, positions=positions, attention_segments=attention_segments)
   states = [h.astype(jnp.float32) for h in out.hidden_states]
-  return select_from_states(states, spec).astype(out_dtype)
+  return select_from_states(states, spec)
+
+
+def _pool(states, first, counts, *, out_dtype):
+  """[batch, length, ...] float32 states -> [len(first), ...] in out_dtype: output row r is the mean of the counts[r]
+  consecutive tokens from flat position first[r] (a word's subwords). The k-th token of every row is gathered and
+  added for k = 0, 1, ... up to the batch's longest word, then the sum divided once: `pool_words`'s order of
+  operations, deterministic on every backend (a scatter-add is not on GPUs)."""
+  flat = states.reshape((-1,) + states.shape[2:])
+  expand = lambda v: v.reshape((-1,) + (1,) * (flat.ndim - 1))
+  take = lambda k: jnp.take(flat, first + k, axis=0, mode="clip")  # Past the end only where masked out.
+  sums = jax.lax.fori_loop(1, jnp.max(counts), lambda k, acc: acc + jnp.where(expand(counts > k), take(k), 0), take(0))
+  return (sums / expand(counts).astype(jnp.float32)).astype(out_dtype)
+
+
+def output_rows_size(count: int, tokens: int, steps: int = 8) -> int:
+  """The padded number of output rows of a batch with `count` of them and `tokens` token positions: the next of
+  `steps` even fractions of the positions (each a jit shape of the small pooling program; fewer rows to copy)."""
+  granule = -(-tokens // steps)
+  return max(granule, -(-count // granule) * granule)
 
 
 @dataclasses.dataclass
@@ -166,7 +187,8 @@ class Embedder:
     self.max_length, self.batch_size, self.stride, self.chunk_size = max_length, batch_size, stride, chunk_size
     self.buckets = tuple(sorted({b for b in buckets if b < max_length} | {max_length}))
     self.dtype, self.transfer_dtype, self.pack = dtype, transfer_dtype, pack
-    self._forward = jax.jit(functools.partial(_forward, self.cfg), static_argnames=("spec", "out_dtype"))
+    self._forward = jax.jit(functools.partial(_forward, self.cfg), static_argnames=("spec",))
+    self._pool = jax.jit(_pool, static_argnames=("out_dtype",))
 
   @classmethod
   def from_init(cls, init: str, **options) -> "Embedder":
@@ -245,7 +267,7 @@ class Embedder:
       rows.sort(key=lambda row: sum(len(pieces[i].ids) + 2 for i in row))  # Similar lengths batch together.
       for first in range(0, len(rows), self.batch_size):
         batch = [[pieces[i] for i in row] for row in rows[first:first + self.batch_size]]
-        pending.append((self._dispatch(batch, spec), batch))
+        pending.append((*self._dispatch(batch, spec, starts, pooling), batch))
         if len(pending) > 1:  # The next batch is queued on the device before this one is fetched.
           yield from self._collect(*pending.popleft(), starts, assembling, pooling)
     while pending:
@@ -262,12 +284,15 @@ class Embedder:
     for (index, _), words, encoding in zip(chunk, word_lists, encodings):
       yield index, encoding, len(words)
 
-  def _dispatch(self, rows: list[list[_Piece]], spec: LayerSpec):
+  def _dispatch(self, rows: list[list[_Piece]], spec: LayerSpec, starts: dict, pooling: str):
     """Queues one [batch_size, bucket] batch on the device (each row `[CLS] piece [SEP]`, several packed as separate
-    attention segments with their own positions); returns the (not yet computed) result."""
+    attention segments with their own positions) and the pooling of its output rows: each word of a sentence that
+    fits in one window (with pooling "subword": each subword), each subword a window of a longer sentence supplies.
+    Returns the (not yet computed) output rows and where each piece's rows begin."""
     length = batching.bucket_length(max(sum(len(p.ids) + 2 for p in row) for row in rows), self.buckets)
     input_ids = np.full((self.batch_size, length), self.tokenizer.pad_id, np.int32)
     positions, segments = np.zeros_like(input_ids), np.zeros_like(input_ids)
+    first_tokens, counts, firsts = [], [], []  # Each output row's first flat token and token count; each piece's row.
     for r, row in enumerate(rows):
       offset = 0
       for segment, piece in enumerate(row, 1):
@@ -275,28 +300,41 @@ class Embedder:
         input_ids[r, offset:offset + size] = [self.tokenizer.cls_id, *piece.ids, self.tokenizer.sep_id]
         positions[r, offset:offset + size] = np.arange(size)
         segments[r, offset:offset + size] = segment
+        firsts.append(len(first_tokens))
+        token = r * length + offset + 1  # The piece's first subword, after [CLS].
+        if piece.total == len(piece.ids) and pooling != "subword":  # Its words, pooled here.
+          word_starts_ = starts[piece.sentence]
+          first_tokens.extend(token + word_starts_)
+          counts.extend(np.diff(np.append(word_starts_, piece.total)) if pooling == "mean" else [1] * len(word_starts_))
+        else:  # Its own subwords, one row each.
+          begin, end = piece.own
+          first_tokens.extend(token + np.arange(begin, end) - piece.start)
+          counts.extend([1] * (end - begin))
         offset += size
-    return self._forward(self.params, input_ids, positions, segments, spec=spec,
-                         out_dtype=TRANSFER_DTYPES[self.transfer_dtype])
+    rows_size = output_rows_size(len(counts), input_ids.size)
+    first, sizes = np.zeros(rows_size, np.int32), np.ones(rows_size, np.int32)  # Padding rows: token 0 alone.
+    first[:len(counts)], sizes[:len(counts)] = first_tokens, counts
+    states = self._forward(self.params, input_ids, positions, segments, spec=spec)
+    return self._pool(states, first, sizes, out_dtype=TRANSFER_DTYPES[self.transfer_dtype]), firsts
 
-  def _collect(self, result, rows: list[list[_Piece]], starts: dict, assembling: dict, pooling: str):
-    """Fetches a batch's vectors and yields the sentences it completes."""
-    host = np.asarray(result, np.float32)  # [batch, length, ...]: waits for the device.
-    for r, row in enumerate(rows):
-      offset = 0
-      for piece in row:
-        begin, end = piece.own
-        vectors = host[r, offset + 1 + begin - piece.start:offset + 1 + end - piece.start]  # After [CLS].
-        offset += len(piece.ids) + 2
-        if piece.total == len(piece.ids):
-          yield piece.sentence, pool_words(vectors, starts.pop(piece.sentence), pooling)
-          continue
-        sentence = assembling.get(piece.sentence)
-        if sentence is None:
-          sentence = assembling[piece.sentence] = _Sentence(
-              starts.pop(piece.sentence), np.empty((piece.total,) + host.shape[2:], host.dtype), piece.total)
-        sentence.subwords[begin:end] = vectors
-        sentence.missing -= end - begin
-        if not sentence.missing:
-          del assembling[piece.sentence]
-          yield piece.sentence, pool_words(sentence.subwords, sentence.starts, pooling)
+  def _collect(self, result, firsts: list[int], rows: list[list[_Piece]], starts: dict, assembling: dict,
+               pooling: str):
+    """Fetches a batch's output rows and yields the sentences it completes (views of one float32 array)."""
+    host = np.array(result, np.float32)  # [output rows, ...]: waits for the device.
+    pieces = [piece for row in rows for piece in row]
+    for piece, first in zip(pieces, firsts):
+      begin, end = piece.own
+      if piece.total == len(piece.ids):
+        words = len(starts.pop(piece.sentence)) if pooling != "subword" else piece.total
+        yield piece.sentence, host[first:first + words]
+        continue
+      vectors = host[first:first + end - begin]
+      sentence = assembling.get(piece.sentence)
+      if sentence is None:
+        sentence = assembling[piece.sentence] = _Sentence(
+            starts.pop(piece.sentence), np.empty((piece.total,) + host.shape[1:], host.dtype), piece.total)
+      sentence.subwords[begin:end] = vectors
+      sentence.missing -= end - begin
+      if not sentence.missing:
+        del assembling[piece.sentence]
+        yield piece.sentence, pool_words(sentence.subwords, sentence.starts, pooling)

@@ -10,6 +10,7 @@ from jax._src import monitoring
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from launch import compile_ahead, sharding
+from tasks import finetune_data
 
 COMPILES = collections.Counter()
 monitoring.register_event_duration_secs_listener(
@@ -42,4 +43,31 @@ def test_a_compilation_error_surfaces_in_the_loop():
   ahead = compile_ahead.CompileAhead(bad, jnp.zeros(3), [{"x": jnp.ones((4, 2))}])
   with pytest.raises(TypeError):
     ahead.wait({"x": jnp.ones((4, 2))})
+  ahead.close()
+
+
+def test_added_programs_are_compiled_ahead_once_per_shape():
+  """`add`: the evaluation program, one compilation per shape of `first_eval_batch_of_each_shape` (dev and test
+  together), and the caller's own calls over every batch of both splits compile nothing more."""
+  mesh = sharding.make_mesh(1)
+  rows = NamedSharding(mesh, P("data"))
+  program = jax.jit(lambda params, batch: params * batch["input_ids"].sum(axis=1), in_shardings=(None, rows))
+  example = lambda n, label: {"input_ids": np.arange(1, n + 1, dtype=np.int32), "label": np.int32(label)}
+  dev = finetune_data.Split("dev", [], [example(n, 0) for n in (3, 9, 4, 20, 5)])
+  test = finetune_data.Split("test", [], [example(n, 1) for n in (2, 30, 7)])
+  options = dict(batch_size=2, buckets=(8, 16, 32), widths={})
+  firsts = finetune_data.first_eval_batch_of_each_shape((dev, None, test), **options)
+  every = [batch for split in (dev, test) for _, batch in finetune_data.eval_batches(split, **options)]
+  assert sorted(b["input_ids"].shape for b in firsts) == [(2, 8), (2, 16), (2, 32)]
+  assert {compile_ahead.batch_key(b) for b in every} == {compile_ahead.batch_key(b) for b in firsts}
+  to_device = lambda batch: jax.device_put(batch, rows)
+  params = jax.device_put(np.float32(2), NamedSharding(mesh, P()))
+  ahead = compile_ahead.CompileAhead(program, params, [])
+  before = sum(COMPILES.values())
+  ahead.add(program, params, lambda: map(to_device, firsts))
+  ahead.wait_added()
+  assert sum(COMPILES.values()) - before == 3
+  for batch in every:
+    np.testing.assert_array_equal(program(params, to_device(batch)), 2 * batch["input_ids"].sum(axis=1))
+  assert sum(COMPILES.values()) - before == 3
   ahead.close()

@@ -21,6 +21,7 @@ from configs import finetune
 from configs.sweeps import objectives, suite
 from encoder import errors
 from encoder.errors import ConfigError
+from launch import compilation_cache
 from launch.experiments import report, sweep
 from tests.conftest import require_data
 
@@ -139,9 +140,8 @@ def swept(tmp_path_factory):
   root = tmp_path_factory.mktemp("sweep") / "runs"
   sweep_file = root.parent / "tiny_sweep.py"
   sweep_file.write_text(SWEEP_FILE)
-  # Every program into the points' shared compilation cache (JAX caches only those compiling >= 1 s by default).
-  env = {k: v for k, v in os.environ.items() if k != sweep.CACHE_ENV} | {
-      "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  # The points' shared compilation cache (ROOT/xla_cache; tests/conftest.py turns the user's off).
+  env = {k: v for k, v in os.environ.items() if k not in (sweep.CACHE_ENV, compilation_cache.ENV)}
   first = _sweep(["--sweep", str(sweep_file), "--root", str(root)], env=env)
   assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
   assert f"{STOPPED}, {FAILING}" in first.stderr  # The points that did not finish, in one error line.
