@@ -8,6 +8,7 @@ import pytest
 from scipy.special import erf
 
 from encoder import ARCHITECTURES, PRESETS, Encoder, preset
+from encoder.errors import ConfigError
 from tests.conftest import require_package
 
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
@@ -237,14 +238,14 @@ def test_remat_gives_the_plain_values_and_gradients_and_recomputes(policy):
   for g, g_r in zip(jax.tree.leaves(grads), jax.tree.leaves(grads_r)):
     np.testing.assert_allclose(g_r, g, rtol=1e-5, atol=1e-6)
   assert dots_r > dots if policy != "dots_saveable" else dots_r == dots
-  with pytest.raises(ValueError, match="remat 'some'"):
+  with pytest.raises(ConfigError, match="config.model.remat='some': expected one of"):
     TINY.replace(remat="some")
 
 
 def test_bad_sizes_are_clear_errors():
-  with pytest.raises(ValueError, match="not divisible"):
+  with pytest.raises(ConfigError, match="config.model.num_heads=3: expected a divisor"):
     preset("tiny", num_heads=3)
-  with pytest.raises(ValueError, match="unknown encoder size 'huge'"):
+  with pytest.raises(ConfigError, match="size='huge' is not an encoder size"):
     preset("huge")
 
 
