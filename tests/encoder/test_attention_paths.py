@@ -172,8 +172,8 @@ def test_auto_resolves_per_platform_and_fields():
 
 @pytest.mark.parametrize("changes, message", [
     (dict(attention="xla", attention_dropout=0.1), "applies no attention dropout"),
-    (dict(attention="auto"), "attention 'auto' is not one of"),
-    (dict(activation_dtype=jnp.bfloat16), "activation_dtype bfloat16 needs dtype bfloat16"),
+    (dict(attention="auto"), "config.model.attention='auto' reached the model unresolved"),
+    (dict(activation_dtype=jnp.bfloat16), "activation_dtype='bfloat16': expected 'float32' or config.model.dtype"),
 ])
 def test_bad_attention_fields_are_clear_errors(changes, message):
   with pytest.raises(ValueError, match=message):

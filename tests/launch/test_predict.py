@@ -176,7 +176,7 @@ def test_a_workdir_that_is_not_a_finished_fine_tuning_run(tmp_path):
   (tmp_path / "config.json").write_text('{"task": "", "objectives": "mlm"}', encoding="utf-8")
   assert "expected the config.json a run wrote (with a model block)" in run()
   (tmp_path / "config.json").write_text('{"task": ', encoding="utf-8")
-  assert run().startswith(f"error: {tmp_path / 'config.json'}: expected the JSON config the run wrote")
+  assert run().startswith(f"error: {tmp_path / 'config.json'}:1: expected JSON")
 
 
 def test_a_run_without_checkpoints(trained, tmp_path):
