@@ -98,12 +98,6 @@ def engine_config(config: ml_collections.ConfigDict, *, steps: int) -> ml_collec
   config.best_mode = "min"  # "min" or "max" for best_metric.
   config.measure_mfu = True  # Time a 2048^3 f32 matmul once at start as the MFU ceiling.
   config.compile_ahead = True  # jit: compile each batch shape's step on a background thread (launch.compile_ahead).
-  config.debug_nan_step = -1  # Debug: make the loss NaN at this step to exercise the NaN guard (-1: never).
-  config.debug_kill_at_step = -1  # Debug: signal this process right after this step (tests resume; -1: never).
-  config.debug_kill_signal = "SIGKILL"  # Debug: the signal of debug_kill_at_step (SIGKILL, or SIGTERM: save + stop).
-  # Debug: "write" / "commit" move debug_kill_at_step's kill (always SIGKILL) into that step's checkpoint save: while
-  # its data are written / after its commit file, before the rename (launch.checkpointing); "": right after the step.
-  config.debug_kill_during_save = ""
   return config
 
 

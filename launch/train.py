@@ -135,12 +135,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           "devices, so the word embeddings are split on their hidden dimension and every device gathers the whole "
           f"table for the tied MLM decoder; config.model.vocab_size={padded} (rows the tokenizer never produces) "
           "splits it by row", file=sys.stderr, flush=True)
-  train_kwargs = dict(accum=accum, nan_step=config.debug_nan_step)
   # Two programs per step: gradients (compiled per batch shape) and the optimizer update (compiled once).
   if parallelism == "jit":
     batch_sharding = NamedSharding(mesh, sharding.batch_spec(accum))
-    grad_step = jax.jit(functools.partial(steps.grad_step, fns, grad_shardings=state_shardings.params,
-                                          **train_kwargs),
+    grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=accum, grad_shardings=state_shardings.params),
                         in_shardings=(state_shardings, batch_sharding),
                         out_shardings=(replicated, replicated, state_shardings.params))
     apply_step = jax.jit(functools.partial(steps.apply_step, fns),
@@ -151,7 +149,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                         out_shardings=replicated, donate_argnums=(2,))
     device_state = state
   else:
-    grad_step = jax.pmap(functools.partial(steps.grad_step, fns, axis_name="data", **train_kwargs),
+    grad_step = jax.pmap(functools.partial(steps.grad_step, fns, axis_name="data", accum=accum),
                          axis_name="data")
     apply_step = jax.pmap(functools.partial(steps.apply_step, fns), axis_name="data", donate_argnums=(0, 1))
     eval_step = jax.pmap(functools.partial(steps.eval_step, fns, axis_name="data"), axis_name="data",
@@ -165,7 +163,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   canonical = ((lambda s: sharding.from_pmap(s, state_shardings)) if parallelism == "pmap" else (lambda s: s))
 
   micro_batches = lambda batch: {k: np.stack([v] * accum) for k, v in batch.items()} if accum > 1 else batch
-  train_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.train_step, fns, **train_kwargs), state,
+  train_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.train_step, fns, accum=accum), state,
                                                  micro_batches(example)))
   eval_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.eval_step, fns), state.params, example))
   writer = metrics_writer.MetricsWriter(workdir)
@@ -214,9 +212,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         ahead.wait(batch)
       device_state, acc = train_step(device_state, batch, acc)
       done = step + 1
-      if done == config.debug_kill_at_step and not config.debug_kill_during_save:  # Debug: resume tests.
-        manager.wait_until_finished()
-        os.kill(os.getpid(), getattr(signal, config.debug_kill_signal))
       log_due = _every(done, config.log_every_steps, total_steps)
       stop = stop_requested.is_set()
       if jax.process_count() > 1:  # Hosts agree on stopping at log steps (saving is collective).

@@ -99,7 +99,7 @@ def test_fsdp_and_remat_train_the_same_and_fsdp_shards_the_state(runs, baseline)
 
 def test_nan_stops_naming_the_step_and_keeps_checkpoints(runs, baseline, tmp_path):
   workdir = tmp_path / "nan"
-  result = determinism.run(workdir, ["--config.debug_nan_step=12"], cache=runs[1], check=False)
+  result = determinism.run(workdir, cache=runs[1], check=False, fault=("nan", 13))
   assert result.returncode != 0
   assert "NaN/inf at step 13" in result.stderr and "Traceback" not in result.stderr
   steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())

@@ -61,7 +61,7 @@ def test_train_step_lowers_for_tpu_and_cuda(step, attention):
                       tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
   batch = _batch(finetuning)
   state = jax.eval_shape(functools.partial(steps.init_state, fns, seed=0), batch)
-  train_step = functools.partial(steps.train_step, fns, accum=1, nan_step=-1)
+  train_step = functools.partial(steps.train_step, fns, accum=1)
   acc = steps.zero_metrics(train_step, state, batch)
   exported = export.export(jax.jit(train_step), platforms=PLATFORMS)(state, batch, acc)
   assert exported.platforms == PLATFORMS
