@@ -1,5 +1,5 @@
 """Faults injected into a real training process, for the resume and NaN-guard tests, from outside the product: a
-run started with `environment(...)` (benchmarks.determinism.run(faults=...), or any process tree that inherits it:
+run started with `environment(...)` (benchmarks.determinism.run(fault=...), or any process tree that inherits it:
 a sweep's points, a local cluster's processes) imports tests/fault_hook/sitecustomize.py at start-up, which arms
 `install` here; nothing in launch/ or configs/ knows about it.
 
