@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from configs import checks
 from encoder import errors, files
 from encoder import flops as encoder_flops
-from encoder.config import AUTO, platform, resolve_attention
+from encoder.config import AUTO, platform, resolve_attention, resolve_platform
 from encoder.files import Path
 from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, warm_start, workload)
@@ -74,6 +74,17 @@ def attention_path(config: ml_collections.ConfigDict, workdir: Path) -> str:
   return choice
 
 
+def dot_paths(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, str]:
+  """config.model.kernels and bf16_dots made concrete once, at start-up, for config.json to record: "auto" resumes a
+  run with the values its checkpoints were trained with (a run saved before the fields: this platform's), and
+  otherwise is this platform's (encoder.config.resolve_platform: the device kind and /proc/cpuinfo)."""
+  saved = checkpointing.saved_config(workdir)
+  choices = {name: config.model.get(name, AUTO) for name in ("kernels", "bf16_dots")}
+  if saved is not None:
+    choices = {name: saved["model"].get(name, AUTO) if choice == AUTO else choice for name, choice in choices.items()}
+  return resolve_platform(choices)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
   workdir = files.reachable(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
@@ -84,6 +95,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # workdir as it was.
   checks.check_config(config)
   config.model.attention = attention_path(config, workdir)
+  config.model.update(dot_paths(config, workdir))
   checkpointing.check_compatible(workdir, config)
   work = workload.build(config, workdir)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -171,7 +183,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   flops_per_step = encoder_flops.step_flops(cfg, config.batch_size, work.tokens_per_example,
                                             None if last is None else last.shape[1],
                                             objective.extra_encoders(work.objectives, cfg))
-  ceiling = flops.matmul_ceiling(dtype=cfg.dtype) if config.measure_mfu else None
+  ceiling = flops.matmul_ceiling(dtype=cfg.dtype, bf16_dots=cfg.bf16_dots) if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
   eval_batch = config.batch_size // accum
 

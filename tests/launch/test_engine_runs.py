@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import determinism
 from configs import pretrain
+from encoder.config import AUTO, PLATFORM_FIELDS, resolve_platform
 from launch import input_pipeline
 from tests.conftest import require_data
 
@@ -57,7 +58,11 @@ def test_baseline_writes_logs_results_and_checkpoints(baseline):
   assert train[-1]["train/loss"] < train[0]["train/loss"]
   results = json.loads((baseline / "results.json").read_text())
   assert results["step"] == 20 and "eval/mlm_accuracy" in results["eval"]
-  assert json.loads((baseline / "config.json").read_text())["num_train_steps"] == 20
+  recorded = json.loads((baseline / "config.json").read_text())
+  assert recorded["num_train_steps"] == 20
+  # The platform's choices, made at start-up, recorded as values (not "auto"): on this CPU what its modules traced.
+  asked = recorded["model"] | dict.fromkeys(PLATFORM_FIELDS, AUTO)
+  assert {k: recorded["model"][k] for k in PLATFORM_FIELDS} == resolve_platform(asked)
   assert sorted(int(p.name) for p in (baseline / "checkpoints").iterdir() if p.name.isdigit())[-1] == 20
   assert any((baseline / "tensorboard").iterdir())
 

@@ -19,7 +19,7 @@ import pytest
 from jax import export
 
 from configs import common
-from encoder.config import preset
+from encoder.config import preset, resolve_platform
 from launch import optimizer, steps
 from launch.model import EncoderWithHeads
 from objectives import registry
@@ -54,7 +54,9 @@ def _objectives(finetuning: bool) -> list:
 def test_train_step_lowers_for_tpu_and_cuda(step, attention):
   finetuning = step == "finetuning"
   cfg = preset("tiny", vocab_size=VOCAB, max_positions=32, dtype=jnp.bfloat16, activation_dtype=jnp.bfloat16,
-               attention=attention, attention_dropout=0.1 if attention == "matmul" else 0.0)
+               attention=attention, attention_dropout=0.1 if attention == "matmul" else 0.0,
+               **resolve_platform({}, "tpu"))  # The accelerators' kernels and bf16 dots, not this CPU's.
+  assert (cfg.kernels, cfg.bf16_dots) == ("accelerator", "native")
   objectives = _objectives(finetuning)
   fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                       weights={o.name: 1.0 for o in objectives},
