@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import Encoder, errors
-from encoder.config import PRESETS, preset
+from encoder.config import PRESETS, preset, resolve_platform
 from launch import xla_flags
 
 F32, BF16 = jnp.float32, jnp.bfloat16
@@ -85,7 +85,7 @@ def main() -> None:
   args = parser.parse_args()
   size, batch, length = ("tiny", 8, 32) if args.tiny else (args.size, args.batch, args.length)
   base = preset(size, num_layers=args.layers, vocab_size=1000, max_positions=max(512, length), hidden_dropout=0.0,
-                attention_dropout=0.0)
+                attention_dropout=0.0, **resolve_platform({}))  # This platform's kernels, as a run's start-up.
   inputs = rows(batch, length, base.vocab_size)
   init = Encoder(base).init(jax.random.key(0), inputs[0])["params"]
   rng = np.random.default_rng(1)

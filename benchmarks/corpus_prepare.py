@@ -151,8 +151,8 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
                       dict(config.objective_weights), optimizer.make_optimizer(config.optimizer, config.num_train_steps))
   example = input_pipeline.example_batch(rows["memory"], options)
   state = [jax.jit(functools.partial(steps.init_state, fns, seed=0))(example)]
-  acc = [steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state[0], example)]
-  grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1))
+  acc = [steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state[0], example)]
+  grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
   apply_step = jax.jit(functools.partial(steps.apply_step, fns), donate_argnums=(0, 1))
 
   def train_round(name: str, r: int) -> float:

@@ -1,7 +1,8 @@
 """Determinism of the training engine, in real subprocesses: device-count invariance (1 device, 8 devices as a data
 mesh and as a 2x4 data x model mesh, pmap, 2 processes x 4 devices through jax.distributed), kill (SIGKILL while a
-checkpoint is written and while it is committed; SIGTERM) and resume, gradient accumulation, and the memory savers
-(FSDP, remat, both with accumulation and a model axis). tests/launch reuses these helpers.
+checkpoint is written and while it is committed; SIGTERM; injected by the test harness tests/faults.py) and resume,
+gradient accumulation, and the memory savers (FSDP, remat, both with accumulation and a model axis). tests/launch
+reuses these helpers.
 
   python -m benchmarks.determinism    # last line: one JSON object with the measured differences
 """
@@ -46,10 +47,15 @@ def command(workdir: Path, overrides: Sequence[str] = (), cache: Path | None = N
 
 
 def run(workdir: Path, overrides: Sequence[str] = (), *, devices: int = 1, cache: Path, check: bool = True,
-        config: str = CONFIG) -> subprocess.CompletedProcess:
+        config: str = CONFIG, fault: tuple[str, int] | None = None) -> subprocess.CompletedProcess:
   """One training run in a subprocess with `devices` CPU devices (TINY's settings, then `overrides`, on `config`);
-  raises with its output when it fails and `check`."""
-  result = subprocess.run(command(workdir, overrides, cache, config), cwd=REPO, env=_env(devices, cache),
+  raises with its output when it fails and `check`. `fault`: (what, step) injected into the process by
+  tests/faults.py (e.g. ("SIGTERM", 13))."""
+  env = _env(devices, cache)
+  if fault is not None:
+    from tests import faults  # pylint: disable=import-outside-toplevel  (a test harness: only when asked for)
+    env = faults.environment(*fault, base=env)
+  result = subprocess.run(command(workdir, overrides, cache, config), cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S)
   if check and result.returncode != 0:
     raise RuntimeError(f"run in {workdir} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
@@ -164,12 +170,11 @@ def device_invariance(root: Path, cache: Path) -> dict[str, float]:
 
 
 def _killed_in_save(workdir: Path, step: int, phase: str, cache: Path) -> dict[str, Any]:
-  """Runs `workdir` with a SIGKILL inside the save of `step` ("write" or "commit"; launch.checkpointing): the step it
+  """Runs `workdir` with a SIGKILL inside the save of `step` ("write" or "commit"; tests/faults.py): the step it
   resumed from (None: it started afresh), and what the kill left: the steps committed, the uncommitted temporary
   directories and whether each holds a commit_success.txt."""
-  killed = run(workdir, [f"--config.debug_kill_at_step={step}", f"--config.debug_kill_during_save={phase}"],
-               cache=cache, check=False)
-  if killed.returncode != -9 or "debug_kill_during_save: SIGKILL" not in killed.stderr:
+  killed = run(workdir, cache=cache, check=False, fault=(f"kill_in_{phase}", step))
+  if killed.returncode != -9 or "test fault: SIGKILL" not in killed.stderr:
     raise RuntimeError(f"the run meant to be killed in the {phase} of step {step} returned {killed.returncode}:\n"
                        f"{killed.stderr[-3000:]}")
   names = [p.name for p in (workdir / "checkpoints").iterdir()]
@@ -195,7 +200,7 @@ def kill_and_resume(root: Path, cache: Path) -> dict[str, Any]:
   out["after_kill_in_commit_resumed_from"] = _resumed_from(run(workdir, cache=cache))
   out["resume_bitwise_equal"] = params_equal(final_params(workdir), final_params(reference))
   workdir = root / "killed_SIGTERM"
-  stopped = run(workdir, ["--config.debug_kill_at_step=13", "--config.debug_kill_signal=SIGTERM"], cache=cache)
+  stopped = run(workdir, cache=cache, fault=("SIGTERM", 13))
   if "SIGTERM: saved step 13" not in stopped.stdout + stopped.stderr:
     raise RuntimeError(f"the run sent SIGTERM did not save step 13:\n{stopped.stdout[-2000:]}")
   out["sigterm_resumed_from"] = _resumed_from(run(workdir, cache=cache))

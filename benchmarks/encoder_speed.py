@@ -54,7 +54,7 @@ from benchmarks.timing import timed
 from configs import paths
 from encoder import Encoder, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
 from encoder import errors
-from encoder.config import DTYPE_NAMES, EncoderConfig, resolve_attention
+from encoder.config import DTYPE_NAMES, EncoderConfig, resolve_platform
 from launch import flops, host_memory, xla_flags
 
 MODES = ("forward_f32", "train_f32", "forward_bf16", "train_bf16")
@@ -78,12 +78,13 @@ def attention_variants(spec: str) -> list[tuple[str, str, str]]:
 def variant_config(cfg: EncoderConfig, choice: str, activation: str, dtype, no_attention_dropout: bool
                    ) -> EncoderConfig:
   """cfg in compute dtype `dtype` on attention `choice` (auto: this platform's path, resolved before tracing as the
-  engine does), bf16 activations where asked and the dtype is bf16, attention dropout off if asked."""
+  engine does, with the platform's kernels and bf16 dots), bf16 activations where asked and the dtype is bf16,
+  attention dropout off if asked."""
   dropout = 0.0 if no_attention_dropout else cfg.attention_dropout
   fields = {"attention": choice, "dtype": DTYPE_NAMES[dtype], "attention_dropout": dropout,
             "hidden_size": cfg.hidden_size, "num_heads": cfg.num_heads}
   bf16_activations = activation == "bfloat16" and dtype == jnp.bfloat16
-  return cfg.replace(dtype=dtype, attention_dropout=dropout, attention=resolve_attention(fields),
+  return cfg.replace(dtype=dtype, attention_dropout=dropout, **resolve_platform(fields),
                      activation_dtype=jnp.bfloat16 if bf16_activations else jnp.float32)
 
 

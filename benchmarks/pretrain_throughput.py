@@ -178,9 +178,9 @@ class OurStep:
     fns = step_fns(cfg, num_steps, names, generator_size)
     self.batch = jax.device_put(batch)
     self.state = jax.jit(functools.partial(steps.init_state, fns, seed=seed))(self.batch)
-    self.acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), self.state,
+    self.acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), self.state,
                                   self.batch)
-    self.grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1))
+    self.grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
     self.apply_step = jax.jit(functools.partial(steps.apply_step, fns), donate_argnums=(0, 1))
 
   def __call__(self) -> None:

@@ -59,7 +59,7 @@ def abstract(tree):
 
 def step_bytes(fns: steps.StepFns, state_shape, batch: dict[str, np.ndarray]) -> int:
   """Device bytes of the compiled grad_step on `batch`'s shapes: arguments + outputs - aliased + temporaries."""
-  grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1))
+  grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
   stats = grad_step.lower(state_shape, abstract(batch)).compile().memory_analysis()
   return (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
           + stats.temp_size_in_bytes)

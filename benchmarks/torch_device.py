@@ -41,7 +41,7 @@ def autocast_skip_reason(device) -> str | None:
   """Why the reference does not run under torch.autocast(bfloat16) on `device`, or None where it can: on a CPU without
   bf16 matrix instructions PyTorch's bf16 matmuls leave its fast kernels (2048^3: 0.3 GFLOP/s against 140 in float32
   on an AVX2-only AMD EPYC, Zen 3), so one reference step would take tens of minutes."""
-  if device.type != "cpu" or matmul.bf16_dots():
+  if device.type != "cpu" or matmul.native_bf16_dots("cpu"):
     return None
   return ("this CPU has no bf16 matrix instructions (/proc/cpuinfo lists none of "
           f"{', '.join(sorted(matmul.BF16_FLAGS))}): PyTorch's bf16 matmuls run hundreds of times slower than its "

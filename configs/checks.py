@@ -23,7 +23,7 @@ from encoder.errors import ConfigError
 # Fields whose change makes an existing checkpoint unusable (the parameter tree or its meaning changes).
 MODEL_FIELDS = ("model", "objectives", "task")
 # ... except these, which change how a step computes, not what it learns (a run may resume with another value).
-RESUMABLE_MODEL_FIELDS = ("model.remat", "model.attention")
+RESUMABLE_MODEL_FIELDS = ("model.remat", "model.attention", "model.kernels", "model.bf16_dots")
 # What an encoder field added since a run was saved means in that run: the code before the field behaved as its default
 # (dtypes by their config names).
 ENCODER_DEFAULTS = {f"model.{field.name}": DTYPE_NAMES.get(field.default, field.default)

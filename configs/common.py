@@ -10,7 +10,7 @@ import difflib
 import ml_collections
 
 from encoder import init_from
-from encoder.config import ARCHITECTURES, AUTO, preset
+from encoder.config import ARCHITECTURES, AUTO, PLATFORM_FIELDS, preset
 from encoder.errors import ConfigError
 
 
@@ -48,11 +48,13 @@ def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
 
 def model_config(size: str, arch: str = "bert", **overrides) -> ml_collections.ConfigDict:
   """The EncoderConfig fields of a PRESETS size with the ARCHITECTURES switches `arch` as a ConfigDict (dtypes as
-  strings); vocab_size 0 = the tokenizer's, attention "auto" = the platform's path, chosen at start-up."""
+  strings); vocab_size 0 = the tokenizer's, attention, kernels and bf16_dots "auto" = the platform's, chosen at
+  start-up."""
   if arch not in ARCHITECTURES:
     raise ConfigError(f"unknown architecture arch={arch!r}; choose one of {', '.join(sorted(ARCHITECTURES))}")
   fields = dataclasses.asdict(preset(size, **ARCHITECTURES[arch]))
-  fields.update(vocab_size=0, dtype="float32", param_dtype="float32", activation_dtype="float32", attention=AUTO)
+  fields.update(vocab_size=0, dtype="float32", param_dtype="float32", activation_dtype="float32",
+                **dict.fromkeys(PLATFORM_FIELDS, AUTO))
   fields.update(overrides)
   return ml_collections.ConfigDict(fields)
 
@@ -100,12 +102,6 @@ def engine_config(config: ml_collections.ConfigDict, *, steps: int) -> ml_collec
   config.compile_ahead = True  # jit: compile each batch shape's step on a background thread (launch.compile_ahead).
   # JAX's persistent compilation cache ('' = off); $ENCODERLAB_COMPILATION_CACHE wins (launch.compilation_cache).
   config.compilation_cache = "~/.cache/encoderlab/xla"
-  config.debug_nan_step = -1  # Debug: make the loss NaN at this step to exercise the NaN guard (-1: never).
-  config.debug_kill_at_step = -1  # Debug: signal this process right after this step (tests resume; -1: never).
-  config.debug_kill_signal = "SIGKILL"  # Debug: the signal of debug_kill_at_step (SIGKILL, or SIGTERM: save + stop).
-  # Debug: "write" / "commit" move debug_kill_at_step's kill (always SIGKILL) into that step's checkpoint save: while
-  # its data are written / after its commit file, before the rename (launch.checkpointing); "": right after the step.
-  config.debug_kill_during_save = ""
   return config
 
 

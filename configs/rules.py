@@ -20,7 +20,6 @@ from tasks import readers
 from tasks.scoring import tag_schemes
 
 OPTIMIZERS = ("adamw", "lamb")
-SIGNALS = ("SIGKILL", "SIGTERM")
 BOOL = Anything("true or false")
 EVERY = Number(1, integer=True, also=(-1,))  # A period in steps, or -1 (fine-tuning: every epoch / evaluation).
 
@@ -94,8 +93,6 @@ ENGINE: dict[str, fields.Rule] = {
                                                            ("accuracy",)),
     "best_mode": Choice(("min", "max")), "measure_mfu": BOOL, "compile_ahead": BOOL,
     "compilation_cache": Anything("a directory path (local or gs://), or '' for no persistent compilation cache"),
-    "debug_nan_step": Number(0, integer=True, also=(-1,)), "debug_kill_at_step": Number(1, integer=True, also=(-1,)),
-    "debug_kill_signal": Choice(SIGNALS), "debug_kill_during_save": Choice(("", "write", "commit")),
     "init": Check(_init_problem, "'hf:<name or directory>', 'run:<workdir>' or ''", ("bert-base", "hf:")),
 }
 OPTIMIZER: dict[str, fields.Rule] = {

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from encoder import fields
+from encoder import fields, matmul
 from encoder.errors import ConfigError
 
 ACTIVATIONS = ("gelu", "gelu_tanh", "silu")
@@ -16,7 +16,11 @@ DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
 # The attention implementations (EncoderConfig.attention); configs may also say AUTO, resolved at start-up.
 ATTENTIONS = ("matmul", "xla", "cudnn")
+KERNELS = ("cpu", "accelerator")  # EncoderConfig.kernels: whose fast paths the modules take.
+BF16_DOTS = ("native", "float32")  # EncoderConfig.bf16_dots: what a bf16 dot reads.
 AUTO = "auto"
+# The fields "auto" makes concrete for the platform at start-up (`resolve_platform`): the weights never depend on them.
+PLATFORM_FIELDS = ("attention", "kernels", "bf16_dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +78,17 @@ class EncoderConfig:
   # bfloat16 halves their memory and traffic; LayerNorm statistics, softmax, the returned hidden states and the
   # loss stay float32. Needs dtype bfloat16 (configs: "float32" or "bfloat16").
   activation_dtype: Any = jnp.float32
+  # Whose fast paths the modules take (the same values to float32 rounding): "cpu": every matmul's transposes are
+  # materialized so that each dot, forward and backward, reads the plain layout of XLA CPU's library kernel, and the
+  # inference attention past 256 keys runs in blocks of 64 queries (encoder/matmul.py, docs/performance.md);
+  # "accelerator": layouts are left to the compiler (GPUs and TPUs fold transposes into their GEMMs) and attention is
+  # one piece. Configs default to "auto": the platform's, chosen once at start-up and recorded in config.json.
+  kernels: str = "cpu"
+  # What a bfloat16 dot reads: "native": bf16 operands; "float32": the bf16-rounded operands in float32, the same
+  # products at float32 speed on a CPU without bf16 matrix instructions (AVX2-only x86), where bf16 dots run slower.
+  # Configs default to "auto": "float32" on such a CPU (/proc/cpuinfo, or XLA_FLAGS capping XLA below bf16
+  # instructions), else "native"; chosen once at start-up and recorded in config.json. No effect with float32 dtype.
+  bf16_dots: str = "native"
 
   def __post_init__(self):
     fields.check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if "dtype" not in f.name},
@@ -81,9 +96,10 @@ class EncoderConfig:
     if self.hidden_size % self.num_heads:
       raise ConfigError(f"config.model.num_heads={self.num_heads}: expected a divisor of config.model.hidden_size="
                         f"{self.hidden_size} (each head is hidden_size / num_heads wide)")
-    if self.attention == AUTO:
-      raise ConfigError("config.model.attention='auto' reached the model unresolved: expected one of "
-                        f"{', '.join(map(repr, ATTENTIONS))} (encoder.config.resolve_attention picks one at start-up)")
+    for name, choices in (("attention", ATTENTIONS), ("kernels", KERNELS), ("bf16_dots", BF16_DOTS)):
+      if getattr(self, name) == AUTO:
+        raise ConfigError(f"config.model.{name}='auto' reached the model unresolved: expected one of "
+                          f"{', '.join(map(repr, choices))} (encoder.config.resolve_platform picks one at start-up)")
     if self.position_embedding == "rotary" and self.head_dim % 2:
       raise ConfigError(f"config.model.num_heads={self.num_heads}: rotary positions rotate pairs of dimensions, so "
                         f"the head size hidden_size / num_heads must be even, got {self.hidden_size} / "
@@ -98,6 +114,11 @@ class EncoderConfig:
     if jnp.dtype(self.activation_dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(self.dtype)):
       raise ConfigError(f"config.model.activation_dtype={jnp.dtype(self.activation_dtype).name!r}: expected "
                         f"'float32' or config.model.dtype ({jnp.dtype(self.dtype).name!r})")
+
+  @property
+  def dots(self) -> matmul.Dots:
+    """How encoder.matmul computes the products (kernels and bf16_dots)."""
+    return matmul.Dots(pinned=self.kernels == "cpu", bf16=self.bf16_dots == "native")
 
   @property
   def head_dim(self) -> int:
@@ -132,6 +153,7 @@ FIELD_RULES: dict[str, fields.Rule] = {
     "use_bias": fields.Anything("true or false"), "embedding_norm": fields.Anything("true or false"),
     "dtype": fields.Choice(tuple(DTYPES)), "param_dtype": fields.Choice(tuple(DTYPES)),
     "activation_dtype": fields.Choice(tuple(DTYPES)), "attention": fields.Choice(ATTENTIONS + (AUTO,)),
+    "kernels": fields.Choice(KERNELS + (AUTO,)), "bf16_dots": fields.Choice(BF16_DOTS + (AUTO,)),
 }
 
 
@@ -219,9 +241,35 @@ def resolve_attention(model: Mapping[str, Any], where: str | None = None) -> str
                         model["hidden_size"] // model["num_heads"])
 
 
+def auto_kernels(where: str) -> str:
+  """The kernels "auto" stands for on platform `where` (`platform()`): "cpu" on a CPU, else "accelerator"."""
+  return "cpu" if where == "cpu" else "accelerator"
+
+
+def auto_bf16_dots(where: str) -> str:
+  """The bf16_dots "auto" stands for on platform `where`: "float32" on a CPU without bf16 matrix instructions (or
+  with XLA capped below them), else "native" (encoder.matmul.native_bf16_dots reads /proc/cpuinfo and XLA_FLAGS)."""
+  return "native" if matmul.native_bf16_dots(where) else "float32"
+
+
+def resolve_platform(model: Mapping[str, Any], where: str | None = None) -> dict[str, str]:
+  """model's attention, kernels and bf16_dots with AUTO resolved for platform `where` (default: this process's
+  `platform()`); absent fields are AUTO too (a config saved before them). Called once at start-up (launch.train,
+  `from_fields`), never while tracing."""
+  choices = {name: model.get(name, AUTO) for name in ("kernels", "bf16_dots")}
+  if AUTO in choices.values() or model.get("attention") == AUTO:
+    where = where or platform()
+  if choices["kernels"] == AUTO:
+    choices["kernels"] = auto_kernels(where)
+  if choices["bf16_dots"] == AUTO:
+    choices["bf16_dots"] = auto_bf16_dots(where)
+  return choices | ({"attention": resolve_attention(model, where)} if "attention" in model else {})
+
+
 def from_fields(model: Mapping[str, Any], vocab_size: int) -> EncoderConfig:
   """EncoderConfig from a config's model fields (config.model, a run's config.json): dtype names become dtypes,
-  vocab_size 0 takes the tokenizer's `vocab_size`, attention "auto" this platform's path (`resolve_attention`)."""
+  vocab_size 0 takes the tokenizer's `vocab_size`, attention, kernels and bf16_dots "auto" (or absent: a run saved
+  before the field) this platform's (`resolve_platform`)."""
   values = dict(model)
   known = {f.name for f in dataclasses.fields(EncoderConfig)}
   unknown = sorted(set(values) - known)
@@ -229,10 +277,10 @@ def from_fields(model: Mapping[str, Any], vocab_size: int) -> EncoderConfig:
     raise ConfigError(f"config.model has fields {unknown} that EncoderConfig does not know ({sorted(known)})")
   values.setdefault("activation_dtype", "float32")  # Saved before the field existed: float32.
   dtypes = ("dtype", "param_dtype", "activation_dtype")
-  fields.check_fields(values, {key: FIELD_RULES[key] for key in dtypes + ("attention",)}, prefix="config.model.")
+  fields.check_fields(values, {key: FIELD_RULES[key] for key in dtypes + ("attention", "kernels", "bf16_dots")},
+                      prefix="config.model.")
   values.update({key: DTYPES[values[key]] for key in dtypes})
-  if "attention" in values:
-    values["attention"] = resolve_attention(values)
+  values.update(resolve_platform(values))
   if values["vocab_size"] == 0:
     values["vocab_size"] = vocab_size
   elif values["vocab_size"] < vocab_size:

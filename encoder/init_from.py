@@ -13,7 +13,7 @@ import pathlib
 from typing import Any
 
 from encoder import files, hf_checkpoint, pretrained
-from encoder.config import AUTO, EncoderConfig, from_fields
+from encoder.config import AUTO, PLATFORM_FIELDS, EncoderConfig, from_fields
 from encoder.errors import ConfigError, UserError
 from encoder.files import Path
 from encoder.tokenizer import Tokenizer, load_tokenizer
@@ -46,13 +46,13 @@ def model_fields(init: str) -> tuple[dict[str, Any], str]:
     directory = _hf_directory(init, where)
     cfg = hf_checkpoint.checked_config(directory)  # A CheckpointError naming the file, before any data is read.
     return dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32", "activation_dtype": "float32",
-                                      "attention": AUTO}, str(directory)
+                                      **dict.fromkeys(PLATFORM_FIELDS, AUTO)}, str(directory)
   saved = files.reachable(where) / "config.json"
   if not saved.is_file():
     raise ConfigError(f"init={init!r}: {saved} does not exist; expected the workdir of a training run")
   try:
     run = files.read_json(saved)
-    return dict(run["model"]) | {"attention": AUTO}, run["data"]["tokenizer"]
+    return dict(run["model"]) | dict.fromkeys(PLATFORM_FIELDS, AUTO), run["data"]["tokenizer"]
   except (ValueError, KeyError, TypeError) as err:
     raise ConfigError(f"init={init!r}: {saved} is not a run's config.json (expected JSON with model and "
                       f"data.tokenizer; {type(err).__name__}: {err})") from None

@@ -10,8 +10,11 @@ gradients are float32 (mixed precision: bf16 operands, float32 accumulation). Ot
 transposes into their GEMMs for free, so `transpose` is a plain one there and only the dtype policy applies.
 
 A CPU without bf16 matrix instructions (AVX2-only x86 such as AMD Zen 3) runs bf16 dots about 1.3x slower than
-float32 ones; there the operands are rounded to bf16 and multiplied as float32 (`bf16_dots`): the same products
-(a bf16 x bf16 product is exact in float32, both accumulate in float32), at float32 speed.
+float32 ones; there the operands are rounded to bf16 and multiplied as float32: the same products (a bf16 x bf16
+product is exact in float32, both accumulate in float32), at float32 speed.
+
+Both choices are `Dots`, explicit arguments made from the model's config (EncoderConfig.kernels and .bf16_dots, set
+once at start-up from the platform and /proc/cpuinfo: `auto_bf16_dots`), never read from the process while tracing.
 """
 
 import functools
@@ -19,6 +22,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,26 +30,35 @@ import jax.numpy as jnp
 Array = jax.Array
 
 
-def _pinned(y: Array) -> Array:
-  """y unchanged; on CPU through a select on two iotas that XLA cannot move a transpose across, so the transpose
-  producing y is materialized in memory rather than folded into the dot that reads it."""
-  if jax.default_backend() != "cpu":
-    return y
+class Dots(NamedTuple):
+  """How the products are computed (EncoderConfig.dots): the same values to float32 rounding either way."""
+  pinned: bool  # Transposes materialized, so that every dot reads XLA CPU's plain layout (EncoderConfig.kernels "cpu").
+  bf16: bool  # bf16 operands as they are; False: rounded to bf16, multiplied in float32 (EncoderConfig.bf16_dots).
+
+
+def _pinned(y: Array, dots: Dots) -> Array:
+  """y, through `_pin` with `dots.pinned`."""
+  return _pin(y) if dots.pinned else y
+
+
+def _pin(y: Array) -> Array:
+  """y unchanged, through a select on two iotas that XLA cannot move a transpose across, so the transpose producing
+  y is materialized in memory rather than folded into the dot that reads it."""
   index = jax.lax.broadcasted_iota(jnp.int32, y.shape, y.ndim - 1) + jax.lax.broadcasted_iota(
       jnp.int32, y.shape, y.ndim - 2)
   return jnp.where(index >= 0, y, jnp.zeros((), y.dtype))
 
 
-def transpose(x: Array, axes: tuple[int, ...] | None = None) -> Array:
-  """jnp.transpose(x, axes) (default: swap the last two axes), materialized on CPU so that a dot reads it plainly;
-  its gradient (the inverse transpose of the cotangent) is materialized too."""
+def transpose(x: Array, dots: Dots, axes: tuple[int, ...] | None = None) -> Array:
+  """jnp.transpose(x, axes) (default: swap the last two axes), materialized with `dots.pinned` so that a dot reads it
+  plainly; its gradient (the inverse transpose of the cotangent) is materialized too."""
   axes = tuple(axes or tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2))
-  return _pinned_transpose(x, axes) if jax.default_backend() == "cpu" else jnp.transpose(x, axes)
+  return _pinned_transpose(x, axes) if dots.pinned else jnp.transpose(x, axes)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _pinned_transpose(x: Array, axes: tuple[int, ...]) -> Array:
-  return _pinned(jnp.transpose(x, axes))
+  return _pin(jnp.transpose(x, axes))
 
 
 def _pinned_transpose_fwd(x, axes):
@@ -54,7 +67,7 @@ def _pinned_transpose_fwd(x, axes):
 
 def _pinned_transpose_bwd(axes, _, g):
   inverse = tuple(sorted(range(len(axes)), key=axes.__getitem__))
-  return (_pinned(jnp.transpose(g, inverse)),)
+  return (_pin(jnp.transpose(g, inverse)),)
 
 
 _pinned_transpose.defvjp(_pinned_transpose_fwd, _pinned_transpose_bwd)
@@ -81,12 +94,12 @@ def xla_isa_cap_allows_bf16(xla_flags: str) -> bool:
   return not caps or caps[-1].upper() not in ISAS_WITHOUT_BF16
 
 
-@functools.cache
-def bf16_dots() -> bool:
-  """Whether dots take bf16 operands as they are: off CPU always; on a CPU only where /proc/cpuinfo lists bf16 matrix
-  instructions and XLA_FLAGS does not cap XLA below them. Elsewhere (or where /proc/cpuinfo cannot be read) `matmul`
-  gives its dots the bf16-rounded operands in float32."""
-  if jax.default_backend() != "cpu":
+def native_bf16_dots(where: str) -> bool:
+  """Whether dots on platform `where` ("cpu", "cuda", "tpu", ...) should take bf16 operands as they are: off CPU
+  always; on a CPU only where /proc/cpuinfo lists bf16 matrix instructions and XLA_FLAGS does not cap XLA below
+  them (elsewhere, or where /proc/cpuinfo cannot be read, the bf16-rounded operands multiply in float32). Read once,
+  at start-up (encoder.config.auto_bf16_dots), never while tracing."""
+  if where != "cpu":
     return True
   try:
     flags = cpu_bf16_flags(Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace"))
@@ -95,15 +108,15 @@ def bf16_dots() -> bool:
   return bool(flags) and xla_isa_cap_allows_bf16(os.environ.get("XLA_FLAGS", ""))
 
 
-def dot_dtype(dtype) -> jnp.dtype:
-  """The dtype a dot reads for compute dtype `dtype`: float32 for bf16 on a CPU without bf16 units, else `dtype`."""
+def dot_dtype(dtype, dots: Dots) -> jnp.dtype:
+  """The dtype a dot reads for compute dtype `dtype`: float32 for bf16 without `dots.bf16`, else `dtype`."""
   dtype = jnp.dtype(dtype)
-  return dtype if dtype == jnp.float32 or bf16_dots() else jnp.dtype(jnp.float32)
+  return dtype if dtype == jnp.float32 or dots.bf16 else jnp.dtype(jnp.float32)
 
 
-def _operand(x: Array, dtype) -> Array:
+def _operand(x: Array, dtype, dots: Dots) -> Array:
   """x rounded to the compute dtype, in the dtype the dot reads (`dot_dtype`)."""
-  return x.astype(dtype).astype(dot_dtype(dtype))
+  return x.astype(dtype).astype(dot_dtype(dtype, dots))
 
 
 def _dot(a: Array, b: Array) -> Array:
@@ -113,55 +126,57 @@ def _dot(a: Array, b: Array) -> Array:
                              preferred_element_type=jnp.float32)
 
 
-def _times_transposed(x: Array, y: Array) -> Array:
+def _times_transposed(x: Array, y: Array, dots: Dots) -> Array:
   """x @ y^T ([..., M, K], [..., N, K] -> [..., M, N]) as a plain product: y^T materialized, or (y @ x^T)^T when
   transposing x and the float32 result moves fewer bytes."""
   m, k, n, size = x.shape[-2], x.shape[-1], y.shape[-2], x.dtype.itemsize
   if n * k * size <= m * k * size + m * n * 4:
-    return _dot(x, transpose(y))
-  return transpose(_pinned(_dot(y, transpose(x))))  # Pinned on both sides: XLA would fold it into the dot.
+    return _dot(x, transpose(y, dots))
+  # Pinned on both sides: XLA would fold it into the dot.
+  return transpose(_pinned(_dot(y, transpose(x, dots)), dots), dots)
 
 
-def _transposed_times(x: Array, y: Array) -> Array:
+def _transposed_times(x: Array, y: Array, dots: Dots) -> Array:
   """x^T @ y ([..., M, K], [..., M, N] -> [..., K, N]) as a plain product: x^T materialized, or (y^T @ x)^T when
   transposing y and the float32 result moves fewer bytes."""
   m, k, n, size = x.shape[-2], x.shape[-1], y.shape[-1], x.dtype.itemsize
   if m * k * size <= m * n * size + k * n * 4:
-    return _dot(transpose(x), y)
-  return transpose(_pinned(_dot(transpose(y), x)))
+    return _dot(transpose(x, dots), y)
+  return transpose(_pinned(_dot(transpose(y, dots), x), dots), dots)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def _matmul(a: Array, b: Array, dtype, transpose_b: bool, input_dtypes) -> Array:
-  return _matmul_fwd(a, b, dtype, transpose_b, input_dtypes)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4, 5))
+def _matmul(a: Array, b: Array, dtype, dots: Dots, transpose_b: bool, input_dtypes) -> Array:
+  return _matmul_fwd(a, b, dtype, dots, transpose_b, input_dtypes)[0]
 
 
-def _matmul_fwd(a, b, dtype, transpose_b, input_dtypes):
+def _matmul_fwd(a, b, dtype, dots, transpose_b, input_dtypes):
   del input_dtypes
-  a, b = _operand(a, dtype), _operand(b, dtype)
-  return (_times_transposed(a, b) if transpose_b else _dot(a, b)), (a, b)
+  a, b = _operand(a, dtype, dots), _operand(b, dtype, dots)
+  return (_times_transposed(a, b, dots) if transpose_b else _dot(a, b)), (a, b)
 
 
-def _matmul_bwd(dtype, transpose_b, input_dtypes, residuals, g):
+def _matmul_bwd(dtype, dots, transpose_b, input_dtypes, residuals, g):
   a, b = residuals
-  g = _operand(g, dtype)
+  g = _operand(g, dtype, dots)
   if transpose_b:  # C = A B^T: dA = G B, dB = G^T A.
-    grads = _dot(g, b), _transposed_times(g, a)
+    grads = _dot(g, b), _transposed_times(g, a, dots)
   else:  # C = A B: dA = G B^T, dB = A^T G.
-    grads = _times_transposed(g, b), _transposed_times(a, g)
+    grads = _times_transposed(g, b, dots), _transposed_times(a, g, dots)
   return tuple(grad.astype(t) for grad, t in zip(grads, input_dtypes))
 
 
 _matmul.defvjp(_matmul_fwd, _matmul_bwd)
 
 
-def matmul(a: Array, b: Array, dtype=jnp.float32, transpose_b: bool = False) -> Array:
+def matmul(a: Array, b: Array, dtype, dots: Dots, transpose_b: bool = False) -> Array:
   """a [..., M, K] @ b [..., K, N] (or b^T for b [..., N, K] when transpose_b) -> float32 [..., M, N], both operands
-  rounded to `dtype`, batch axes leading; the backward's products are plain too, their gradients float32."""
-  return _matmul(a, b, dtype, transpose_b, (a.dtype, b.dtype))
+  rounded to `dtype` (and computed as `dots` says), batch axes leading; the backward's products are plain too, their
+  gradients float32."""
+  return _matmul(a, b, dtype, dots, transpose_b, (a.dtype, b.dtype))
 
 
-def dense_dot_general(dtype):
+def dense_dot_general(dtype, dots: Dots):
   """A `dot_general` for flax's Dense / DenseGeneral (their `dot_general=` field) computed by `matmul` in `dtype`:
   the input's trailing axes contract the kernel's leading ones, no batch axes (what those layers ask for)."""
 
@@ -174,7 +189,7 @@ def dense_dot_general(dtype):
       raise ValueError(f"dense layer contracts input axes {contract_in} with kernel axes {contract_kernel} "
                        f"(batch {batch}); expected the input's trailing axes and the kernel's leading ones")
     inner = math.prod(kernel.shape[:n])
-    y = matmul(inputs.reshape((-1, inner)), kernel.reshape((inner, -1)), dtype)
+    y = matmul(inputs.reshape((-1, inner)), kernel.reshape((inner, -1)), dtype, dots)
     return y.reshape(inputs.shape[:inputs.ndim - n] + kernel.shape[n:])
 
   return dense_dot

@@ -80,7 +80,7 @@ def _dense(cfg: EncoderConfig, features, name: str, axis=-1) -> nn.Module:
   """A dense layer over `axis` whose product is `matmul.matmul` in the compute dtype (float32 result and bias, then
   the activation dtype; no bias when cfg.use_bias is off)."""
   return Dense(features, axis=axis, use_bias=cfg.use_bias, kernel_init=_init(cfg), param_dtype=cfg.param_dtype,
-               dot_general=matmul.dense_dot_general(cfg.dtype), out_dtype=cfg.activation_dtype, name=name)
+               dot_general=matmul.dense_dot_general(cfg.dtype, cfg.dots), out_dtype=cfg.activation_dtype, name=name)
 
 
 def _norm(cfg: EncoderConfig, name: str) -> nn.Module:
@@ -226,7 +226,7 @@ class Embeddings(nn.Module):
   def attend(self, hidden: Array) -> Array:
     """hidden [..., hidden] -> float32 logits [..., vocab] with the tied word embeddings (MLM decoders)."""
     flat = hidden.reshape((-1, hidden.shape[-1]))
-    logits = matmul.matmul(flat, self.word_embeddings.embedding, self.cfg.dtype, transpose_b=True)
+    logits = matmul.matmul(flat, self.word_embeddings.embedding, self.cfg.dtype, self.cfg.dots, transpose_b=True)
     return logits.reshape(hidden.shape[:-1] + logits.shape[-1:])
 
 
@@ -234,20 +234,22 @@ QUERY_BLOCK = 64  # Queries per block of `blocked_attend`.
 BLOCK_ABOVE = 256  # Keys past which XLA CPU's one-piece softmax leaves its fast path (docs/performance.md).
 
 
-def attend(q: Array, k: Array, v: Array, bias: Array, dtype) -> Array:
+def attend(q: Array, k: Array, v: Array, bias: Array, dtype, dots: matmul.Dots) -> Array:
   """softmax(q k^T + bias) v: q [batch, heads, R, d], k and v [batch, heads, length, d], bias [batch, 1, R, length]."""
-  scores = matmul.matmul(q, k, dtype, transpose_b=True) + bias
-  return matmul.matmul(jax.nn.softmax(scores, axis=-1), v, dtype)
+  scores = matmul.matmul(q, k, dtype, dots, transpose_b=True) + bias
+  return matmul.matmul(jax.nn.softmax(scores, axis=-1), v, dtype, dots)
 
 
-def blocked_attend(q: Array, k: Array, v: Array, bias: Array, dtype, block: int = QUERY_BLOCK) -> Array:
+def blocked_attend(q: Array, k: Array, v: Array, bias: Array, dtype, dots: matmul.Dots,
+                   block: int = QUERY_BLOCK) -> Array:
   """`attend`, `block` queries at a time (queries padded to a multiple of it): the same outputs to float32 rounding.
   The encoder's inference forward on CPU past 256 keys, where one [batch, heads, R, length] softmax runs 3-4x slower
   than the same work in blocks (SQuAD's 384-subword windows: docs/performance.md)."""
   length = q.shape[2]
   pad = ((0, 0), (0, 0), (0, -length % block), (0, 0))
   blocks = lambda x: jnp.moveaxis(x.reshape(x.shape[:2] + (-1, block) + x.shape[3:]), 2, 0)
-  out = jax.lax.map(lambda qb: attend(qb[0], k, v, qb[1], dtype), (blocks(jnp.pad(q, pad)), blocks(jnp.pad(bias, pad))))
+  out = jax.lax.map(lambda qb: attend(qb[0], k, v, qb[1], dtype, dots),
+                    (blocks(jnp.pad(q, pad)), blocks(jnp.pad(bias, pad))))
   return jnp.moveaxis(out, 0, 2).reshape(q.shape[:2] + (-1, q.shape[3]))[:, :, :length]
 
 
@@ -302,20 +304,20 @@ class SelfAttention(nn.Module):
     if cfg.attention != "matmul":
       context = fused_attend(*(y.astype(cfg.dtype) for y in (q, k, v)), mask, cfg.attention)  # [batch, R, heads, d]
       return per_token(output, context)
-    heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), (0, 2, 1, 3))  # Moves bf16, not float32.
+    heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), cfg.dots, (0, 2, 1, 3))  # Moves bf16, not f32.
     q = heads_first(q * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, head_dim]
     k, v = heads_first(k), heads_first(v)  # [batch, heads, length, head_dim]
     bias = additive_bias(mask)
-    if not train and k.shape[2] > BLOCK_ABOVE and jax.default_backend() == "cpu":
-      context = blocked_attend(q, k, v, bias, cfg.dtype)
+    if not train and k.shape[2] > BLOCK_ABOVE and cfg.kernels == "cpu":
+      context = blocked_attend(q, k, v, bias, cfg.dtype, cfg.dots)
     else:
-      scores = matmul.matmul(q, k, cfg.dtype, transpose_b=True) + bias
+      scores = matmul.matmul(q, k, cfg.dtype, cfg.dots, transpose_b=True) + bias
       weights = jax.nn.softmax(scores, axis=-1).astype(cfg.activation_dtype)  # [batch, heads, R, length]
       key = _dropout_key(self, cfg.attention_dropout, train)
       if key is not None:
         full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
         weights = dropout(weights, cfg.attention_dropout, key, flat_index(full, query_positions, 2))
-      context = matmul.matmul(weights, v, cfg.dtype)
+      context = matmul.matmul(weights, v, cfg.dtype, cfg.dots)
     return per_token(output, heads_first(context))  # [batch, R, hidden]
 
 

@@ -6,11 +6,7 @@ The input pipeline is a pure function of the step (launch/input_pipeline.py), so
 """
 
 import json
-import os
-import pathlib
-import signal
 import sys
-import threading
 import time
 from typing import Any
 
@@ -26,8 +22,7 @@ from configs import checks
 
 
 def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.CheckpointManager:
-  """Async manager keeping config.keep_checkpoints latest plus the best by config.best_metric (and, for the resume
-  tests, killing the process inside the save of config.debug_kill_at_step when config.debug_kill_during_save)."""
+  """Async manager keeping config.keep_checkpoints latest plus the best by config.best_metric."""
   policies = [checkpoint_managers.LatestN(n=config.keep_checkpoints)]
   if config.best_metric:
     policies.append(checkpoint_managers.BestN(
@@ -36,65 +31,9 @@ def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.Chec
   # best_fn also makes orbax write each save's metrics (without it BestN never sees any and keeps nothing).
   best = (dict(best_fn=lambda metrics: metrics[config.best_metric], best_mode=config.best_mode)
           if config.best_metric else {})
-  if config.debug_kill_during_save and files.is_remote(workdir):
-    raise errors.ConfigError(f"config.debug_kill_during_save={config.debug_kill_during_save!r} kills inside orbax's "
-                             f"local rename commit; --workdir {workdir} is remote (orbax commits with a file there)")
-  killing = (killing_temporary_path(config.debug_kill_during_save, config.debug_kill_at_step)
-             if config.debug_kill_during_save else None)  # None: orbax's default (rename locally, commit file on GCS).
   options = ocp.CheckpointManagerOptions(
-      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True,
-      temporary_path_class=killing, **best)
+      preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True, **best)
   return ocp.CheckpointManager(files.absolute(workdir / "checkpoints"), options=options)
-
-
-def _kill(message: str) -> None:
-  print(f"debug_kill_during_save: SIGKILL {message}", file=sys.stderr, flush=True)
-  os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _kill_once_data_appear(tmp_dir: pathlib.Path, step: int) -> None:
-  """Polls the step's temporary directory and kills the process as soon as a file besides orbax's step metadata
-  (the first array data or tree metadata) is there."""
-  while True:
-    written = [p for p in tmp_dir.rglob("*") if p.is_file() and p.name != "_CHECKPOINT_METADATA"]
-    if written:
-      _kill(f"while writing step {step}: {len(written)} files in {tmp_dir.name}")
-    time.sleep(0.001)
-
-
-class _KillOnRename:
-  """Stands in for orbax's snapshot, whose replace_source() finalize calls in place of the rename."""
-
-  def __init__(self, step: int):
-    self.step = step
-
-  async def replace_source(self) -> None:
-    _kill(f"committing step {self.step}: metadata and commit_success.txt written, not yet renamed")
-
-
-def killing_temporary_path(phase: str, step: int) -> type:
-  """Orbax's atomic-rename temporary directory, except for `step`'s save, which kills the process (SIGKILL, for the
-  crash-resume tests): "write" once data files appear in the temporary directory (at the latest when the commit
-  begins), "commit" in the commit after the commit timestamp and commit_success.txt are written, before the rename."""
-
-  class KillingTemporaryPath(ocp.path.atomicity.AtomicRenameTemporaryPath):
-    def _targeted(self) -> bool:
-      return self.get_final().name == str(step)
-
-    async def create(self):
-      path = await super().create()
-      if phase == "write" and self._targeted():
-        threading.Thread(target=_kill_once_data_appear, args=(pathlib.Path(path), step), daemon=True).start()
-      return path
-
-    async def finalize(self):
-      if self._targeted() and phase == "write":
-        _kill(f"while writing step {step}: the commit began before the watcher saw data")
-      if self._targeted() and phase == "commit":  # orbax's private hook: should it go, the run is not killed and
-        self._snapshot = _KillOnRename(step)  # benchmarks.determinism raises naming its exit code.
-      await super().finalize()
-
-  return KillingTemporaryPath
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, metrics: dict[str, float] | None = None) -> None:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Sequence
 import jax
 import ml_collections
 from encoder import errors, files, init_from
-from encoder.config import AUTO
+from encoder.config import AUTO, PLATFORM_FIELDS
 from encoder.files import Path
 from launch import checkpointing, compilation_cache
 from encoder.tokenizer import load_tokenizer
@@ -162,7 +162,8 @@ class Predictor:
     labels, buckets = labels_and_buckets(config, results)
     family = registry.family(finetune_data.task_mapping(config.task, labels))
     tokenizer = load_tokenizer(config.data.tokenizer)
-    config.model.attention = AUTO  # The run's attention path may not run here (cudnn on a CPU); the values agree.
+    # The run's platform choices may not run (cudnn on a CPU) or suit this machine; the values agree to rounding.
+    config.model.update(dict.fromkeys(PLATFORM_FIELDS, AUTO))
     model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
     return cls(family, tokenizer, params, jax.jit(evaluation.device_outputs(model, family)),
                config.batch_size // config.grad_accum_steps, buckets, results.get("threshold"),

@@ -78,7 +78,7 @@ def _loss_counts(fns: StepFns, params: Any, micro_batches: dict[str, jax.Array])
   return jax.tree.map(lambda c: c.sum(0), counts)
 
 
-def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, accum: int, nan_step: int,
+def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, accum: int,
               axis_name: str | None = None, grad_shardings: Any = None) -> tuple[jax.Array, dict[str, jax.Array], Any]:
   """Loss, metric sums and summed gradients of one step over `accum` micro-batches (a leading batch axis when
   accum > 1) and, under pmap, devices. Compiled once per batch shape. `grad_shardings` (jit; the parameters'):
@@ -104,7 +104,6 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
     predictions = fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key})
     metrics = objective_metrics(fns.objectives, predictions, micro)
     share = weighted_loss(fns.weights, {term: metrics[f"{term}_loss"][0] for term in fns.weights}, counts)
-    share = share * jnp.where(state.step == nan_step, jnp.nan, 1.0)  # config.debug_nan_step (never when -1).
     return share, _pairs(metrics | _padding(micro))
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
@@ -140,10 +139,9 @@ def apply_step(fns: StepFns, state: TrainState, acc: dict[str, jax.Array], loss:
 
 
 def train_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], acc: dict[str, jax.Array], *,
-               accum: int, nan_step: int, axis_name: str | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+               accum: int, axis_name: str | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
   """`grad_step` then `apply_step` in one function (the engine jits or pmaps them as two programs)."""
-  return apply_step(fns, state, acc, *grad_step(fns, state, batch, accum=accum, nan_step=nan_step,
-                                                 axis_name=axis_name))
+  return apply_step(fns, state, acc, *grad_step(fns, state, batch, accum=accum, axis_name=axis_name))
 
 
 def eval_step(fns: StepFns, params: Any, batch: dict[str, jax.Array], acc: dict[str, jax.Array], *,

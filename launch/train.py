@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from configs import checks
 from encoder import errors, files
 from encoder import flops as encoder_flops
-from encoder.config import AUTO, platform, resolve_attention
+from encoder.config import AUTO, platform, resolve_attention, resolve_platform
 from encoder.files import Path
 from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
                     sharding, steps, warm_start, workload)
@@ -74,6 +74,17 @@ def attention_path(config: ml_collections.ConfigDict, workdir: Path) -> str:
   return choice
 
 
+def dot_paths(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, str]:
+  """config.model.kernels and bf16_dots made concrete once, at start-up, for config.json to record: "auto" resumes a
+  run with the values its checkpoints were trained with (a run saved before the fields: this platform's), and
+  otherwise is this platform's (encoder.config.resolve_platform: the device kind and /proc/cpuinfo)."""
+  saved = checkpointing.saved_config(workdir)
+  choices = {name: config.model.get(name, AUTO) for name in ("kernels", "bf16_dots")}
+  if saved is not None:
+    choices = {name: saved["model"].get(name, AUTO) if choice == AUTO else choice for name, choice in choices.items()}
+  return resolve_platform(choices)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
   workdir = files.reachable(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
@@ -84,6 +95,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # workdir as it was.
   checks.check_config(config)
   config.model.attention = attention_path(config, workdir)
+  config.model.update(dot_paths(config, workdir))
   checkpointing.check_compatible(workdir, config)
   work = workload.build(config, workdir)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -135,12 +147,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           "devices, so the word embeddings are split on their hidden dimension and every device gathers the whole "
           f"table for the tied MLM decoder; config.model.vocab_size={padded} (rows the tokenizer never produces) "
           "splits it by row", file=sys.stderr, flush=True)
-  train_kwargs = dict(accum=accum, nan_step=config.debug_nan_step)
   # Two programs per step: gradients (compiled per batch shape) and the optimizer update (compiled once).
   if parallelism == "jit":
     batch_sharding = NamedSharding(mesh, sharding.batch_spec(accum))
-    grad_step = jax.jit(functools.partial(steps.grad_step, fns, grad_shardings=state_shardings.params,
-                                          **train_kwargs),
+    grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=accum, grad_shardings=state_shardings.params),
                         in_shardings=(state_shardings, batch_sharding),
                         out_shardings=(replicated, replicated, state_shardings.params))
     apply_step = jax.jit(functools.partial(steps.apply_step, fns),
@@ -151,7 +161,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                         out_shardings=replicated, donate_argnums=(2,))
     device_state = state
   else:
-    grad_step = jax.pmap(functools.partial(steps.grad_step, fns, axis_name="data", **train_kwargs),
+    grad_step = jax.pmap(functools.partial(steps.grad_step, fns, axis_name="data", accum=accum),
                          axis_name="data")
     apply_step = jax.pmap(functools.partial(steps.apply_step, fns), axis_name="data", donate_argnums=(0, 1))
     eval_step = jax.pmap(functools.partial(steps.eval_step, fns, axis_name="data"), axis_name="data",
@@ -165,7 +175,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   canonical = ((lambda s: sharding.from_pmap(s, state_shardings)) if parallelism == "pmap" else (lambda s: s))
 
   micro_batches = lambda batch: {k: np.stack([v] * accum) for k, v in batch.items()} if accum > 1 else batch
-  train_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.train_step, fns, **train_kwargs), state,
+  train_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.train_step, fns, accum=accum), state,
                                                  micro_batches(example)))
   eval_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.eval_step, fns), state.params, example))
   writer = metrics_writer.MetricsWriter(workdir)
@@ -173,7 +183,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   flops_per_step = encoder_flops.step_flops(cfg, config.batch_size, work.tokens_per_example,
                                             None if last is None else last.shape[1],
                                             objective.extra_encoders(work.objectives, cfg))
-  ceiling = flops.matmul_ceiling(dtype=cfg.dtype) if config.measure_mfu else None
+  ceiling = flops.matmul_ceiling(dtype=cfg.dtype, bf16_dots=cfg.bf16_dots) if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
   eval_batch = config.batch_size // accum
 
@@ -220,9 +230,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         ahead.wait(batch)
       device_state, acc = train_step(device_state, batch, acc)
       done = step + 1
-      if done == config.debug_kill_at_step and not config.debug_kill_during_save:  # Debug: resume tests.
-        manager.wait_until_finished()
-        os.kill(os.getpid(), getattr(signal, config.debug_kill_signal))
       log_due = _every(done, config.log_every_steps, total_steps)
       stop = stop_requested.is_set()
       if jax.process_count() > 1:  # Hosts agree on stopping at log steps (saving is collective).

@@ -16,7 +16,7 @@ import numpy as np
 from encoder import errors, hf_checkpoint
 from objectives import layers, objective
 from objectives.objective import Objective
-from tasks.family import HfHead, labels_config
+from tasks.family import HfHead, TaskFamily, labels_config
 from tasks.scoring import metrics
 
 POOLINGS = ("cls", "pooled", "mean")
@@ -145,20 +145,10 @@ def texts(record: dict) -> dict:
   return {"text_a": record["text_a"]} | ({"text_b": record["text_b"]} if record.get("text_b") else {})
 
 
-class SentenceFamily:
+class SentenceFamily(TaskFamily):
   """What sentence(-pair) families share: [CLS] A [SEP] (B [SEP]) examples, one row of outputs per example, scores
   from real-valued `score` columns, `.labels` prediction files (one prediction a line)."""
-  word_level = False
   formats = ("tsv",)
-
-  def __init__(self, task: Mapping[str, Any]):
-    self.task = dict(task)
-
-  def usable(self, records: Sequence[dict]) -> bool:
-    return True
-
-  def reader_checks(self) -> dict[str, Any]:
-    return {}
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
     """score_mean (the score output's initial bias) when the task trains on scores; an error when a record has none."""
@@ -175,12 +165,6 @@ class SentenceFamily:
     label = lookup(record["label"]) if self.name == "classification" and record.get("label") is not None else -1
     return encode_example(tokenizer, record["text_a"], record.get("text_b"), label, max_length=self.task["max_length"],
                           score=record.get("score") if self.uses_scores() else None)
-
-  def widths(self) -> dict[str, Callable[[int], int]]:
-    return {}
-
-  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
-    return None
 
   def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
     return {"labels": "".join(f"{p}\n" for p in predictions)}

@@ -13,12 +13,13 @@ the model (numpy arrays: `input_ids`, `type_ids` and the family's own fields; a 
 read (a label, a score, a tag list, a list of (start, end, label) spans).
 """
 
-from typing import Any, Callable, Mapping, NamedTuple, Protocol, Sequence
+import abc
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import jax
 import numpy as np
 
-from encoder import hf_checkpoint
+from encoder import errors, hf_checkpoint
 from objectives.objective import Objective
 
 
@@ -56,32 +57,50 @@ def linears(head_params: Mapping[str, Any], names: Sequence[str]) -> dict[str, n
   return tensors
 
 
-class TaskFamily(Protocol):
-  """What a task family provides; `task` is its config mapping."""
+class TaskFamily(abc.ABC):
+  """What a task family provides; `task` is its config mapping. A family subclasses this and states only what it
+  does differently: the abstract members (its head, how a record becomes an example and a prediction, its scores and
+  what `launch.predict` returns) have no sensible default; every other member defaults to the plainest family (a
+  sentence-level task with no label vocabulary, no per-word fields, nothing to tune or check, no extra prediction
+  files and no HF class for its head)."""
   name: str  # The registry name (config.task.name).
-  word_level: bool  # Labels words (inputs are word lists) rather than whole texts.
-  bootstrap: tuple[str, str] | None  # (tasks.scoring.score bootstrap --task, prediction file suffix) for reports.
   formats: tuple[str, ...]  # The reader formats (tasks.readers.READERS) whose records it trains on.
-  task: dict[str, Any]
+  word_level: bool = False  # Labels words (inputs are word lists) rather than whole texts.
+  bootstrap: tuple[str, str] | None = None  # (tasks.scoring.score bootstrap --task, prediction file suffix) for
+  # reports; None: the reports compute no significance for it.
+
+  def __init__(self, task: Mapping[str, Any]):
+    self.task = dict(task)
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
-    """Labels / tags / entity types in index order, when the config names none (derived from train, sorted)."""
+    """Labels / tags / entity types in index order, when the config names none (derived from train, sorted); default:
+    none (a real-valued or extractive target)."""
+    return []
 
   def file_labels(self, data_format: str) -> list[str] | None:
-    """The task's labels as the data files write them (checked at their line), or None: nothing to check."""
+    """The task's labels as the data files write them (checked at their line), or None (default): nothing to
+    check."""
+    return None
 
   def usable(self, records: Sequence[dict]) -> bool:
-    """Whether the task can train and score on every record (not: nested spans without task.nested)."""
+    """Whether the task can train and score on every record (not: nested spans without task.nested); default: yes."""
+    return True
 
   def reader_checks(self) -> dict[str, Any]:
-    """Reader options that refuse, at their line, the records `usable` rejects (read again to name the line)."""
+    """Reader options that refuse, at their line, the records `usable` rejects (read again to name the line);
+    default: none."""
+    return {}
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
-    """Task fields computed from the training records (e.g. the score output's initial bias); may raise UserError."""
+    """Task fields computed from the training records (e.g. the score output's initial bias); may raise UserError.
+    Default: none."""
+    return {}
 
+  @abc.abstractmethod
   def objective(self) -> Objective:
     """The head and its loss."""
 
+  @abc.abstractmethod
   def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]
              ) -> dict[str, np.ndarray] | list[dict[str, np.ndarray]]:
     """One record as an example, or as a list of examples (a QA context's windows: `tune`, `decode` and `output`
@@ -89,40 +108,54 @@ class TaskFamily(Protocol):
     raises naming the record)."""
 
   def widths(self) -> dict[str, Callable[[int], int]]:
-    """Padded width of each per-word / per-span example field at a token bucket length (`tasks.batching.collate`)."""
+    """Padded width of each per-word / per-span example field at a token bucket length (`tasks.batching.collate`);
+    default: none (every field is per example or per token)."""
+    return {}
 
+  @abc.abstractmethod
   def outputs(self, predictions: Any, batch: dict[str, jax.Array]) -> jax.Array:
     """The head's predictions -> what `decode` reads, per row (runs on device, inside jit)."""
 
   def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> float | None:
-    """A decoding threshold chosen on dev (span NER, SQuAD 2.0's null-score threshold), or None."""
+    """A decoding threshold chosen on dev (span NER, SQuAD 2.0's null-score threshold), or None (default)."""
+    return None
 
+  @abc.abstractmethod
   def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> Any:
     """One record's raw outputs and example (lists of them when `encode` gave several) -> its prediction."""
 
   def has_labels(self, records: Sequence[dict]) -> bool:
-    """Whether a split can be scored (SST-2's test split has no labels)."""
+    """Whether a split can be scored (SST-2's test split has no labels); default: yes."""
+    return True
 
+  @abc.abstractmethod
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """The family's metrics of a split (fractions)."""
 
+  @abc.abstractmethod
   def metric_names(self) -> tuple[str, ...]:
     """The metrics `score` returns whatever the data (what config.task.metric may name; per-type "f1_<type>" scores
     are named by the data, not here)."""
 
   def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
-    """Files written beside `<split>.jsonl`: suffix -> text (`.conll` columns, `.labels` lines)."""
+    """Files written beside `<split>.jsonl`: suffix -> text (`.conll` columns, `.labels` lines); default: none."""
+    return {}
 
+  @abc.abstractmethod
   def unlabelled(self, record: dict) -> dict:
     """A record to predict (no gold) completed with placeholder gold, so `encode` takes it."""
 
+  @abc.abstractmethod
   def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
     """What `launch.predict` returns for one input (example and raw: lists when `encode` gave several)."""
 
   def conll(self, output: dict) -> str:
     """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (what tasks.scoring.score
-    reads)."""
+    reads). Default: a UserError (the family's outputs are not word tags)."""
+    raise errors.UserError(f"--output conll is for word-level tasks; a {self.name} run writes --output jsonl")
 
   def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
     """The trained head (the run's params[objective name]; `threshold`: the decoding threshold the run tuned on dev)
-    as HF classes hold it, or `not_in_hf`; what `launch.export` writes."""
+    as HF classes hold it, or `not_in_hf` (default: the encoder exports alone, the head is saved beside); what
+    `launch.export` writes."""
+    return not_in_hf(head_params, f"the {self.name} family has no HF class for its head")

@@ -26,7 +26,7 @@ from encoder import errors, hf_checkpoint
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
-from tasks.family import HfHead
+from tasks.family import HfHead, TaskFamily
 from tasks.scoring import squad
 
 OUTSIDE = -1  # char_spans of a token outside the context ([CLS], the question, [SEP], padding).
@@ -146,23 +146,16 @@ def choose_null_threshold(null_margins: Sequence[float], answer_f1: Sequence[flo
   return float(margins[order[0]] - 1.0) if best == 0 else float(margins[order[best - 1]])
 
 
-class QuestionAnswering:
+class QuestionAnswering(TaskFamily):
   """Extractive QA over windows of a context (SQuAD v1.1 and v2.0): EM and F1 after SQuAD's normalization."""
   name = "question_answering"
-  word_level = False
   bootstrap = ("squad", "json")
   formats = ("squad",)
 
   def __init__(self, task: Mapping[str, Any]):
-    self.task = dict(task)
+    super().__init__(task)
     self.n_best = int(self.task.get("n_best", 20))
     self.max_answer_length = int(self.task.get("max_answer_length", 30))
-
-  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
-    return []
-
-  def file_labels(self, data_format: str) -> list[str] | None:
-    return None
 
   def usable(self, records: Sequence[dict]) -> bool:
     """A SQuAD v1.1 run (no task.unanswerable) refuses v2.0's unanswerable questions in any split: it can neither
@@ -171,9 +164,6 @@ class QuestionAnswering:
 
   def reader_checks(self) -> dict[str, Any]:
     return {} if self.unanswerable() else {"answerable": True}
-
-  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
-    return {}
 
   def objective(self) -> Objective:
     return Objective(name=self.name, head=SpanEndpointsHead(), loss=span_endpoints_loss)
@@ -244,9 +234,6 @@ class QuestionAnswering:
     record = self.unlabelled(record)
     return {"question": record["question"], "answer": answer_text(record, prediction), "start": prediction["start"],
             "end": prediction["end"], "score": round(prediction["score"], 6)}
-
-  def conll(self, output: dict) -> str:
-    raise errors.UserError("--output conll is for word-level tasks; question answering writes --output jsonl")
 
   def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
     """HF's BertForQuestionAnswering: its qa_outputs is our [H, 2] layer (start logits first); the windows and the

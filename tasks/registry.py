@@ -8,7 +8,7 @@ from encoder import errors
 from tasks import classification, question_answering, regression, span_ner, tagging
 from tasks.family import TaskFamily
 
-FAMILIES: dict[str, type] = {
+FAMILIES: dict[str, type[TaskFamily]] = {
     "classification": classification.Classification,  # Sentence and sentence-pair ([CLS] A [SEP] B [SEP]) labels.
     "regression": regression.Regression,  # A real-valued score per sentence (pair): SICK relatedness, STS-B.
     "tagging": tagging.Tagging,  # BIO/IO/BIOES tagging (NER) or plain tags (POS), greedy or CRF.
@@ -17,7 +17,7 @@ FAMILIES: dict[str, type] = {
 }
 
 
-def family_class(name: str) -> type:
+def family_class(name: str) -> type[TaskFamily]:
   """The family registered as `name`; an error lists the registered names."""
   if name not in FAMILIES:
     close = difflib.get_close_matches(name, FAMILIES, n=1)

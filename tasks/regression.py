@@ -41,12 +41,6 @@ class Regression(classification.SentenceFamily):
     """Always: the score is the target."""
     return True
 
-  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
-    return []  # One real-valued output, no label vocabulary.
-
-  def file_labels(self, data_format: str) -> None:
-    return None
-
   def objective(self) -> Objective:
     return build(self.task)
 

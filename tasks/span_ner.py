@@ -27,7 +27,7 @@ from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import tagging, word_shape
-from tasks.family import HfHead, labels_config, linears
+from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions
 from tasks.readers import overlaps, tagging_to_spans
@@ -191,7 +191,7 @@ def tune_threshold(probs: Sequence[np.ndarray], span_words: Sequence[np.ndarray]
   return float(max(grid, key=lambda t: (f1_at(t), -t)))
 
 
-class SpanNER:
+class SpanNER(TaskFamily):
   """Every word span up to max_span_width classified over NULL + entity types; flat (greedy non-overlap) or nested
   (task.nested: overlapping spans kept), scored by exact-match span P/R/F1 (and token accuracy when flat)."""
   name = "span_ner"
@@ -200,7 +200,7 @@ class SpanNER:
   formats = ("conll", "conllu", "spans")
 
   def __init__(self, task: Mapping[str, Any]):
-    self.task = dict(task)
+    super().__init__(task)
     self.scheme = self.task.get("scheme") or "IOB2"
 
   def gold_spans(self, record: dict) -> list[dict]:
@@ -270,9 +270,6 @@ class SpanNER:
     return [(start, end, self.task["labels"][label - 1]) for start, end, label in
             decode_spans(raw, example["span_words"].reshape(-1, 2), threshold=threshold,
                          nested=bool(self.task.get("nested")))]
-
-  def has_labels(self, records: Sequence[dict]) -> bool:
-    return True
 
   def metric_names(self) -> tuple[str, ...]:
     return ("precision", "recall", "f1") + (() if self.task.get("nested") else ("accuracy",))

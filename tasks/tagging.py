@@ -18,7 +18,7 @@ from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import alignment, word_shape
-from tasks.family import HfHead, labels_config, linears
+from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.readers import overlaps
 from tasks.scoring import metrics, tag_schemes
 from tasks import crf as crf_lib
@@ -104,15 +104,12 @@ def padded(tags: Sequence[str], num_words: int) -> list[str]:
   return list(tags) + [tag_schemes.OUTSIDE] * (num_words - len(tags))
 
 
-class Tagging:
+class Tagging(TaskFamily):
   """A tag per word (BIO/IO/BIOES entities, or plain tags such as UPOS), scored by entity P/R/F1 (or accuracy)."""
   name = "tagging"
   word_level = True
   bootstrap = ("conll", "conll")
   formats = ("conll", "conllu", "spans")
-
-  def __init__(self, task: Mapping[str, Any]):
-    self.task = dict(task)
 
   def gold_tags(self, record: dict) -> list[str]:
     """The record's tags in the trained scheme (a span record's flat spans written as tags)."""
@@ -145,9 +142,6 @@ class Tagging:
   def reader_checks(self) -> dict[str, Any]:
     return {"flat": True}  # Asked only for the span records `usable` refuses.
 
-  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
-    return {}
-
   def objective(self) -> Objective:
     return build(self.task | {"tags": self.task["labels"]})
 
@@ -164,14 +158,8 @@ class Tagging:
   def outputs(self, predictions: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Array:
     return decode(predictions, batch)
 
-  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
-    return None
-
   def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> list[str]:
     return [self.task["labels"][int(t)] for t in raw]
-
-  def has_labels(self, records: Sequence[dict]) -> bool:
-    return True
 
   def metric_names(self) -> tuple[str, ...]:
     return ("precision", "recall", "f1", "accuracy") if self.task.get("scheme") else ("accuracy",)

@@ -148,12 +148,11 @@ def step_programs(config: Any, work: Any, accum: int) -> StepPrograms:
   batch_sharding = NamedSharding(mesh, sharding.batch_spec(accum))
   batch = {k: jax.ShapeDtypeStruct(((accum,) if accum > 1 else ()) + (rows,) + v.shape[1:], v.dtype,
                                    sharding=batch_sharding) for k, v in work.example.items()}
-  grad_step = jax.jit(functools.partial(steps.grad_step, fns, grad_shardings=shardings.params, accum=accum,
-                                        nan_step=-1),
+  grad_step = jax.jit(functools.partial(steps.grad_step, fns, grad_shardings=shardings.params, accum=accum),
                       in_shardings=(shardings, batch_sharding),
                       out_shardings=(replicated, replicated, shardings.params))
   loss, metrics, grads = jax.eval_shape(grad_step, state, batch)
-  acc = jax.eval_shape(lambda: steps.zero_metrics(functools.partial(steps.train_step, fns, accum=accum, nan_step=-1),
+  acc = jax.eval_shape(lambda: steps.zero_metrics(functools.partial(steps.train_step, fns, accum=accum),
                                                   state, batch))
   apply_step = jax.jit(functools.partial(steps.apply_step, fns),
                        in_shardings=(shardings, replicated, replicated, replicated, shardings.params),

@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 
 from encoder import Encoder, preset
-from encoder import matmul as matmul_module
-from encoder.matmul import cpu_bf16_flags, matmul, transpose
+from encoder.config import resolve_platform
+from encoder.matmul import Dots, cpu_bf16_flags, matmul, transpose
 from encoder import model as model_module
 from encoder.model import SelfAttention, additive_bias, attend, attention_mask, blocked_attend
 from tests.tolerances import U32, U_BF16, assert_within, softmax_bound, sum_bound
 
-TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
+# This platform's kernels and bf16 dots, as a run's start-up chooses them.
+TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0,
+              **resolve_platform({}))
 pytestmark = pytest.mark.numerics  # Float32 bounds set by summation order (docs/testing.md).
 
 
@@ -24,9 +26,8 @@ def _rounded(x, dtype) -> np.ndarray:
 
 
 @pytest.fixture(params=[True, False], ids=["bf16_units", "no_bf16_units"])
-def bf16_units(request, monkeypatch):
+def bf16_units(request):
   """Both operand routes of a bf16 dot on any machine: bf16 as they are, or rounded and read as float32."""
-  monkeypatch.setattr(matmul_module, "bf16_dots", lambda: request.param)
   return request.param
 
 
@@ -38,13 +39,12 @@ def test_matmul_and_its_gradients_equal_float64(dtype, transpose_b, shapes, bf16
   """Forward and both gradients against float64 on operands and cotangent rounded to `dtype`: only float32
   accumulation differs. The shapes take every route (an operand transposed, or the result: (Y^T X)^T), with and
   without bf16 matrix units."""
-  del bf16_units
   rng = np.random.default_rng(0)
   a_shape, b_shape = shapes
   if transpose_b:
     b_shape = b_shape[:-2] + b_shape[-2:][::-1]
   a, b = rng.normal(size=a_shape).astype(np.float32), rng.normal(size=b_shape).astype(np.float32)
-  out, vjp = jax.vjp(jax.jit(lambda a, b: matmul(a, b, dtype, transpose_b)), a, b)
+  out, vjp = jax.vjp(jax.jit(lambda a, b: matmul(a, b, dtype, Dots(True, bf16_units), transpose_b)), a, b)
   g = rng.normal(size=out.shape).astype(np.float32)
   da, db = vjp(g)
   a64, b64, g64 = _rounded(a, dtype), _rounded(b, dtype), _rounded(g, dtype)
@@ -66,9 +66,10 @@ def test_cpu_bf16_flags_reads_x86_and_arm_cpuinfo():
   assert cpu_bf16_flags("Features\t: fp asimd sve bf16 i8mm\n") == {"bf16"}
 
 
-def test_transpose_and_its_gradient():
+@pytest.mark.parametrize("pinned", [True, False])
+def test_transpose_and_its_gradient(pinned):
   x = jnp.arange(24.0).reshape(2, 3, 4)
-  y, vjp = jax.vjp(lambda x: transpose(x, (1, 2, 0)), x)
+  y, vjp = jax.vjp(lambda x: transpose(x, Dots(pinned, True), (1, 2, 0)), x)
   np.testing.assert_array_equal(y, np.transpose(np.asarray(x), (1, 2, 0)))
   np.testing.assert_array_equal(vjp(y)[0], x)
 
@@ -138,14 +139,15 @@ def test_blocked_attention_equals_one_piece(dtype, length, block):
   segments[1, -(length // 4 + 1):] = 0
   bias = additive_bias(attention_mask(jnp.asarray(segments)))
   want, bound, scale = _attention_float64(q, k, v, bias, dtype)
-  assert_within(blocked_attend(q, k, v, bias, dtype, block), want, bound, scale, "blocked")
-  assert_within(attend(q, k, v, bias, dtype), want, bound, scale, "one piece")
+  assert_within(blocked_attend(q, k, v, bias, dtype, TINY.dots, block), want, bound, scale, "blocked")
+  assert_within(attend(q, k, v, bias, dtype, TINY.dots), want, bound, scale, "one piece")
 
 
 def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
-  """A deterministic forward over 300 keys on CPU runs `blocked_attend` (a scan in the program) and gives the
-  one-piece forward's outputs; training, and 256 keys or fewer, keep the one-piece attention."""
-  cfg = preset("tiny", vocab_size=97, max_positions=320)
+  """A deterministic forward over 300 keys with kernels "cpu" (a CPU's choice) runs `blocked_attend` (a scan in the
+  program) and gives the one-piece forward's outputs; training, 256 keys or fewer, and kernels "accelerator" keep the
+  one-piece attention."""
+  cfg = preset("tiny", vocab_size=97, max_positions=320, **resolve_platform({}))
   model = Encoder(cfg)
   rng = np.random.default_rng(3)
   ids = jnp.asarray(rng.integers(1, 97, size=(2, 300)))
@@ -154,7 +156,9 @@ def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
   forward = lambda p: model.apply(p, ids, attention_segments=segments).last
   blocked = forward(params)
   has_loop = lambda fn: "scan" in str(jax.make_jaxpr(fn)(params))
-  assert has_loop(forward) == (jax.default_backend() == "cpu")
+  assert has_loop(forward) == (cfg.kernels == "cpu") == (jax.default_backend() == "cpu")
+  other = Encoder(cfg.replace(kernels="accelerator" if cfg.kernels == "cpu" else "cpu"))
+  assert has_loop(lambda p: other.apply(p, ids, attention_segments=segments).last) == (other.cfg.kernels == "cpu")
   assert not has_loop(lambda p: model.apply(p, ids, attention_segments=segments, train=True,
                                             rngs={"dropout": jax.random.key(1)}).last)
   assert not has_loop(lambda p: model.apply(p, ids[:, :256], attention_segments=segments[:, :256]).last)
@@ -171,7 +175,8 @@ def test_every_training_product_is_a_plain_dot_on_cpu(dtype, bf16_units):
   projection) contracts lhs's last axis with rhs's first non-batch one, in `dtype` with a float32 result: the form
   XLA CPU runs in its fast kernels (a bf16 dot in any other form is upcast to float32, or fails at run time). Without
   bf16 matrix units a bf16 step's dots read float32 operands (bf16-rounded)."""
-  cfg = TINY.replace(dtype=dtype, hidden_dropout=0.1, attention_dropout=0.1)
+  cfg = TINY.replace(dtype=dtype, hidden_dropout=0.1, attention_dropout=0.1, kernels="cpu",
+                     bf16_dots="native" if bf16_units else "float32")
   model = Encoder(cfg)
   ids = jnp.ones((2, 16), jnp.int32)
   params = model.init(jax.random.key(0), ids)

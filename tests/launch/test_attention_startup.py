@@ -1,6 +1,7 @@
-"""model.attention is made concrete once, at start-up (launch.train.attention_path), for config.json to record: "auto"
-picks the platform's path for a new run and the recorded one (or, for a run saved before the field, "matmul") for a
-resumed run; the path and the new activation_dtype field keep old runs resumable."""
+"""model.attention, model.kernels and model.bf16_dots are made concrete once, at start-up (launch.train.attention_path,
+dot_paths), for config.json to record: "auto" picks the platform's for a new run and the recorded one (or, for a run
+saved before the field, "matmul" / the platform's) for a resumed run; they and the new activation_dtype field keep old
+runs resumable."""
 
 import json
 
@@ -8,8 +9,9 @@ import ml_collections
 import pytest
 
 from configs import checks, common
+from encoder import matmul
 from encoder.errors import ConfigError
-from launch.train import attention_path
+from launch.train import attention_path, dot_paths
 
 
 def _config(**model) -> ml_collections.ConfigDict:
@@ -49,3 +51,19 @@ def test_a_run_saved_before_the_field_resumes_on_the_matmul_path(tmp_path):
 def test_cudnn_off_nvidia_gpus_is_a_config_error(tmp_path):
   with pytest.raises(ConfigError, match="attention='cudnn' runs on NVIDIA GPUs only, and this process runs on cpu"):
     attention_path(_config(attention="cudnn", dtype="bfloat16"), tmp_path)
+
+
+@pytest.mark.parametrize("units", [True, False])
+def test_kernels_and_bf16_dots_are_the_platforms_unless_named_or_resumed(tmp_path, units, monkeypatch):
+  monkeypatch.setattr(matmul, "native_bf16_dots", lambda where: units)  # An AMX CPU, or an AVX2-only one.
+  platform = {"kernels": "cpu", "bf16_dots": "native" if units else "float32"}  # On CPUs (encoder.config).
+  assert dot_paths(_config(), tmp_path) == platform
+  named = {"kernels": "accelerator", "bf16_dots": "float32" if units else "native"}
+  assert dot_paths(_config(**named), tmp_path) == named
+  old = {k: v for k, v in common.model_config("tiny").to_dict().items() if k not in ("kernels", "bf16_dots")}
+  _saved_run(tmp_path, old)
+  assert dot_paths(_config(), tmp_path) == platform  # Saved before the fields: this platform's.
+  (tmp_path / "config.json").write_text(json.dumps({"model": old | named}))
+  assert dot_paths(_config(), tmp_path) == named  # Resumed as recorded.
+  assert dot_paths(_config(kernels="cpu"), tmp_path) == named | {"kernels": "cpu"}
+  assert checks.incompatible_fields({"model": old | named}, {"model": old | platform}) == []  # Same weights.

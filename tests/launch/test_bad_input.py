@@ -179,7 +179,7 @@ def test_bf16_reference_refused_on_a_cpu_without_bf16_units(monkeypatch):
   """PyTorch's bf16 matmuls are hundreds of times slower there: one line saying so, before any training."""
   from benchmarks import finetune  # pylint: disable=import-outside-toplevel
   from encoder import matmul  # pylint: disable=import-outside-toplevel
-  monkeypatch.setattr(matmul, "bf16_dots", lambda: False)
+  monkeypatch.setattr(matmul, "native_bf16_dots", lambda where: False)
   with pytest.raises(errors.UserError, match=r"--precision bfloat16: this CPU has no bf16 matrix instructions .*float32"):
     finetune.main(["--task", "sick", "--reference", "--precision", "bfloat16"])
 

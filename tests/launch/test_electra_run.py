@@ -36,8 +36,7 @@ def test_trains_and_resumes_bitwise(runs):
   logged = {key: determinism.logged(root / "reference", f"train/{key}") for key in ("loss", "rtd_loss")}
   assert np.isfinite(logged["loss"]).all() and logged["loss"][-1] < logged["loss"][0]
   workdir = root / "sigterm"
-  stopped = determinism.run(workdir, FACTORIZED + ("--config.debug_kill_at_step=13",
-                                                   "--config.debug_kill_signal=SIGTERM"), cache=cache, config=CONFIG)
+  stopped = determinism.run(workdir, FACTORIZED, cache=cache, config=CONFIG, fault=("SIGTERM", 13))
   assert "SIGTERM: saved step 13" in stopped.stdout + stopped.stderr
   resumed = determinism.run(workdir, FACTORIZED, cache=cache, config=CONFIG)
   assert "resuming from checkpoint step 13" in resumed.stdout

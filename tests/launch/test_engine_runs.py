@@ -12,6 +12,7 @@ import pytest
 
 from benchmarks import determinism
 from configs import pretrain
+from encoder.config import AUTO, PLATFORM_FIELDS, resolve_platform
 from launch import input_pipeline
 from tests.conftest import require_data
 
@@ -57,7 +58,11 @@ def test_baseline_writes_logs_results_and_checkpoints(baseline):
   assert train[-1]["train/loss"] < train[0]["train/loss"]
   results = json.loads((baseline / "results.json").read_text())
   assert results["step"] == 20 and "eval/mlm_accuracy" in results["eval"]
-  assert json.loads((baseline / "config.json").read_text())["num_train_steps"] == 20
+  recorded = json.loads((baseline / "config.json").read_text())
+  assert recorded["num_train_steps"] == 20
+  # The platform's choices, made at start-up, recorded as values (not "auto"): on this CPU what its modules traced.
+  asked = recorded["model"] | dict.fromkeys(PLATFORM_FIELDS, AUTO)
+  assert {k: recorded["model"][k] for k in PLATFORM_FIELDS} == resolve_platform(asked)
   assert sorted(int(p.name) for p in (baseline / "checkpoints").iterdir() if p.name.isdigit())[-1] == 20
   assert any((baseline / "tensorboard").iterdir())
 
@@ -99,7 +104,7 @@ def test_fsdp_and_remat_train_the_same_and_fsdp_shards_the_state(runs, baseline)
 
 def test_nan_stops_naming_the_step_and_keeps_checkpoints(runs, baseline, tmp_path):
   workdir = tmp_path / "nan"
-  result = determinism.run(workdir, ["--config.debug_nan_step=12"], cache=runs[1], check=False)
+  result = determinism.run(workdir, cache=runs[1], check=False, fault=("nan", 13))
   assert result.returncode != 0
   assert "NaN/inf at step 13" in result.stderr and "Traceback" not in result.stderr
   steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())

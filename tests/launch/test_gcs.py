@@ -49,14 +49,13 @@ def _overrides(prepared) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runs(gcs, corpus, tmp_path_factory):
-  """(local reference run, gs:// run killed after step 7 and resumed, the resumed run's output, cache)."""
+  """(local reference run, gs:// run SIGKILLed at step 7 and resumed, the resumed run's output, cache)."""
   root = tmp_path_factory.mktemp("runs")
   cache = root / "cache"
   reference = root / "local"
   determinism.run(reference, _overrides(corpus[0]), cache=cache)
   remote = files.path(f"gs://{gcs_emulator.BUCKET}/{RUN}")
-  killed = determinism.run(remote, [*_overrides(corpus[1]), "--config.debug_kill_at_step=7"], cache=cache,
-                           check=False)
+  killed = determinism.run(remote, _overrides(corpus[1]), cache=cache, check=False, fault=("SIGKILL", 7))
   assert killed.returncode == -9, killed.stderr[-3000:]
   resumed = determinism.run(remote, _overrides(corpus[1]), cache=cache)
   return reference, remote, resumed, cache

@@ -99,7 +99,7 @@ def _engine_step(cfg, objectives, params, batch):
   fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                       weights={o.name: 1.0 for o in objectives}, tx=optax.identity())
   state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=(), rng=jax.random.PRNGKey(0))
-  loss, _, grads = jax.jit(lambda s, b: steps.grad_step(fns, s, b, accum=1, nan_step=-1))(state, batch)
+  loss, _, grads = jax.jit(lambda s, b: steps.grad_step(fns, s, b, accum=1))(state, batch)
   return float(loss), jax.tree.map(np.asarray, grads)
 
 

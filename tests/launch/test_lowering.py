@@ -19,7 +19,7 @@ import pytest
 from jax import export
 
 from configs import common
-from encoder.config import preset
+from encoder.config import preset, resolve_platform
 from launch import optimizer, steps
 from launch.model import EncoderWithHeads
 from objectives import registry
@@ -54,14 +54,16 @@ def _objectives(finetuning: bool) -> list:
 def test_train_step_lowers_for_tpu_and_cuda(step, attention):
   finetuning = step == "finetuning"
   cfg = preset("tiny", vocab_size=VOCAB, max_positions=32, dtype=jnp.bfloat16, activation_dtype=jnp.bfloat16,
-               attention=attention, attention_dropout=0.1 if attention == "matmul" else 0.0)
+               attention=attention, attention_dropout=0.1 if attention == "matmul" else 0.0,
+               **resolve_platform({}, "tpu"))  # The accelerators' kernels and bf16 dots, not this CPU's.
+  assert (cfg.kernels, cfg.bf16_dots) == ("accelerator", "native")
   objectives = _objectives(finetuning)
   fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                       weights={o.name: 1.0 for o in objectives},
                       tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
   batch = _batch(finetuning)
   state = jax.eval_shape(functools.partial(steps.init_state, fns, seed=0), batch)
-  train_step = functools.partial(steps.train_step, fns, accum=1, nan_step=-1)
+  train_step = functools.partial(steps.train_step, fns, accum=1)
   acc = steps.zero_metrics(train_step, state, batch)
   exported = export.export(jax.jit(train_step), platforms=PLATFORMS)(state, batch, acc)
   assert exported.platforms == PLATFORMS

@@ -44,9 +44,9 @@ def _train(dtype: str):
   rng = np.random.default_rng(0)
   batches = [_batch(rng) for _ in range(STEPS)]
   state = jax.jit(functools.partial(steps.init_state, fns, seed=0))(batches[0])
-  grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1))
+  grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
   apply_step = jax.jit(functools.partial(steps.apply_step, fns))
-  acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batches[0])
+  acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batches[0])
   losses = []
   for batch in batches:
     before = acc["mlm_loss"]

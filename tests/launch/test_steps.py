@@ -30,11 +30,11 @@ def test_two_programs_equal_the_fused_step():
                       weights={"mlm": 1.0, "nsp": 1.0},
                       tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
   batch = _batch()
-  fused = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
-  grads = jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1))
+  fused = jax.jit(functools.partial(steps.train_step, fns, accum=1))
+  grads = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
   update = jax.jit(functools.partial(steps.apply_step, fns))
   state = steps.init_state(fns, batch, seed=0)
-  acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
+  acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
   one, one_acc, two, two_acc = state, acc, state, acc
   for _ in range(3):
     one, one_acc = fused(one, batch, one_acc)
@@ -61,9 +61,9 @@ def _three_steps(cfg, objectives, batch):
   fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                       weights={o.name: 1.0 for o in objectives},
                       tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
-  step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
+  step = jax.jit(functools.partial(steps.train_step, fns, accum=1))
   state = steps.init_state(fns, batch, seed=0)
-  acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
+  acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
   for _ in range(3):
     state, acc = step(state, batch, acc)
   return state, acc
@@ -130,14 +130,14 @@ def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   plain = steps.StepFns(model, objectives, {"mlm": 1.0, "nsp": 1.0}, optax.chain(
       regimes.scale_updates(jax.tree.map(float, live)), optax.clip_by_global_norm(opt.clip_norm), base,
       regimes.scale_updates(scales)))
-  flops = [jax.jit(functools.partial(steps.grad_step, fns, accum=1, nan_step=-1)).lower(
+  flops = [jax.jit(functools.partial(steps.grad_step, fns, accum=1)).lower(
       steps.init_state(fns, batch, seed=0), batch).compile().cost_analysis()["flops"] for fns in (lean, plain)]
   assert flops[0] < 0.9 * flops[1]
   states, start = [], steps.init_state(lean, batch, seed=0)
   for fns in (lean, plain):
-    step = jax.jit(functools.partial(steps.train_step, fns, accum=1, nan_step=-1))
+    step = jax.jit(functools.partial(steps.train_step, fns, accum=1))
     state = steps.init_state(fns, batch, seed=0)
-    acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1, nan_step=-1), state, batch)
+    acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
     for _ in range(3):
       state, acc = step(state, batch, acc)
     states.append(state)

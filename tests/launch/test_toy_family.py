@@ -15,10 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from encoder import errors
 from objectives import objective
 from objectives.objective import Objective
 from tasks import classification, registry
-from tasks.family import HfHead, not_in_hf
+from tasks.family import TaskFamily
 from tasks.scoring import metrics
 from tests.conftest import require_data
 
@@ -44,30 +45,11 @@ def count_loss(predictions: jax.Array, batch: dict[str, jax.Array]):
   return total / jnp.maximum(weights.sum(), 1.0), {"word_count_loss": (total, weights.sum())}
 
 
-class WordCount:
-  """Every TaskFamily method, for a toy target: how many whitespace-separated words text_a has."""
+class WordCount(TaskFamily):
+  """A toy target, how many whitespace-separated words text_a has: the members TaskFamily leaves abstract, and
+  its defaults for the rest (no labels, nothing to tune or check, no prediction files, no HF class)."""
   name = "word_count"
-  word_level = False
-  bootstrap = None
   formats = ("tsv",)
-
-  def __init__(self, task: dict[str, Any]):
-    self.task = dict(task)
-
-  def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
-    return []
-
-  def file_labels(self, data_format: str) -> None:
-    return None
-
-  def usable(self, records: Sequence[dict]) -> bool:
-    return True
-
-  def reader_checks(self) -> dict[str, Any]:
-    return {}
-
-  def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
-    return {}
 
   def objective(self) -> Objective:
     return Objective(name=self.name, head=CountHead(), loss=count_loss, reads=objective.cls_only)
@@ -77,20 +59,11 @@ class WordCount:
     return {"input_ids": np.asarray(encoding.input_ids, np.int32), "type_ids": np.asarray(encoding.type_ids, np.int32),
             "words": np.asarray(len(record["text_a"].split()), np.float32)}
 
-  def widths(self) -> dict[str, Callable[[int], int]]:
-    return {}
-
   def outputs(self, predictions: jax.Array, batch: dict[str, jax.Array]) -> jax.Array:
     return predictions
 
-  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> None:
-    return None
-
   def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> float:
     return float(raw)
-
-  def has_labels(self, records: Sequence[dict]) -> bool:
-    return True
 
   def metric_names(self) -> tuple[str, ...]:
     return ("pearson", "spearman", "mse")
@@ -98,17 +71,11 @@ class WordCount:
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     return metrics.regression_scores([len(r["text_a"].split()) for r in records], list(predictions))
 
-  def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
-    return {}
-
   def unlabelled(self, record: dict) -> dict:
     return {"text_a": record["text_a"]}
 
   def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
     return classification.texts(record) | {"words": prediction}
-
-  def hf_head(self, head_params: dict[str, Any], threshold: float | None = None) -> HfHead:
-    return not_in_hf(head_params, "no HF class counts words")
 
 
 def register() -> None:
@@ -143,3 +110,24 @@ def test_a_family_registered_from_a_test_file_trains_evaluates_and_predicts(tmp_
   # The same float32 model on another batch shape (summation order only), as QA's predict test: measured there
   # 4.9e-7 on Zen 3; a wrong input row changes a prediction by O(1).
   assert [o["words"] for o in outputs] == pytest.approx(predicted[:3], abs=1e-5)
+
+
+def test_the_toy_family_gets_the_defaults_and_a_missing_abstract_member_fails_when_built():
+  family = WordCount({"name": "word_count", "max_length": 16, "labels": []})
+  records = [{"text_a": "one two"}]
+  assert (family.label_vocabulary(records), family.file_labels("tsv"), family.usable(records),
+          family.reader_checks(), family.train_fields(records), family.widths(), family.tune(records, [], []),
+          family.has_labels(records), family.prediction_files(records, [2.0]), family.word_level,
+          family.bootstrap) == ([], None, True, {}, {}, {}, None, True, {}, False, None)
+  with pytest.raises(errors.UserError, match="--output conll is for word-level tasks; a word_count run"):
+    family.conll({"text_a": "one two", "words": 2.0})
+  params = {"count": {"kernel": np.ones((4, 1)), "bias": np.zeros(1)}}
+  head = family.hf_head(params)
+  assert (head.task, head.native, head.tensors, head.beside) == (None, None, {}, params)
+  assert "word_count" in head.note
+
+  class NoScore(WordCount):
+    score = TaskFamily.score  # As if the family had not written it.
+
+  with pytest.raises(TypeError, match="abstract method.*score"):
+    NoScore({"name": "word_count"})

@@ -12,6 +12,7 @@ import numpy as np
 
 from benchmarks import determinism
 from launch.experiments import local_cluster
+from tests import faults
 from tests.conftest import require_data
 from tests.launch.test_engine_runs import PARAMS_TOLERANCE, TOLERANCE  # Their reasons are given there.
 
@@ -22,10 +23,10 @@ TINY = ["--config=configs/pretrain.py:runlocal", "--config.num_train_steps=6", "
         "--config.model.hidden_dropout=0.0", "--config.model.attention_dropout=0.0"]
 
 
-def _cluster(processes: int, workdir: Path, *extra: str) -> subprocess.CompletedProcess:
+def _cluster(processes: int, workdir: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, "-m", "launch.experiments.local_cluster", f"--processes={processes}", "--",
-                         *TINY, f"--workdir={workdir}", *extra], cwd=REPO, capture_output=True, text=True, timeout=600,
-                        check=False)
+                         *TINY, f"--workdir={workdir}"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                        check=False, env=env)
 
 
 def _losses(workdir: Path) -> list[tuple[int, float]]:
@@ -46,13 +47,14 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
   require_data("wikitext-2/raw/wiki.valid.raw")
   one = _cluster(1, tmp_path / "one")
   assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
-  # Every process gets SIGTERM after step 3: they agree to stop, save step 3 together, and the same command resumes.
-  kill = ("--config.debug_kill_at_step=3", "--config.debug_kill_signal=SIGTERM")
-  stopped = _cluster(2, tmp_path / "two", *kill)
+  # Every process gets SIGTERM as step 3 starts (tests/faults.py): they agree to stop, save step 3 together, and the
+  # same command resumes (the signal comes again, but only at a step 3, which the resumed run never starts).
+  sigterm = faults.environment("SIGTERM", 3)
+  stopped = _cluster(2, tmp_path / "two", sigterm)
   assert stopped.returncode == 0, stopped.stdout[-2000:] + stopped.stderr[-2000:]
   assert "2 processes" in stopped.stdout  # The engine saw the cluster.
   assert json.loads((tmp_path / "two" / "results.json").read_text())["stopped_early"]
-  two = _cluster(2, tmp_path / "two", *kill)
+  two = _cluster(2, tmp_path / "two", sigterm)
   assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-2000:]
   assert "resuming from checkpoint step 3" in two.stdout
   losses_one, losses_two = _losses(tmp_path / "one"), _losses(tmp_path / "two")

@@ -23,6 +23,7 @@ from encoder import errors
 from encoder.errors import ConfigError
 from launch import compilation_cache
 from launch.experiments import report, sweep
+from tests import faults
 from tests.conftest import require_data
 
 REPO = Path(__file__).resolve().parents[3]
@@ -30,11 +31,11 @@ SWEEP_FILE = """
 from configs.sweeps.points import seeds
 
 def get_sweep(arg=None):
-  stopped_once = {"optimizer.learning_rate": 0.003, "debug_kill_at_step": 6, "debug_kill_signal": "SIGTERM"}
   return {"config": "configs/finetune.py:task=sick_relatedness,runlocal",
-          "points": seeds([{}], [0, 1]) + [dict(stopped_once, seed=0), {"optimizer.learning_rate": "fast"}]}
+          "points": seeds([{}], [0, 1]) + [{"optimizer.learning_rate": 0.003, "seed": 0},
+                                           {"optimizer.learning_rate": "fast"}]}
 """
-STOPPED = "optimizer.learning_rate-0.003_debug_kill_at_step-6_debug_kill_signal-SIGTERM_seed-0"
+STOPPED = "optimizer.learning_rate-0.003_seed-0"  # SIGTERM as its step 6 starts (tests/faults.py), in both sweeps.
 FAILING = "optimizer.learning_rate-fast"
 
 
@@ -142,6 +143,7 @@ def swept(tmp_path_factory):
   sweep_file.write_text(SWEEP_FILE)
   # The points' shared compilation cache (ROOT/xla_cache; tests/conftest.py turns the user's off).
   env = {k: v for k, v in os.environ.items() if k not in (sweep.CACHE_ENV, compilation_cache.ENV)}
+  env = faults.environment("SIGTERM", 6, workdir=STOPPED, base=env)  # The rerun resumes after step 6: no signal.
   first = _sweep(["--sweep", str(sweep_file), "--root", str(root)], env=env)
   assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
   assert f"{STOPPED}, {FAILING}" in first.stderr  # The points that did not finish, in one error line.
