@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from encoder import errors
 from encoder.config import EncoderConfig
 from encoder.model import Encoder
 from encoder.pretrained import minilm_path
@@ -194,7 +195,7 @@ def test_bad_arguments_are_refused(embedder, tiny, tokenizer):
     embedder.encode_words([["a"]], pooling="max")
   with pytest.raises(ValueError, match="accepted forms"):
     embedder.encode_words([["a"]], layers="top")
-  with pytest.raises(TypeError, match="encode_texts"):
+  with pytest.raises(errors.UserError, match="encode_texts"):
     embedder.encode_words(["a raw text"])
   with pytest.raises(ValueError, match="max_length 600"):
     Embedder(*tiny, tokenizer, max_length=600)
