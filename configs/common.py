@@ -94,7 +94,7 @@ def engine_config(config: ml_collections.ConfigDict, *, steps: int) -> ml_collec
   config.log_every_steps = 50  # Fetch on-device metrics and write a metrics line every this many steps.
   config.eval_every_steps = 1000  # Evaluate every this many steps (and always at the end); 0 = only at the end.
   config.eval_steps = 20  # Batches per evaluation (fewer when the split is smaller); -1 = the whole split.
-  config.checkpoint_every_steps = 1000  # Save a checkpoint every this many steps (and at the end).
+  config.checkpoint_every_steps = 1000  # Save a checkpoint every this many steps (and at the end; 0: at the end only).
   config.keep_checkpoints = 3  # Keep this many latest checkpoints (plus the best one).
   config.best_metric = "eval/loss"  # Metric that picks the best checkpoint ("" keeps only the latest).
   config.best_mode = "min"  # "min" or "max" for best_metric.

@@ -108,7 +108,7 @@ PRETRAINING: dict[str, fields.Rule] = {
     "objective_weights": Anything("a weight >= 0 per objective, one per name in objectives (checked with them)"),
     "task": Check(lambda v: None if v == "" else "'' for pretraining (a task block is configs/finetune.py's)",
                   "'' (pretraining)", ("sst2",)),
-    "num_train_steps": POSITIVE_INT, "eval_every_steps": NON_NEGATIVE_INT, "checkpoint_every_steps": POSITIVE_INT,
+    "num_train_steps": POSITIVE_INT, "eval_every_steps": NON_NEGATIVE_INT, "checkpoint_every_steps": NON_NEGATIVE_INT,
     "data.train_files": Check(_comma_paths, "comma-separated existing files (checked with the data directory)",
                               ("a.txt,,b.txt",)),
     "data.eval_files": Anything("comma-separated existing files, or '' for no evaluation (checked with the data "
@@ -150,7 +150,8 @@ FINETUNING: dict[str, fields.Rule] = {
     "task.doc_stride": POSITIVE_INT, "task.max_question_length": POSITIVE_INT,
     "task.max_answer_length": POSITIVE_INT, "task.n_best": POSITIVE_INT, "task.unanswerable": BOOL,
     "task.pooling": Choice(("cls", "pooled", "mean", "attention")), "task.boundary_ffn": BOOL,
-    "task.span_hidden": POSITIVE_INT, "task.nested": BOOL, "task.prior_bias": BOOL, "task.null_weight": POSITIVE, "task.dropout": PROBABILITY,
+    "task.span_hidden": POSITIVE_INT, "task.nested": BOOL, "task.prior_bias": BOOL, "task.null_weight": POSITIVE,
+    "task.dropout": PROBABILITY,
     "task.rdrop": NON_NEGATIVE, "task.score_weight": NON_NEGATIVE,
     "task.positive_label": Anything("a label of the task, or '' (checked against the labels when read)"),
     "task.metric": Anything("a score of the task's family (checked with it: configs.checks)"),

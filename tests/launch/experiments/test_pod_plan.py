@@ -57,7 +57,8 @@ def test_figures_match_an_independent_count():
   step = flops.step_flops(cfg, 32, 64, last) / (MFU * slice_.devices * slice_.device_peak_flops)
   np.testing.assert_allclose(plain["step_seconds"], step, rtol=1e-9)
   np.testing.assert_allclose(plain["host_tokens_per_s"], 32 * 64 / step, rtol=1e-9)  # One host.
-  assert plain["workers"] == 30 and plain["supply_tokens_per_s"] == 16 * plain["process_tokens_per_s"] > 0
+  assert plain["workers"] == 30 and plain["process_tokens_per_s"] > 0  # A v4 host: 240 cores / 8.
+  np.testing.assert_allclose(plain["supply_tokens_per_s"], 30 * plain["process_tokens_per_s"], rtol=1e-12)
 
 
 def _plan_of(**fields) -> pod_plan.Plan:
