@@ -22,7 +22,7 @@ import pytest
 from configs import common
 from encoder import ARCHITECTURES, Encoder, preset
 from encoder import config as config_module
-from encoder.matmul import dense_dot_general
+from encoder.matmul import Dots, dense_dot_general
 from encoder.model import Dense, fused_attend
 from launch.model import EncoderWithHeads
 from objectives import registry
@@ -237,12 +237,14 @@ def test_bf16_activations_of_minilm_stay_close_to_float32():
     assert np.min((a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)) >= 0.999
 
 
-def test_dense_is_flax_dense_general_with_its_output_cast():
+@pytest.mark.parametrize("pinned", [True, False], ids=["cpu_kernels", "accelerator_kernels"])
+def test_dense_is_flax_dense_general_with_its_output_cast(pinned):
   """The encoder's dense layers: flax DenseGeneral's parameters (names, shapes, initial values) and product, the
-  output rounded to the activation dtype."""
+  output rounded to the activation dtype, with either kernels choice (EncoderConfig.kernels)."""
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   x = jnp.asarray(np.random.default_rng(5).normal(size=(2, 5, 32)), jnp.float32)
-  kwargs = dict(features=(3, 4), kernel_init=nn.initializers.normal(0.02), dot_general=dense_dot_general(jnp.float32))
+  dots = dense_dot_general(jnp.float32, Dots(pinned=pinned, bf16=False))
+  kwargs = dict(features=(3, 4), kernel_init=nn.initializers.normal(0.02), dot_general=dots)
   ours, flax_dense = Dense(**kwargs, out_dtype=jnp.bfloat16), nn.DenseGeneral(**kwargs)
   params = flax_dense.init(jax.random.key(0), x)
   assert jax.tree.all(jax.tree.map(np.array_equal, ours.init(jax.random.key(0), x), params))

@@ -30,8 +30,9 @@ def test_model_fields_of_a_run_and_its_errors(tmp_path):
     init_from.model_fields(f"run:{tmp_path}")
   (tmp_path / "config.json").write_text(json.dumps({"model": {"hidden_size": 64, "attention": "cudnn"},
                                                    "data": {"tokenizer": "t"}}))
-  # The run's attention path is the machine's choice where its weights are used: "auto" (resolved there).
-  assert init_from.model_fields(f"run:{tmp_path}") == ({"hidden_size": 64, "attention": "auto"}, "t")
+  # The run's attention path and dot choices are the machine's where its weights are used: "auto" (resolved there).
+  assert init_from.model_fields(f"run:{tmp_path}") == (
+      {"hidden_size": 64, "attention": "auto", "kernels": "auto", "bf16_dots": "auto"}, "t")
   with pytest.raises(ConfigError, match="neither a checkpoint directory nor a known pretrained name"):
     init_from.model_fields(f"hf:{tmp_path / 'missing'}")
 
