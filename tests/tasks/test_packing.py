@@ -1,0 +1,150 @@
+"""Packed fine-tuning (config.data.pack): a packed batch's per-example outputs equal the unpacked batch's.
+
+Each family's head runs on a tiny random encoder twice over the same examples: one example a row (`collate`), and
+packed several to a row as attention segments with positions restarting (`tasks.batching.pack`, unpacked for the
+heads by `launch.model.unpacked`). Dropout is off. The two runs compute the same dot products and softmaxes over the
+same real tokens; other segments' keys enter the softmax as exact zeros. Only the order of float32 sums can differ
+(other shapes, other kernel blocking): each output errs by a few sum_bound(n) (tests/tolerances.py; n <= 64 terms a
+dot product, 2 layers) of its terms' scale, ~1e-6 of the largest output. The bound, 1e-5 of the largest output of the
+batch, leaves room for that, while an example reading another's tokens, a wrong [CLS] or a position that does not
+restart moves outputs by their own size. Decoded predictions (labels, tags, spans, answers) must be identical.
+"""
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+
+from configs import finetune
+from encoder.config import EncoderConfig
+from encoder.errors import ConfigError
+from encoder.tokenizer import load_tokenizer
+from launch.model import EncoderWithHeads
+from tasks import batching, evaluation, finetune_data, registry
+
+RELATIVE = 1e-5  # Of the largest |output| of the batch (module docstring).
+WORDS = ("the cat sat on a mat near Berlin while Anna Smith of Acme Corp read Nations United quietly today and "
+         "walked home").split()
+
+
+@functools.lru_cache(maxsize=1)
+def tokenizer():
+  return load_tokenizer("all-MiniLM-L6-v2")
+
+
+def family_of(preset: str, **overrides):
+  """The preset's family at runlocal size (task.max_length 32) with `overrides`, labels fixed."""
+  task = finetune.get_config(f"task={preset},runlocal").task.to_dict() | overrides
+  labels = {"tagging": ["B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER", "O"], "span_ner": ["LOC", "ORG", "PER"],
+            "classification": ["A", "B", "C"]}.get(task["name"], [])
+  if preset == "ud_pos":
+    labels = list(finetune.UPOS)
+  family = registry.family(finetune_data.task_mapping(_config(task), labels))
+  return registry.family(family.task | {"score_mean": 3.0} if family.name in ("regression",) else family.task)
+
+
+def _config(task: dict):
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  return ml_collections.ConfigDict(task)
+
+
+def records(family, count: int, rng: np.random.Generator) -> list[dict]:
+  """`count` records of varied lengths, in the family's record format."""
+  out = []
+  for i in range(count):
+    words = [str(w) for w in rng.choice(WORDS, size=int(rng.integers(1, 14)))]
+    if family.name in ("classification", "regression"):
+      out.append({"text_a": " ".join(words), "text_b": " ".join(words[::-1]) if i % 2 else None,
+                  "label": "ABC"[i % 3], "score": float(i % 5)})
+    elif family.name == "tagging":
+      tags = [str(t) for t in rng.choice(["B-PER", "I-PER", "O", "B-LOC"], size=len(words))]
+      tags = [t if not t.startswith("I-") or k and tags[k - 1][2:] == "PER" else "O" for k, t in enumerate(tags)]
+      out.append({"words": words, "tags": tags} if "scheme" in family.task and family.task["scheme"] else
+                 {"words": words, "tags": [str(t) for t in rng.choice(finetune.UPOS, size=len(words))]})
+    elif family.name == "span_ner":
+      out.append({"words": words, "spans": [{"label": "PER", "start": 0, "end": 1}]})
+    else:
+      context = " ".join(words + words)
+      out.append({"id": str(i), "title": "", "question": " ".join(words[:3]), "context": context,
+                  "answers": [{"text": words[0], "start": 0}]})
+  return out
+
+
+def split_of(family, count: int, seed: int) -> finetune_data.Split:
+  """A split of `count` records (QA: several windows each), encoded."""
+  return finetune_data.split_of("dev", family, tokenizer(), records(family, count, np.random.default_rng(seed)))
+
+
+def decoded(family, split: finetune_data.Split, outputs: np.ndarray) -> list:
+  """Each record's prediction from a batch's outputs, cut as `tasks.evaluation.raw_predictions` cuts them."""
+  raw = [outputs[i] if not family.widths() else outputs[i, :len(example[next(iter(family.widths()))])]
+         for i, example in enumerate(split.examples)]
+  return evaluation.decode(family, split, raw)
+
+
+def model_of(family):
+  cfg = EncoderConfig(vocab_size=tokenizer().vocab_size, hidden_size=32, num_layers=2, num_heads=4,
+                      intermediate_size=64, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0)
+  return EncoderWithHeads(cfg, (family.objective(),))
+
+
+def both(family, examples, batch_size: int):
+  """(outputs, loss metrics) of the unpacked and the packed batch of `examples`, same parameters."""
+  length = family.task["max_length"]
+  widths = family.widths()
+  plain = batching.collate(examples, (length,), batch_size=batch_size, widths=widths)
+  shape = batching.pack_shape([batching.lengths_of(examples)], length)
+  packed = batching.pack(examples, length, shape, batch_size=batch_size, widths=widths)
+  assert shape.rows < len(examples)  # Several examples share a row.
+  model = model_of(family)
+  params = model.init(jax.random.key(0), plain)["params"]
+  objective = family.objective()
+
+  @jax.jit
+  def run(batch):
+    predictions = model.apply({"params": params}, batch)[family.name]
+    return predictions, family.outputs(predictions, batch), objective.loss(predictions, batch)[1]
+  results = [jax.tree.map(np.asarray, run(batch)) for batch in (plain, packed)]
+  return plain, packed, results
+
+
+def assert_close(ours, theirs, what: str):
+  ours, theirs = np.asarray(ours, np.float64), np.asarray(theirs, np.float64)
+  scale = max(np.abs(theirs).max(), 1e-30)
+  assert np.abs(ours - theirs).max() <= RELATIVE * scale, (what, np.abs(ours - theirs).max() / scale)
+
+
+# Every family; [CLS] read alone (the last layer at the rows' example starts), mean and pooled; tags with a CRF and
+# word shapes, with word endings (ud_pos: per-token indices into the example), spans and QA windows.
+CASES = [("sst2", {}), ("sst2", {"pooling": "mean"}), ("sst2", {"pooling": "pooled"}), ("sick_relatedness", {}),
+         ("conll2003", {}), ("conll2003_crf", {}), ("ud_pos", {}), ("conll2003_spans", {}), ("squad", {})]
+
+
+@pytest.mark.parametrize("preset,overrides", CASES, ids=[f"{p}-{'-'.join(map(str, o.values()))}" for p, o in CASES])
+def test_packed_outputs_equal_unpacked(preset, overrides):
+  family = family_of(preset, **overrides)
+  split = split_of(family, 12, seed=len(preset))
+  examples = split.examples
+  plain, packed, ((p_plain, out_plain, m_plain), (p_packed, out_packed, m_packed)) = both(family, examples, 16)
+  assert decoded(family, split, out_packed) == decoded(family, split, out_plain)
+  real = plain["example_mask"] > 0
+  for key in ("logits", "score", "word_logits", "start_logits", "end_logits"):
+    if isinstance(p_plain, dict) and key in p_plain:
+      a, b = np.asarray(p_plain[key])[real], np.asarray(p_packed[key])[real]
+      if key in ("start_logits", "end_logits") or key == "logits" and a.ndim == 3:  # Per subword: real tokens.
+        a, b = a[plain["attention_segments"][real] > 0], b[plain["attention_segments"][real] > 0]
+      if key == "word_logits":
+        a, b = a[plain["word_labels"][real] >= 0], b[plain["word_labels"][real] >= 0]
+      assert_close(b, a, key)
+  out_plain, out_packed = out_plain[real], out_packed[real]
+  if out_plain.ndim > 1 and out_plain.shape[1] == plain["input_ids"].shape[1]:  # Per subword: real tokens only.
+    out_plain, out_packed = out_plain[plain["attention_segments"][real] > 0], out_packed[
+        plain["attention_segments"][real] > 0]
+  if out_plain.dtype.kind in "iub":
+    np.testing.assert_array_equal(out_packed, out_plain)
+  else:
+    assert_close(out_packed, out_plain, "outputs")
+  for name, (total, count) in m_plain.items():
+    assert float(m_packed[name][1]) == float(count), name
+    assert_close(m_packed[name][0], total, name)
