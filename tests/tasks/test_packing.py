@@ -13,10 +13,11 @@ restart moves outputs by their own size. Decoded predictions (labels, tags, span
 import functools
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
-from configs import finetune
+from configs import checks, finetune
 from encoder.config import EncoderConfig
 from encoder.errors import ConfigError
 from encoder.tokenizer import load_tokenizer
@@ -38,15 +39,9 @@ def family_of(preset: str, **overrides):
   task = finetune.get_config(f"task={preset},runlocal").task.to_dict() | overrides
   labels = {"tagging": ["B-LOC", "B-ORG", "B-PER", "I-LOC", "I-ORG", "I-PER", "O"], "span_ner": ["LOC", "ORG", "PER"],
             "classification": ["A", "B", "C"]}.get(task["name"], [])
-  if preset == "ud_pos":
-    labels = list(finetune.UPOS)
-  family = registry.family(finetune_data.task_mapping(_config(task), labels))
-  return registry.family(family.task | {"score_mean": 3.0} if family.name in ("regression",) else family.task)
-
-
-def _config(task: dict):
-  import ml_collections  # pylint: disable=import-outside-toplevel
-  return ml_collections.ConfigDict(task)
+  labels = list(finetune.UPOS) if preset == "ud_pos" else labels
+  mapping = finetune_data.task_mapping(ml_collections.ConfigDict(task), labels)
+  return registry.family(mapping | ({"score_mean": 3.0} if task["name"] == "regression" else {}))
 
 
 def records(family, count: int, rng: np.random.Generator) -> list[dict]:
@@ -148,3 +143,52 @@ def test_packed_outputs_equal_unpacked(preset, overrides):
   for name, (total, count) in m_plain.items():
     assert float(m_packed[name][1]) == float(count), name
     assert_close(m_packed[name][0], total, name)
+
+
+def test_pack_lays_each_example_out_as_its_own_segment():
+  family = family_of("conll2003")
+  examples = split_of(family, 20, seed=1).examples
+  length = family.task["max_length"]
+  lengths = batching.lengths_of(examples)
+  shape = batching.pack_shape([lengths[:10], lengths[10:]], length)
+  batch = batching.pack(examples[:10], length, shape, batch_size=12, widths=family.widths())
+  assert batch["packed_input_ids"].shape == (shape.rows, length) and batch["input_ids"].shape == (12, length)
+  for i, example in enumerate(examples[:10]):
+    row, start, n = batch["example_row"][i], batch["example_start"][i], len(example["input_ids"])
+    np.testing.assert_array_equal(batch["packed_input_ids"][row, start:start + n], example["input_ids"])
+    np.testing.assert_array_equal(batch["packed_positions"][row, start:start + n], np.arange(n))
+    segment = batch["packed_segments"][row, start]
+    assert segment > 0 and (batch["packed_segments"][row] == segment).sum() == n
+    assert start in batch["packed_cls"][row]
+  assert (batch["packed_segments"] > 0).sum() == lengths[:10].sum()  # Every real token once, nothing else.
+  with pytest.raises(ValueError, match="packed shape"):
+    batching.pack(examples, length, batching.PackShape(1, shape.segments), widths=family.widths())
+
+
+def test_packed_schedule_has_one_shape_and_every_example_once_an_epoch():
+  family = family_of("sst2")
+  split = split_of(family, 40, seed=2)
+  lengths = batching.lengths_of(split.examples)
+  batches = finetune_data.epoch_batches(lengths, 8, seed=0, epoch=0, pack=True)
+  assert sorted(i for b in batches for i in b) == list(range(40))
+  assert batches != finetune_data.epoch_batches(lengths, 8, seed=0, epoch=1, pack=True)
+  shape = batching.pack_shape([lengths[b] for b in batches], 32)
+  data = finetune_data.TaskData(family.task, family, tokenizer(), split, split, None, (16, 32), family.widths(), shape)
+  schedule = finetune_data.batch_schedule(data, batch_size=8, seed=0)
+  shapes = {tuple((k, v.shape) for k, v in sorted(schedule(step).items())) for step in range(len(batches))}
+  assert len(shapes) == 1
+  seen = sorted(int(label) for step in range(len(batches)) for label, real in
+                zip(schedule(step)["label"], schedule(step)["example_mask"]) if real)
+  assert seen == sorted(int(e["label"]) for e in split.examples)
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("grad_accum_steps", 2, "expected config.grad_accum_steps=1"), ("task.rdrop", 1.0, "expected config.task.rdrop=0")])
+def test_packing_refuses_what_it_cannot_split(field, value, message):
+  config = finetune.get_config("task=sst2,runlocal")
+  with config.unlocked():
+    config.data.pack = True
+    section, _, key = field.rpartition(".")
+    (config[section] if section else config)[key] = value
+  with pytest.raises(ConfigError, match=message):
+    checks.check_config(config)
