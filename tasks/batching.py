@@ -127,32 +127,43 @@ def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
 
 
 class PackShape(NamedTuple):
-  """The fixed shape of packed batches: rows of the examples' token length, and at most `segments` examples a row."""
+  """A shape of packed batches: rows of the examples' token length, and at most `segments` examples a row."""
   rows: int
   segments: int
 
 
-def pack_shape(batches: Sequence[Sequence[int]], length: int) -> PackShape:
-  """The smallest PackShape that holds every batch (example token lengths) packed into rows of `length`."""
+def pack_shapes(batches: Sequence[Sequence[int]], length: int, compile_cost: float, batch_size: int
+                ) -> tuple[PackShape, ...]:
+  """One or two PackShapes (fewest rows first) that hold every batch (its examples' token lengths) packed into rows
+  of `length`: the rows the fullest batch needs, and below it the row count that minimises the rows computed over
+  the batches plus `compile_cost` per shape (`prune_buckets`' unit: padded token columns of `batch_size` rows), so
+  the few batches that need more rows than most do not set every step's shape."""
   layouts = [pack_rows(list(lengths), length) for lengths in batches]
-  return PackShape(max(len(rows) for rows in layouts), max(len(row) for rows in layouts for row in rows))
+  needs = np.asarray([len(rows) for rows in layouts])
+  segments = max(len(row) for rows in layouts for row in rows)
+  most = int(needs.max())
+  columns = lambda rows: rows * length / batch_size  # A row's tokens in token columns of a bucketed batch.
+  cost = lambda r: columns(np.where(needs <= r, r, most).sum()) + compile_cost * (1 if r == most else 2)
+  best = min(range(int(needs.min()), most + 1), key=lambda r: (cost(r), -r))
+  return tuple(PackShape(rows, segments) for rows in sorted({best, most}))
 
 
-def pack(examples: Sequence[Mapping[str, np.ndarray]], length: int, shape: PackShape, pad_id: int = 0,
+def pack(examples: Sequence[Mapping[str, np.ndarray]], length: int, shapes: Sequence[PackShape], pad_id: int = 0,
          batch_size: int | None = None, widths: Mapping[str, Callable[[int], int]] | None = None
          ) -> dict[str, np.ndarray]:
   """The examples as `collate` pads them to `length` (what the heads read, per example), plus the encoder's input
-  packed (best fit decreasing) into `shape.rows` rows of `length`: packed_input_ids, packed_type_ids,
+  packed (best fit decreasing) into the rows of the first of `shapes` that holds them: packed_input_ids, packed_type_ids,
   packed_positions (restarting at 0 in each example), packed_segments (1..k in a row, 0 pad) [rows, length],
-  packed_cls [rows, shape.segments] (each row's example starts, 0-padded: the positions sentence heads read) and
+  packed_cls [rows, segments] (each row's example starts, 0-padded: the positions sentence heads read) and
   example_row, example_start [batch] (where each example's tokens begin). `launch.model.EncoderWithHeads` runs the
   encoder on the rows and hands every head its examples' states, as an unpacked batch would give them."""
   batch = collate(examples, (length,), pad_id, batch_size, widths)
   rows = batch_size or len(examples)
   layout = pack_rows([len(e["input_ids"]) for e in examples], length)
-  if len(layout) > shape.rows or max(map(len, layout)) > shape.segments:
+  shape = next((s for s in shapes if len(layout) <= s.rows and max(map(len, layout)) <= s.segments), None)
+  if shape is None:
     raise ValueError(f"{len(examples)} examples need {len(layout)} rows of {length} with up to "
-                     f"{max(map(len, layout))} examples each; the packed shape holds {shape}")
+                     f"{max(map(len, layout))} examples each; the packed shapes hold {list(shapes)}")
   ids = np.full((shape.rows, length), pad_id, np.int32)
   types, positions, segments = (np.zeros((shape.rows, length), np.int32) for _ in range(3))
   cls = np.zeros((shape.rows, shape.segments), np.int32)

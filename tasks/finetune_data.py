@@ -47,7 +47,9 @@ class TaskData(NamedTuple):
   test: Split | None
   buckets: tuple[int, ...]  # Padded token lengths (jit shapes).
   widths: dict[str, Callable[[int], int]]  # Word / span field -> its padded width at a bucket (TaskFamily.widths).
-  pack: batching.PackShape | None = None  # Training batches packed into rows of task.max_length (config.data.pack).
+  # Training batches packed into rows of task.max_length, in the first of these shapes that holds them
+  # (config.data.pack); None: padded to `buckets`.
+  pack: tuple[batching.PackShape, ...] | None = None
 
 
 def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict[str, Any]:
@@ -237,10 +239,11 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   longest = [n for _, n in _longest_per_batch(train, config.batch_size, config.seed, range(max(epochs, 1)))]
   buckets = batching.prune_buckets(longest, buckets, config.data.compile_cost)
   pack = None
-  if config.data.pack:  # One shape that holds every training batch of the run.
+  if config.data.pack:  # One or two shapes that hold every training batch of the run.
     lengths = batching.lengths_of(train.examples)
-    pack = batching.pack_shape([lengths[indices] for epoch in range(max(epochs, 1)) for indices in epoch_batches(
-        lengths, config.batch_size, seed=config.seed, epoch=epoch, pack=True)], task.max_length)
+    pack = batching.pack_shapes([lengths[indices] for epoch in range(max(epochs, 1)) for indices in epoch_batches(
+        lengths, config.batch_size, seed=config.seed, epoch=epoch, pack=True)], task.max_length,
+        config.data.compile_cost, config.batch_size)
   return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths(), pack)
 
 
@@ -286,14 +289,13 @@ def first_batch_of_each_shape(data: TaskData, *, batch_size: int, seed: int, sta
                               ) -> list[dict[str, np.ndarray]]:
   """This process's rows of the first batch of each shape (length bucket) in the next two epochs from start_step, in
   the order the run first needs them (what `launch.compile_ahead` compiles; a rarer shape compiles when met); packed
-  batches have one shape."""
+  batches: of each packed shape."""
   batch = batch_schedule(data, batch_size=batch_size, seed=seed)
-  if data.pack is not None:
-    return [_local_rows(batch(start_step))] if start_step < total_steps else []
   first_epoch, first = start_step // steps_per_epoch(len(data.train.examples), batch_size), {}
   for step, longest in _longest_per_batch(data.train, batch_size, seed, range(first_epoch, first_epoch + 2)):
     if start_step <= step < total_steps:
-      first.setdefault(batching.bucket_length(longest, data.buckets), step)
+      first.setdefault(batch(step)["packed_input_ids"].shape if data.pack else
+                       batching.bucket_length(longest, data.buckets), step)
   return [_local_rows(batch(step)) for step in sorted(first.values())]
 
 

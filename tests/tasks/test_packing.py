@@ -89,9 +89,9 @@ def both(family, examples, batch_size: int):
   length = family.task["max_length"]
   widths = family.widths()
   plain = batching.collate(examples, (length,), batch_size=batch_size, widths=widths)
-  shape = batching.pack_shape([batching.lengths_of(examples)], length)
-  packed = batching.pack(examples, length, shape, batch_size=batch_size, widths=widths)
-  assert shape.rows < len(examples)  # Several examples share a row.
+  shapes = batching.pack_shapes([batching.lengths_of(examples)], length, 0.0, batch_size)
+  packed = batching.pack(examples, length, shapes, batch_size=batch_size, widths=widths)
+  assert len(shapes) == 1 and shapes[0].rows < len(examples)  # Several examples share a row.
   model = model_of(family)
   params = model.init(jax.random.key(0), plain)["params"]
   objective = family.objective()
@@ -150,9 +150,9 @@ def test_pack_lays_each_example_out_as_its_own_segment():
   examples = split_of(family, 20, seed=1).examples
   length = family.task["max_length"]
   lengths = batching.lengths_of(examples)
-  shape = batching.pack_shape([lengths[:10], lengths[10:]], length)
-  batch = batching.pack(examples[:10], length, shape, batch_size=12, widths=family.widths())
-  assert batch["packed_input_ids"].shape == (shape.rows, length) and batch["input_ids"].shape == (12, length)
+  shapes = batching.pack_shapes([lengths[:10], lengths[10:]], length, 0.0, 12)
+  batch = batching.pack(examples[:10], length, shapes, batch_size=12, widths=family.widths())
+  assert batch["packed_input_ids"].shape[1] == length and batch["input_ids"].shape == (12, length)
   for i, example in enumerate(examples[:10]):
     row, start, n = batch["example_row"][i], batch["example_start"][i], len(example["input_ids"])
     np.testing.assert_array_equal(batch["packed_input_ids"][row, start:start + n], example["input_ids"])
@@ -162,7 +162,7 @@ def test_pack_lays_each_example_out_as_its_own_segment():
     assert start in batch["packed_cls"][row]
   assert (batch["packed_segments"] > 0).sum() == lengths[:10].sum()  # Every real token once, nothing else.
   with pytest.raises(ValueError, match="packed shape"):
-    batching.pack(examples, length, batching.PackShape(1, shape.segments), widths=family.widths())
+    batching.pack(examples, length, [batching.PackShape(1, 20)], widths=family.widths())
 
 
 def test_packed_schedule_has_one_shape_and_every_example_once_an_epoch():
@@ -172,11 +172,11 @@ def test_packed_schedule_has_one_shape_and_every_example_once_an_epoch():
   batches = finetune_data.epoch_batches(lengths, 8, seed=0, epoch=0, pack=True)
   assert sorted(i for b in batches for i in b) == list(range(40))
   assert batches != finetune_data.epoch_batches(lengths, 8, seed=0, epoch=1, pack=True)
-  shape = batching.pack_shape([lengths[b] for b in batches], 32)
-  data = finetune_data.TaskData(family.task, family, tokenizer(), split, split, None, (16, 32), family.widths(), shape)
+  shapes = batching.pack_shapes([lengths[b] for b in batches], 32, 1e9, 8)  # A compilation outweighs any padding.
+  data = finetune_data.TaskData(family.task, family, tokenizer(), split, split, None, (16, 32), family.widths(), shapes)
   schedule = finetune_data.batch_schedule(data, batch_size=8, seed=0)
-  shapes = {tuple((k, v.shape) for k, v in sorted(schedule(step).items())) for step in range(len(batches))}
-  assert len(shapes) == 1
+  seen_shapes = {tuple((k, v.shape) for k, v in sorted(schedule(step).items())) for step in range(len(batches))}
+  assert len(shapes) == 1 and len(seen_shapes) == 1
   seen = sorted(int(label) for step in range(len(batches)) for label, real in
                 zip(schedule(step)["label"], schedule(step)["example_mask"]) if real)
   assert seen == sorted(int(e["label"]) for e in split.examples)
@@ -192,3 +192,9 @@ def test_packing_refuses_what_it_cannot_split(field, value, message):
     (config[section] if section else config)[key] = value
   with pytest.raises(ConfigError, match=message):
     checks.check_config(config)
+
+
+def test_pack_shapes_leave_the_rare_full_batch_its_own_shape():
+  batches = [[10] * 8] * 20 + [[30] * 8]  # Rows of 32: 3 rows for most batches, 8 for the last.
+  assert batching.pack_shapes(batches, 32, 0.0, 8) == (batching.PackShape(3, 3), batching.PackShape(8, 3))
+  assert batching.pack_shapes(batches, 32, 1e9, 8) == (batching.PackShape(8, 3),)  # A compilation outweighs it.
