@@ -4,6 +4,8 @@ The batch of step s is a pure function of (config, s): epoch = s // steps_per_ep
 `tasks.batching.length_bucketed_batches(lengths, B, seed, epoch)`; each batch is padded (dynamic padding to a few
 length buckets) and filled to B rows with example_mask = 0, so shapes are few and fixed in the batch dimension, and a
 resumed run sees exactly the batches it would have seen. Process p of P keeps rows [p*B/P, (p+1)*B/P) of each batch.
+With config.data.pack, the training batches are drawn at random and packed into rows of task.max_length instead
+(`tasks.batching.pack`, one or two shapes for the run: `tasks.batching.pack_shapes`); evaluation stays bucketed.
 
 Data files are checked before tfds prepares them (`check_splits`), and prepared splits again when read: a malformed
 line, a split without examples, a label outside the task's labels or a record the task's family cannot use (nested
@@ -249,7 +251,8 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
 
 def epoch_batches(lengths: np.ndarray, batch_size: int, *, seed: int, epoch: int, pack: bool) -> list[list[int]]:
   """The training batches of an epoch: of similar lengths (`batching.length_bucketed_batches`), or, when they are
-  packed, drawn at random (pools of one batch), so every batch holds about as many tokens and one shape fits all."""
+  packed, drawn at random (pools of one batch), so every batch holds about as many tokens and one or two shapes
+  fit them all."""
   return batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch, pool=1 if pack else 50)
 
 
