@@ -180,6 +180,14 @@ def test_packed_schedule_has_one_shape_and_every_example_once_an_epoch():
   seen = sorted(int(label) for step in range(len(batches)) for label, real in
                 zip(schedule(step)["label"], schedule(step)["example_mask"]) if real)
   assert seen == sorted(int(e["label"]) for e in split.examples)
+  fewest = min(len(batching.pack_rows(list(lengths[b]), 32)) for b in batches)
+  two = data._replace(pack=(batching.PackShape(fewest, shapes[0].segments), shapes[0]))
+  if fewest == shapes[0].rows:
+    pytest.fail("every batch needs as many rows: choose records of more varied lengths")
+  two_schedule = finetune_data.batch_schedule(two, batch_size=8, seed=0)
+  in_order = [two_schedule(step)["packed_input_ids"].shape for step in range(len(batches))]
+  ahead = finetune_data.first_batch_of_each_shape(two, batch_size=8, seed=0, start_step=0, total_steps=len(batches))
+  assert [b["packed_input_ids"].shape for b in ahead] == sorted(set(in_order), key=in_order.index) and len(ahead) == 2
 
 
 @pytest.mark.parametrize("field,value,message", [
