@@ -135,19 +135,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           f"table for the tied MLM decoder; config.model.vocab_size={padded} (rows the tokenizer never produces) "
           "splits it by row", file=sys.stderr, flush=True)
 
-  # Compile: the step's programs, the workload's evaluation, and (fine-tuning's length buckets) each batch shape's
-  # gradient program and the evaluation's programs on a background thread before they are first needed.
+  # Compile: the step's programs and the workload's evaluation (jit compiles each on its first call, or ahead: below).
   programs = build_programs(fns, mesh, state_shardings, parallelism=config.parallelism, accum=accum)
   device_state = programs.to_layout(state)
   micro_batches = lambda batch: {k: np.stack([v] * accum) for k, v in batch.items()} if accum > 1 else batch
   train_zero = zero_sums(functools.partial(steps.train_step, fns, accum=accum), state, micro_batches(work.example))
   evaluator = work.evaluation(fns, programs, target)
-  ahead = None
-  if config.parallelism == "jit" and config.compile_ahead:
-    ahead = compile_ahead.CompileAhead(programs.grad_step, device_state,
-                                       [programs.to_device(b, accum=accum) for b in work.batch_shapes(start)])
-    for program, first, batches in evaluator.programs(device_state):
-      ahead.add(program, first, batches)
   writer = metrics_writer.MetricsWriter(workdir)
   last = last_positions(work.objectives, work.example)  # The last block's rows, when the heads name theirs.
   flops_per_step = encoder_flops.step_flops(cfg, config.batch_size, work.tokens_per_example,
@@ -162,6 +155,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   batches = work.train_batches(start)
   eval_every, checkpoint_every = _periods(config, work.steps_per_epoch)
   acc, train_metrics, eval_metrics, best = programs.place(train_zero), {}, {}, None
+  # Fine-tuning's length buckets: each shape's gradient program, then the evaluation's programs, compile on a
+  # background thread before they are first needed.
+  ahead = None
+  if config.parallelism == "jit" and config.compile_ahead:
+    ahead = compile_ahead.CompileAhead(programs.grad_step, device_state,
+                                       [programs.to_device(b, accum=accum) for b in work.batch_shapes(start)])
+    for program, first, shapes in evaluator.programs(device_state):
+      ahead.add(program, first, shapes)
   interval_start, interval_step = time.perf_counter(), start
   try:
     for step in range(start, total_steps):
