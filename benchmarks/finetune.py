@@ -96,7 +96,7 @@ def comparable(family: TaskFamily, records: Sequence[dict], predictions: Sequenc
   """Predictions as the bootstrap reads them: tags of every word per sentence, [label] per example, or scores."""
   if family.word_level:
     return tag_columns(family, records, predictions)[1]
-  if family.bootstrap and family.bootstrap[0] == "squad":
+  if family.scoring == "squad":
     return [r["context"][p["start"]:p["end"]] for r, p in zip(records, predictions)]
   return list(predictions) if family.name == "regression" else [[p] for p in predictions]
 
@@ -110,7 +110,7 @@ def p_value(family: TaskFamily, records: Sequence[dict], ours: list, reference: 
                                            task["positive_label"]).p_value
   if family.name == "regression":
     return bootstrap.pearson_bootstrap([r["score"] for r in records], ours, reference).p_value
-  if family.bootstrap and family.bootstrap[0] == "squad":
+  if family.scoring == "squad":
     return bootstrap.squad_f1_bootstrap([[a["text"] for a in r["answers"]] for r in records], ours, reference).p_value
   if family.word_level:
     gold = tag_columns(family, records, [[] for _ in records])[0]
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                  reference["predictions"])
     if metric != "accuracy" and "accuracy" in scores:  # MRPC: GLUE's pair, both tested.
       out["p_value_accuracy"] = p_value(data.family, split.records, ours, reference["comparable"], "accuracy")
-    if data.family.bootstrap and data.family.bootstrap[0] == "squad":
+    if data.family.scoring == "squad":
       out.update(ours_em=round(scores["exact_match"], 2), ours_f1=round(scores["f1"], 2),
                  hf_em=round(100 * reference["scores"]["exact_match"], 2),
                  hf_f1=round(100 * reference["scores"]["f1"], 2), questions=len(split.records),

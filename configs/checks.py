@@ -222,6 +222,7 @@ def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -
     raise ConfigError(f"config.top_k={config.top_k}: regime 'top_k' trains the top top_k layers, expected 1 to "
                       f"config.model.num_layers={model.num_layers}")
   _check_length("task.max_length", task.max_length, model)
+  _check_packing(config)
   if task.positive_label and task.labels and task.positive_label not in task.labels:
     raise ConfigError(f"config.task.positive_label={task.positive_label!r}: expected one of config.task.labels "
                       f"{list(task.labels)}")
@@ -243,3 +244,18 @@ def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -
   if config.best_metric and not (config.best_metric.startswith("eval/") and valid(config.best_metric[5:])):
     raise ConfigError(f"config.best_metric={config.best_metric!r}: expected 'eval/' and a dev score of task family "
                       f"{task.name!r} ({scores}), or '' (the latest checkpoint)")
+
+
+def _check_packing(config: ml_collections.ConfigDict) -> None:
+  """Packed batches (config.data.pack) index their rows globally: one device, one micro-batch, each example once."""
+  if not config.data.pack:
+    return
+  if config.grad_accum_steps > 1:
+    raise ConfigError(f"config.data.pack=True: expected config.grad_accum_steps=1, found {config.grad_accum_steps} "
+                      "(packed rows are not split into micro-batches)")
+  if jax.device_count() > 1:
+    raise ConfigError(f"config.data.pack=True: expected one device, found {jax.device_count()} (packed rows are not "
+                      "split across devices; set config.data.pack=False)")
+  if config.task.rdrop > 0:
+    raise ConfigError(f"config.data.pack=True: expected config.task.rdrop=0, found {config.task.rdrop} (R-Drop "
+                      "repeats batch rows; packed rows are not repeated)")

@@ -56,7 +56,7 @@ TASK_PRESETS: dict[str, dict] = {
                    learning_rate=1e-4, labels=UPOS, case_features=16, last_subword=True),
 }
 # Preset keys that set training fields, not task fields.
-RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay", "regime", "top_k", "buckets")
+RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay", "regime", "top_k", "buckets", "pack")
 
 
 def task_block(**preset) -> ml_collections.ConfigDict:
@@ -138,6 +138,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # cost of one compilation in padded token columns of a step (~4 s / ~8.4 ms per column for MiniLM on 2 CPU cores);
   # 0 keeps all.
   config.data.compile_cost = 500.0
+  # Training batches packed into rows of task.max_length as attention segments (one jit shape, little padding;
+  # tasks.batching.pack) instead of padded to buckets; evaluation stays bucketed. One device, no R-Drop or grad_accum.
+  config.data.pack = preset.get("pack", False)
   config.data.cache_dir = ""  # tfds array_record cache ("" = ~/.cache/encoderlab/tfds).
   config.data.prefetch = 2  # Batches prepared ahead on background threads.
 

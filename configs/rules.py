@@ -132,7 +132,7 @@ FINETUNING: dict[str, fields.Rule] = {
     "layer_decay": Number(0.0, 1.0, low_open=True),
     "data.tokenizer": Anything("a tokenizer path or packaged checkpoint name (checked when loaded)"),
     "data.buckets": Check(_buckets_problem, "increasing positive token lengths", ((32, 16), (0, 16))),
-    "data.compile_cost": NON_NEGATIVE, "data.cache_dir": Anything("any directory path ('' = the default cache)"),
+    "data.compile_cost": NON_NEGATIVE, "data.pack": BOOL, "data.cache_dir": Anything("any directory path ('' = the default cache)"),
     "data.prefetch": NON_NEGATIVE_INT,
     "task.name": Choice(_registry_names("families")), "task.dataset": Choice(_registry_names("datasets")),
     "task.format": Choice(lambda: tuple(readers.READERS)),

@@ -431,8 +431,12 @@ class Encoder(nn.Module):
       hidden_states[-1] = x = self.final_layer_norm(x)
     cls = x[:, 0]
     float32 = lambda y: y.astype(jnp.float32)  # What callers read, whatever the activation dtype.
-    return EncoderOutput(hidden_states=tuple(map(float32, hidden_states)), cls=float32(cls),
-                         pooled=float32(jnp.tanh(self.pooler(cls))), last_positions=last_positions)
+    return EncoderOutput(hidden_states=tuple(map(float32, hidden_states)), cls=float32(cls), pooled=self.pool(cls),
+                         last_positions=last_positions)
+
+  def pool(self, cls: Array) -> Array:
+    """BERT's pooler on [CLS] vectors [..., hidden]: tanh(W cls + b), float32 (packed rows pool each example's)."""
+    return jnp.tanh(self.pooler(cls)).astype(jnp.float32)
 
   def _embeddings(self) -> Embeddings:
     return self.embeddings if self.shared_embeddings is None else self.shared_embeddings

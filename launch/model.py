@@ -11,10 +11,11 @@ import jax.numpy as jnp
 import ml_collections
 
 from encoder.config import EncoderConfig, from_fields
-from encoder.model import Encoder
+from encoder.model import Encoder, EncoderOutput
 from objectives.objective import Metrics, Objective, loss_terms
 
 ENCODER_INPUTS = ("input_ids", "type_ids", "positions", "attention_segments")
+PACKED_INPUTS = ("input_ids", "type_ids", "positions", "segments")  # packed_<name>: the same inputs, packed.
 
 
 def encoder_config(model: ml_collections.ConfigDict, vocab_size: int) -> EncoderConfig:
@@ -34,9 +35,40 @@ class EncoderWithHeads(nn.Module):
     for o in self.objectives:
       if o.replaces_inputs:  # ELECTRA: the generator's samples replace the masked tokens.
         batch = heads[o.name].replace_inputs(batch, encoder, train)
-    outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train, last_positions=last_positions(
-        self.objectives, batch))
+    if "packed_input_ids" in batch:  # Packed fine-tuning (tasks.batching.pack): the heads read unpacked examples.
+      outputs = encoder(*(batch[f"packed_{k}"] for k in PACKED_INPUTS), train=train,
+                        last_positions=batch["packed_cls"] if all(_cls_only(o, batch) for o in self.objectives)
+                        else None)
+      outputs = unpacked(outputs, batch, encoder.pool)
+    else:
+      outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train, last_positions=last_positions(
+          self.objectives, batch))
     return {name: head(outputs, batch, encoder.attend, train) for name, head in heads.items()}
+
+
+def _cls_only(objective: Objective, batch: dict[str, jax.Array]) -> bool:
+  """Whether the objective's head reads the last layer at [CLS] alone (`reads` names no other position)."""
+  return objective.reads is not None and objective.reads(batch).shape[1] == 0
+
+
+def unpacked(outputs: EncoderOutput, batch: dict[str, jax.Array], pool) -> EncoderOutput:
+  """The encoder's output over packed rows -> each example's, as its own row of the batch's width would give it:
+  every layer's states at positions example_start + 0..width-1 of row example_row (the example's segment; past its
+  end, states the heads mask out as they mask padding), its [CLS] vector and `pool`ed [CLS]. When the encoder computed
+  the last layer only at each row's example starts (`packed_cls`), `last` holds the examples' [CLS] alone."""
+  rows, starts = batch["example_row"], batch["example_start"]
+  width = batch["input_ids"].shape[1]
+  index = starts[:, None] + jnp.arange(width)[None]
+  take = lambda states: states[rows[:, None], jnp.minimum(index, states.shape[1] - 1)]
+  if outputs.last_positions is None:
+    states = tuple(map(take, outputs.hidden_states))
+    cls, last_positions = states[-1][:, 0], None
+  else:
+    slot = jnp.argmax(outputs.last_positions[rows] == starts[:, None], axis=-1)
+    cls = outputs.last[rows, slot]
+    states = tuple(map(take, outputs.hidden_states[:-1])) + (cls[:, None],)
+    last_positions = jnp.zeros((len(rows), 1), jnp.int32)
+  return EncoderOutput(hidden_states=states, cls=cls, pooled=pool(cls), last_positions=last_positions)
 
 
 def last_positions(objectives: Sequence[Objective], batch: dict[str, jax.Array]) -> jax.Array | None:

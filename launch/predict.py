@@ -39,7 +39,6 @@ from tasks.family import TaskFamily
 from tasks.readers import ReaderError, numbered_lines, read_conllu, read_tsv
 
 FORMATS = ("text", "words", "tsv", "conll", "conllu", "jsonl")
-QUESTIONS = "squad"  # The reader format of question/context records (extractive QA): inputs are (question, context).
 STDIN = "-"
 
 # Words as CoNLL-2003 and UD English-EWT have them (Penn Treebank conventions): abbreviations and initials (U.S., e.g.,
@@ -181,13 +180,9 @@ class Predictor:
 
   @property
   def pairs(self) -> bool:
-    """Whether the run reads text pairs ([CLS] A [SEP] B [SEP]): sentence pairs, or a question and its context."""
-    return self.reader_options.get("text_b") is not None or self.questions
-
-  @property
-  def questions(self) -> bool:
-    """Whether the run answers questions about a context (inputs are {"question", "context"} records)."""
-    return self.reader_options["format"] == QUESTIONS
+    """Whether the run reads two texts per input (the family's `reads_pairs`: sentence pairs, a question and its
+    context)."""
+    return self.family.reads_pairs(self.reader_options)
 
   @property
   def split_hyphens(self) -> bool:
@@ -210,8 +205,8 @@ class Predictor:
     return self.pair_record(text_a, text_b)
 
   def pair_record(self, text_a: str | None, text_b: str | None) -> dict:
-    """Two texts as a record: {"text_a", "text_b"}, or {"question", "context"} for a QA run."""
-    return {"question": text_a, "context": text_b} if self.questions else {"text_a": text_a, "text_b": text_b}
+    """Two texts as a record of the family's `text_fields`: {"text_a", "text_b"}, or {"question", "context"}."""
+    return dict(zip(self.family.text_fields, (text_a, text_b)))
 
   def predict(self, inputs: Iterable[str | Sequence[str] | dict]) -> list[dict]:
     """One output dict per input, as the run's family writes it (`TaskFamily.output`): e.g. {"label",
@@ -233,22 +228,7 @@ class Predictor:
 
   def _checked(self, where: str, record: dict) -> dict:
     """The record, or a UserError naming it (`where`) when it cannot be labelled by this run."""
-    if self.word_task:
-      words = record.get("words")
-      if not words or not all(isinstance(w, str) and w.strip() for w in words):
-        raise errors.UserError(f"{where}: expected a list of words (non-empty strings), got {words!r}")
-    elif self.questions:
-      for key in ("question", "context"):
-        if not isinstance(record.get(key), str) or not record[key].strip():
-          raise errors.UserError(f"{where}: expected a non-empty {key}, got {record.get(key)!r} (a QA run reads "
-                                 '{"question": ..., "context": ...})')
-    else:
-      if not isinstance(record.get("text_a"), str) or not record["text_a"].strip():
-        raise errors.UserError(f"{where}: expected a non-empty text, got {record.get('text_a')!r}")
-      if self.pairs != bool(record.get("text_b")):
-        raise errors.UserError(f"{where}: expected "
-                               f"{'two texts (a sentence pair)' if self.pairs else 'one text'}: the run was trained on "
-                               f"{'pairs' if self.pairs else 'single texts'}")
+    self.family.check_input(where, record, self.pairs)
     return record
 
   def conll(self, output: dict) -> str:
@@ -264,7 +244,7 @@ def read_inputs(path: str, input_format: str, predictor: Predictor) -> tuple[lis
   try:
     if input_format == "jsonl":
       records, lines = _json_lines(source)
-    elif input_format == "tsv" and not predictor.questions:
+    elif input_format == "tsv" and "tsv" in predictor.family.formats:  # The run's own columns (QA: text lines).
       records, lines = _tsv(source, predictor)
     elif input_format in ("conll", "conllu"):
       records, lines = _sentences(source, input_format)

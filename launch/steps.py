@@ -58,8 +58,8 @@ def _pairs(metrics: dict[str, tuple]) -> dict[str, jax.Array]:
 
 
 def _padding(batch: dict[str, jax.Array]) -> dict[str, tuple]:
-  """The batch's padding (tokens in no sequence) as a (sum, count) pair."""
-  segments = batch["attention_segments"]
+  """The batch's padding (tokens in no sequence; of the encoder's rows when packed) as a (sum, count) pair."""
+  segments = batch.get("packed_segments", batch["attention_segments"])
   return {"padding": ((segments == 0).sum(), segments.size)}
 
 

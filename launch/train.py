@@ -5,9 +5,10 @@ jit(grad_step), jit(apply_step) over the mesh (or pmap) -> metric sums on device
 metrics.jsonl + TensorBoard + progress line -> async orbax checkpoints. Resumes from the newest readable checkpoint
 by itself; stops on NaN/inf (naming the step) without touching the last good checkpoint; on SIGTERM saves and
 returns.
-The same loop fine-tunes when the config has a task block (launch/workload.py): the data, the initial encoder
-(launch/warm_start.py) and the evaluation (tasks/evaluation.py: dev scores, best-dev checkpoint, test predictions)
-are what differ.
+The same loop fine-tunes when the config has a task block: what differs (the data, the update scales of a
+fine-tuning regime, the evaluation, the programs it compiles ahead and the results it adds) is asked of the workload
+(launch/workload.py), and the initial encoder of launch/warm_start.py; the loop itself reads setup, compile, loop,
+final results, as flax's examples/wmt and big_vision's train.py do.
 """
 
 import functools
@@ -22,19 +23,18 @@ import jax
 import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from configs import checks
 from encoder import errors, files
 from encoder import flops as encoder_flops
 from encoder.config import AUTO, platform, resolve_attention, resolve_platform
 from encoder.files import Path
-from launch import (checkpointing, compile_ahead, flops, input_pipeline, metrics_writer, optimizer,
-                    sharding, steps, warm_start, workload)
+from launch import checkpointing, compile_ahead, flops, metrics_writer, optimizer, sharding, steps, warm_start, workload
 from launch.model import EncoderWithHeads, encoder_config, last_positions, term_weights
+from launch.programs import build_programs, zero_sums
 from launch.progress import Progress
 from objectives import objective
-from tasks import evaluation, finetune_data, regimes
+from tasks import evaluation, regimes
 
 
 class NonFiniteLossError(errors.UserError, FloatingPointError):
@@ -49,12 +49,6 @@ def _periods(config: ml_collections.ConfigDict, steps_per_epoch: int) -> tuple[i
   """(eval period, checkpoint period) in steps: -1 means every epoch / with every evaluation."""
   evals = steps_per_epoch if config.eval_every_steps == -1 else config.eval_every_steps
   return evals, evals if config.checkpoint_every_steps == -1 else config.checkpoint_every_steps
-
-
-def _fetch(acc: dict[str, jax.Array], parallelism: str) -> dict[str, np.ndarray]:
-  """Device metric sums -> host numpy (the first copy under pmap)."""
-  host = jax.device_get(acc)
-  return {k: (v[0] if parallelism == "pmap" else v) for k, v in host.items()}
 
 
 def attention_path(config: ml_collections.ConfigDict, workdir: Path) -> str:
@@ -99,25 +93,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   checkpointing.check_compatible(workdir, config)
   work = workload.build(config, workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  finetuning, data, example = workload.is_finetuning(config), work.data, work.example
 
+  # Setup: the model, its step functions and the train state (restored, or initialized on the mesh).
   cfg = encoder_config(config.model, work.vocab_size)
-  total_steps, accum, parallelism = work.total_steps, config.grad_accum_steps, config.parallelism
+  total_steps, accum = work.total_steps, config.grad_accum_steps
   model = EncoderWithHeads(cfg, work.objectives)
-  scales = None
-  if finetuning:  # Fine-tuning regime and layer-wise LR decay as static per-parameter update factors.
-    abstract_params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), example, train=False))["params"]
-    scales = regimes.update_scales(abstract_params, num_layers=cfg.num_layers, regime=config.regime,
-                                   top_k=config.top_k, layer_decay=config.layer_decay)
+  scales = work.update_scales(model)
   trainable = None if scales is None or min(jax.tree.leaves(scales)) > 0 else jax.tree.map(lambda s: s > 0, scales)
   fns = steps.StepFns(model, work.objectives, term_weights(work.objectives, work.weights),
                       optimizer.make_optimizer(config.optimizer, total_steps, scales), trainable)
   mesh = sharding.make_mesh(config.mesh_model)
-  replicated = NamedSharding(mesh, P())
-
   pretrained = warm_start.pretrained_params(config.init)
   init = functools.partial(steps.init_state, fns, seed=config.seed)
-  abstract = jax.eval_shape(init, example, pretrained)
+  abstract = jax.eval_shape(init, work.example, pretrained)
   if pretrained is not None:
     warm_start.check_matches(config.init, pretrained, abstract.params)
   state_shardings = sharding.state_shardings(abstract, mesh, fsdp=config.fsdp)
@@ -125,7 +113,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_shardings)
   state = checkpointing.restore_latest(manager, target, workdir)
   if state is None:
-    state = jax.jit(init, out_shardings=state_shardings)(example, pretrained)
+    state = jax.jit(init, out_shardings=state_shardings)(work.example, pretrained)
   start = int(jax.device_get(state.step))
   progress = Progress(start, total_steps, enabled=lead)
   if start >= total_steps and (workdir / "results.json").is_file():  # A finished run: keep what it wrote.
@@ -135,100 +123,53 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   checkpointing.write_config(workdir, config)  # What this run trains with (a finished run keeps its own).
   progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
                    f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "
-                   f"{parallelism}{', fsdp' if config.fsdp else ''}; model {cfg.num_layers}x{cfg.hidden_size}"
+                   f"{config.parallelism}{', fsdp' if config.fsdp else ''}; model {cfg.num_layers}x{cfg.hidden_size}"
                    f"{'' if cfg.remat == 'none' else ', remat ' + cfg.remat}, "
                    f"{sharding.bytes_per_device(state) / 2**20:,.1f} MiB of state per device; {work.description}"
                    + (f", {100 * regimes.trainable_fraction(abstract.params, scales):.1f}% of parameters trained"
-                      if finetuning else ""))
-
+                      if scales is not None else ""))
   if config.fsdp and lead and cfg.vocab_size % mesh.shape["data"]:
     padded = sharding.padded_vocab_size(cfg.vocab_size, mesh.shape["data"])
     print(f"warning: config.fsdp: vocab_size {cfg.vocab_size} is not divisible by the {mesh.shape['data']} data "
           "devices, so the word embeddings are split on their hidden dimension and every device gathers the whole "
           f"table for the tied MLM decoder; config.model.vocab_size={padded} (rows the tokenizer never produces) "
           "splits it by row", file=sys.stderr, flush=True)
-  # Two programs per step: gradients (compiled per batch shape) and the optimizer update (compiled once).
-  if parallelism == "jit":
-    batch_sharding = NamedSharding(mesh, sharding.batch_spec(accum))
-    grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=accum, grad_shardings=state_shardings.params),
-                        in_shardings=(state_shardings, batch_sharding),
-                        out_shardings=(replicated, replicated, state_shardings.params))
-    apply_step = jax.jit(functools.partial(steps.apply_step, fns),
-                         in_shardings=(state_shardings, replicated, replicated, replicated, state_shardings.params),
-                         out_shardings=(state_shardings, replicated), donate_argnums=(0, 1))
-    eval_step = jax.jit(functools.partial(steps.eval_step, fns),
-                        in_shardings=(state_shardings.params, NamedSharding(mesh, P("data")), replicated),
-                        out_shardings=replicated, donate_argnums=(2,))
-    device_state = state
-  else:
-    grad_step = jax.pmap(functools.partial(steps.grad_step, fns, axis_name="data", accum=accum),
-                         axis_name="data")
-    apply_step = jax.pmap(functools.partial(steps.apply_step, fns), axis_name="data", donate_argnums=(0, 1))
-    eval_step = jax.pmap(functools.partial(steps.eval_step, fns, axis_name="data"), axis_name="data",
-                         donate_argnums=(2,))
-    device_state = sharding.to_pmap(state, mesh)
-  train_step = lambda state, batch, acc: apply_step(state, acc, *grad_step(state, batch))
-  to_device = functools.partial(sharding.global_batch, mesh=mesh, parallelism=parallelism)
-  # Fresh device copies of host trees (metric sums are donated to the step, so each interval gets new buffers).
-  place = ((lambda tree: sharding.to_pmap(tree, mesh)) if parallelism == "pmap"
-           else (lambda tree: jax.device_put(tree, replicated)))
-  canonical = ((lambda s: sharding.from_pmap(s, state_shardings)) if parallelism == "pmap" else (lambda s: s))
 
+  # Compile: the step's programs and the workload's evaluation (jit compiles each on its first call, or ahead: below).
+  programs = build_programs(fns, mesh, state_shardings, parallelism=config.parallelism, accum=accum)
+  device_state = programs.to_layout(state)
   micro_batches = lambda batch: {k: np.stack([v] * accum) for k, v in batch.items()} if accum > 1 else batch
-  train_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.train_step, fns, accum=accum), state,
-                                                 micro_batches(example)))
-  eval_zero = jax.device_get(steps.zero_metrics(functools.partial(steps.eval_step, fns), state.params, example))
+  train_zero = zero_sums(functools.partial(steps.train_step, fns, accum=accum), state, micro_batches(work.example))
+  evaluator = work.evaluation(fns, programs, target)
   writer = metrics_writer.MetricsWriter(workdir)
-  last = last_positions(work.objectives, example)  # The last block's rows, when the heads name theirs.
+  last = last_positions(work.objectives, work.example)  # The last block's rows, when the heads name theirs.
   flops_per_step = encoder_flops.step_flops(cfg, config.batch_size, work.tokens_per_example,
                                             None if last is None else last.shape[1],
                                             objective.extra_encoders(work.objectives, cfg))
   ceiling = flops.matmul_ceiling(dtype=cfg.dtype, bf16_dots=cfg.bf16_dots) if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
-  eval_batch = config.batch_size // accum
 
-  if finetuning:  # Task scores on the whole dev split (jit over the mesh with the canonical parameters).
-    predict = jax.jit(evaluation.device_outputs(model, data.family),
-                      in_shardings=(state_shardings.params, NamedSharding(mesh, P("data"))), out_shardings=replicated)
-    eval_to_device = functools.partial(sharding.global_batch, mesh=mesh, accum=1, parallelism="jit")
-    evaluate_dev, final_evaluation = evaluation.make_evaluator(data, predict, batch_size=eval_batch,
-                                                              to_device=eval_to_device)
-
-  def evaluate(device_state) -> dict[str, float]:
-    if finetuning:
-      if ahead is not None:
-        ahead.wait_added()  # Not compiling the evaluation's program a second time here.
-      return evaluate_dev(optimizer.evaluation_params(canonical(device_state)))
-    if data.eval is None:
-      return {}
-    count, batches = input_pipeline.eval_batches(data.eval, data.mask_options, global_batch=eval_batch,
-                                                 seed=config.seed, max_batches=config.eval_steps)
-    acc = place(eval_zero)
-    for local in batches:
-      acc = eval_step(optimizer.evaluation_params(device_state), to_device(local, accum=1), acc)
-    return metrics_writer.summarize(_fetch(acc, parallelism), "eval", fns.weights) if count else {}
-
+  # Loop: train, log, evaluate and save at their periods; SIGTERM saves and stops.
   stop_requested = threading.Event()
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
   batches = work.train_batches(start)
   eval_every, checkpoint_every = _periods(config, work.steps_per_epoch)
-  acc, train_metrics, eval_metrics, best = place(train_zero), {}, {}, None
-  # Fine-tuning's length buckets: each shape's gradient program compiles on a background thread before it is needed.
+  acc, train_metrics, eval_metrics, best = programs.place(train_zero), {}, {}, None
+  # Fine-tuning's length buckets: each shape's gradient program, then the evaluation's programs, compile on a
+  # background thread before they are first needed.
   ahead = None
-  if parallelism == "jit" and config.compile_ahead:
-    ahead = compile_ahead.CompileAhead(grad_step, device_state,
-                                       [to_device(b, accum=accum) for b in work.batch_shapes(start)])
-    if finetuning:  # Then the evaluation's program, for each shape of the dev and test batches.
-      ahead.add(predict, optimizer.evaluation_params(device_state), lambda: map(eval_to_device, (
-          finetune_data.first_eval_batch_of_each_shape((data.eval, data.test), batch_size=eval_batch,
-                                                       buckets=data.buckets, widths=data.widths))))
+  if config.parallelism == "jit" and config.compile_ahead:
+    ahead = compile_ahead.CompileAhead(programs.grad_step, device_state,
+                                       [programs.to_device(b, accum=accum) for b in work.batch_shapes(start)])
+    for program, first, shapes in evaluator.programs(device_state):
+      ahead.add(program, first, shapes)
   interval_start, interval_step = time.perf_counter(), start
   try:
     for step in range(start, total_steps):
-      batch = to_device(next(batches), accum=accum)
+      batch = programs.to_device(next(batches), accum=accum)
       if ahead is not None:
         ahead.wait(batch)
-      device_state, acc = train_step(device_state, batch, acc)
+      device_state, acc = programs.train_step(device_state, batch, acc)
       done = step + 1
       log_due = _every(done, config.log_every_steps, total_steps)
       stop = stop_requested.is_set()
@@ -238,7 +179,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       save_due = _every(done, checkpoint_every, total_steps) or stop
       if not (log_due or eval_due or save_due):
         continue
-      sums = _fetch(acc, parallelism)
+      sums = programs.fetch(acc)
       if sums["nonfinite_step"] != steps.NO_STEP:
         raise NonFiniteLossError(
             f"loss or gradient norm is NaN/inf at step {int(sums['nonfinite_step']) + 1} (the step that ran with "
@@ -256,9 +197,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       writer.write(done, train_metrics)
       progress.update(done, {k.split("/")[1]: v for k, v in train_metrics.items()
                              if k in ("train/loss", "train/tokens_per_second") or k.endswith("_accuracy")})
-      acc = place(train_zero)
+      acc = programs.place(train_zero)
       if eval_due:
-        eval_metrics = evaluate(device_state)
+        if ahead is not None:
+          ahead.wait_added()  # Not compiling the evaluation's programs a second time here.
+        eval_metrics = evaluator.evaluate(device_state)
         if eval_metrics:  # Nothing to report without an eval split.
           writer.write(done, eval_metrics)
           progress.message(f"eval at step {done}: " + ", ".join(f"{k}={v:.4g}" for k, v in eval_metrics.items()))
@@ -267,7 +210,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           if best is None or (value < best[1] if config.best_mode == "min" else value > best[1]):
             best = (done, value)
       if save_due:
-        checkpointing.save(manager, done, canonical(device_state),
+        checkpointing.save(manager, done, programs.canonical(device_state),
                            eval_metrics if eval_due and config.best_metric in eval_metrics else None)
       interval_start, interval_step = time.perf_counter(), done
       if stop:
@@ -282,33 +225,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     signal.signal(signal.SIGTERM, previous_handler)
     manager.close()
     writer.close()
-  final_state = canonical(device_state)
+
+  # Final results: the loop's, then the workload's (fine-tuning: the best-dev checkpoint's scores and predictions).
+  final_state = programs.canonical(device_state)
   results = {"step": int(jax.device_get(final_state.step)), "train": train_metrics, "eval": eval_metrics,
              "best": None if best is None else {"metric": config.best_metric, "step": best[0], "value": best[1]},
              "stopped_early": bool(stop_requested.is_set())}
-  if finetuning and not results["stopped_early"]:
-    results |= _task_results(config, workdir, target, final_state, final_evaluation)
-    # What launch.predict needs to encode new inputs as this run did, without reading its training data again.
-    results |= {"labels": list(data.task["labels"]), "buckets": list(data.buckets)}
+  if not results["stopped_early"]:
+    results |= evaluator.final(final_state)
   evaluation.write_results(workdir, results)
   return results
 
-
-def _task_results(config: ml_collections.ConfigDict, workdir: Path, target: Any, final_state: Any,
-                  final_evaluation) -> dict[str, Any]:
-  """Dev and test scores (percent; a mean squared error as it is) and prediction files with the best-dev checkpoint
-  (chosen on dev, never test)."""
-  manager = checkpointing.create_manager(workdir, config)
-  best_step = checkpointing.best_step(manager, config.best_metric, config.best_mode)
-  params = optimizer.evaluation_params(final_state)
-  if best_step is not None and best_step != int(jax.device_get(final_state.step)):
-    params = optimizer.evaluation_params(checkpointing.restore_step(manager, best_step, target))
-  manager.close()
-  scores = final_evaluation(params, workdir, write_files=jax.process_index() == 0)
-  percent = lambda split: {k: v if k == "mse" else 100 * v for k, v in scores.get(split, {}).items()}
-  out = {"best_step": best_step if best_step is not None else int(jax.device_get(final_state.step)),
-         "metric": config.task.metric, "dev": percent("dev"), "test": percent("test")}
-  if "threshold" in scores:
-    out["threshold"] = scores["threshold"]
-  out["evaluation_examples_per_second"] = scores["examples_per_second"]  # Forward passes + decoding, per split.
-  return out

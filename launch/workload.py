@@ -1,19 +1,39 @@
-"""What the training loop trains on: pretraining objectives over a text corpus, or one fine-tuning task over its
-splits. Both give the same things (objectives, an example batch, the step count, batches from a start step), so
-`launch.train` runs one loop for either; a config with a `task` block is fine-tuning."""
+"""What the training loop trains on and what it asks of that: pretraining objectives over a text corpus, or one
+fine-tuning task over its splits (a config with a `task` block).
 
-from typing import Any, Callable, Iterator, NamedTuple
+Both give a `Workload`: the objectives, an example batch, the step count and batches from a start step, and the two
+things that differ between them, as functions: `update_scales` (fine-tuning's regime and layer-wise decay; none for
+pretraining) and `evaluation`, which, once the loop has built its programs, returns an `Evaluation`: the held-out
+metrics of a state, the evaluation's programs to compile ahead, and the results a run adds to results.json
+(fine-tuning: dev and test scores of the best-dev checkpoint and its prediction files). So `launch.train` runs one
+loop with no mode branches, as flax's examples/wmt and big_vision's train.py do, the evaluation being what the
+workload (big_vision: its evaluators) says it is.
+"""
 
+import functools
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
+
+import jax
 import ml_collections
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from configs.checks import is_finetuning
 from encoder import errors, files
 from encoder.files import Path
-from launch import input_pipeline
+from launch import checkpointing, input_pipeline, metrics_writer, optimizer, sharding, steps
+from launch.programs import Programs, zero_sums
 from objectives import registry
 from objectives.objective import Objective
-from tasks import finetune_data
+from tasks import evaluation, finetune_data, regimes
+
+
+class Evaluation(NamedTuple):
+  """What the loop asks of a workload once its programs exist."""
+  evaluate: Callable[[Any], dict[str, float]]  # State in the steps' layout -> {"eval/<metric>": value} ({}: none).
+  # State in the steps' layout -> (jitted program, its first argument, () -> a batch of each shape) to compile ahead.
+  programs: Callable[[Any], list[tuple[Callable, Any, Callable[[], Iterable[dict[str, jax.Array]]]]]]
+  final: Callable[[Any], dict[str, Any]]  # The final state (canonical) -> results.json's fields beyond the loop's.
 
 
 class Workload(NamedTuple):
@@ -27,7 +47,12 @@ class Workload(NamedTuple):
   train_batches: Callable[[int], Iterator[dict[str, np.ndarray]]]  # start step -> this process's batches.
   # start step -> a batch of each shape the run will need, in order of first use (for launch.compile_ahead).
   batch_shapes: Callable[[int], list[dict[str, np.ndarray]]]
-  data: Any  # input_pipeline.Data (pretraining) or finetune_data.TaskData (fine-tuning).
+  # The model (launch.model.EncoderWithHeads) -> per-parameter update factors like its parameters (the optimizer's
+  # `scales`), or None when every parameter trains at the schedule's rate.
+  update_scales: Callable[[Any], Any]
+  # (step functions, programs, the abstract train state with its shardings: the restore target) -> the evaluation.
+  evaluation: Callable[[steps.StepFns, Programs, Any], Evaluation]
+  data: input_pipeline.Data | finetune_data.TaskData  # What it reads (for tools and tests; the loop never looks).
   description: str  # For the start-up line.
 
 
@@ -46,13 +71,33 @@ def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
                                                        seed=config.seed, start_step=start,
                                                        prefetch=config.data.prefetch,
                                                        workers=config.data.workers)
-  return Workload(objectives, dict(config.objective_weights), data.tokenizer.vocab_size,
-                  input_pipeline.example_batch(data.train, data.mask_options), config.num_train_steps, 0,
-                  config.data.max_length, batches, lambda start: [], data,
+  example = input_pipeline.example_batch(data.train, data.mask_options)
+  return Workload(objectives, dict(config.objective_weights), data.tokenizer.vocab_size, example,
+                  config.num_train_steps, 0, config.data.max_length, batches, lambda start: [], lambda model: None,
+                  functools.partial(_held_out_metrics, config, data, example), data,
                   f"objectives {config.objectives}, init {config.init or 'random'}")
 
 
-def finetuning(config: ml_collections.ConfigDict) -> Workload:
+def _held_out_metrics(config: ml_collections.ConfigDict, data: input_pipeline.Data, example: dict[str, np.ndarray],
+                      fns: steps.StepFns, programs: Programs, target: Any) -> Evaluation:
+  """Pretraining's evaluation: the objectives' metrics over the first config.eval_steps whole batches of the
+  held-out split (fixed masks), with the steps' own eval program."""
+  zero = zero_sums(functools.partial(steps.eval_step, fns), target.params, example)
+
+  def evaluate(device_state) -> dict[str, float]:
+    if data.eval is None:
+      return {}
+    count, batches = input_pipeline.eval_batches(data.eval, data.mask_options,
+                                                 global_batch=config.batch_size // config.grad_accum_steps,
+                                                 seed=config.seed, max_batches=config.eval_steps)
+    acc = programs.place(zero)
+    for local in batches:
+      acc = programs.eval_step(optimizer.evaluation_params(device_state), programs.to_device(local, accum=1), acc)
+    return metrics_writer.summarize(programs.fetch(acc), "eval", fns.weights) if count else {}
+  return Evaluation(evaluate, lambda device_state: [], lambda final_state: {})
+
+
+def finetuning(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
   """config.task on its dataset: config.epochs passes (or config.num_train_steps when positive)."""
   data = finetune_data.load(config)
   objective = data.family.objective()
@@ -66,12 +111,67 @@ def finetuning(config: ml_collections.ConfigDict) -> Workload:
   shapes = lambda start: finetune_data.first_batch_of_each_shape(data, batch_size=config.batch_size, seed=config.seed,
                                                                  start_step=start, total_steps=total)
   mean_length = float(np.mean([len(e["input_ids"]) for e in data.train.examples]))
-  return Workload((objective,), {objective.name: 1.0}, data.tokenizer.vocab_size, finetune_data.example_batch(data),
-                  total, per_epoch, round(mean_length), batches, shapes, data,
+  example = finetune_data.example_batch(data)
+
+  def update_scales(model) -> Any:  # The regime and layer-wise LR decay as static per-parameter update factors.
+    abstract_params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), example, train=False))["params"]
+    return regimes.update_scales(abstract_params, num_layers=model.cfg.num_layers, regime=config.regime,
+                                 top_k=config.top_k, layer_decay=config.layer_decay)
+  return Workload((objective,), {objective.name: 1.0}, data.tokenizer.vocab_size, example, total, per_epoch,
+                  round(mean_length), batches, shapes, update_scales,
+                  functools.partial(_task_scores, config, workdir, data), data,
                   f"task {config.task.name} on {config.task.dataset or config.task.files} ({len(data.train.examples)} "
                   f"train examples, {per_epoch} steps/epoch), init {config.init or 'random'}, regime {config.regime}")
 
 
+def _task_scores(config: ml_collections.ConfigDict, workdir: Path, data: finetune_data.TaskData, fns: steps.StepFns,
+                 programs: Programs, target: Any) -> Evaluation:
+  """Fine-tuning's evaluation: the task's scores on the whole dev split (tasks.evaluation, jit over the mesh with the
+  canonical parameters), its programs for each shape of the dev and test batches, and at the end the dev and test
+  scores and prediction files of the best-dev checkpoint."""
+  replicated = NamedSharding(programs.mesh, P())
+  predict = jax.jit(evaluation.device_outputs(fns.model, data.family),
+                    in_shardings=(programs.state_shardings.params, NamedSharding(programs.mesh, P("data"))),
+                    out_shardings=replicated)
+  to_device = functools.partial(sharding.global_batch, mesh=programs.mesh, accum=1, parallelism="jit")
+  batch_size = config.batch_size // config.grad_accum_steps
+  evaluate_dev, final_evaluation = evaluation.make_evaluator(data, predict, batch_size=batch_size, to_device=to_device)
+
+  def evaluate(device_state) -> dict[str, float]:
+    return evaluate_dev(optimizer.evaluation_params(programs.canonical(device_state)))
+
+  def ahead(device_state) -> list:
+    firsts = lambda: map(to_device, finetune_data.first_eval_batch_of_each_shape(
+        (data.eval, data.test), batch_size=batch_size, buckets=data.buckets, widths=data.widths))
+    return [(predict, optimizer.evaluation_params(device_state), firsts)]
+
+  def final(final_state) -> dict[str, Any]:
+    return _best_dev_results(config, workdir, target, final_state, final_evaluation) | {
+        # What launch.predict needs to encode new inputs as this run did, without reading its training data again.
+        "labels": list(data.task["labels"]), "buckets": list(data.buckets)}
+  return Evaluation(evaluate, ahead, final)
+
+
+def _best_dev_results(config: ml_collections.ConfigDict, workdir: Path, target: Any, final_state: Any,
+                      final_evaluation: Callable) -> dict[str, Any]:
+  """Dev and test scores (percent; a mean squared error as it is) and prediction files with the best-dev checkpoint
+  (chosen on dev, never test)."""
+  manager = checkpointing.create_manager(workdir, config)
+  best_step = checkpointing.best_step(manager, config.best_metric, config.best_mode)
+  params = optimizer.evaluation_params(final_state)
+  if best_step is not None and best_step != int(jax.device_get(final_state.step)):
+    params = optimizer.evaluation_params(checkpointing.restore_step(manager, best_step, target))
+  manager.close()
+  scores = final_evaluation(params, workdir, write_files=jax.process_index() == 0)
+  percent = lambda split: {k: v if k == "mse" else 100 * v for k, v in scores.get(split, {}).items()}
+  out = {"best_step": best_step if best_step is not None else int(jax.device_get(final_state.step)),
+         "metric": config.task.metric, "dev": percent("dev"), "test": percent("test")}
+  if "threshold" in scores:
+    out["threshold"] = scores["threshold"]
+  out["evaluation_examples_per_second"] = scores["examples_per_second"]  # Forward passes + decoding, per split.
+  return out
+
+
 def build(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
   """The workload of `config`."""
-  return finetuning(config) if is_finetuning(config) else pretraining(config, workdir)
+  return finetuning(config, workdir) if is_finetuning(config) else pretraining(config, workdir)

@@ -1,6 +1,7 @@
-"""Dynamic padding into a few length buckets, so jit compiles a handful of shapes and padding stays small."""
+"""Dynamic padding into a few length buckets, so jit compiles a handful of shapes and padding stays small; or
+packing (`pack`): a batch's examples share rows of one length as separate attention segments, one jit shape."""
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -102,3 +103,81 @@ def prune_buckets(batch_lengths: Sequence[int], buckets: Sequence[int], compile_
       options.append((cost + compile_cost + bucket * counts[i + 1:j + 1].sum(), kept + (bucket,)))
     best.append(min(options, key=lambda option: (option[0], len(option[1]))))
   return best[-1][1]
+
+
+def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+  """Item indices grouped into rows of at most `capacity` tokens, best fit decreasing (each item, longest first,
+  goes to the open row it fills most tightly); capacity 0: one item per row."""
+  if capacity <= 0:
+    return [[i] for i in range(len(lengths))]
+  rows: list[list[int]] = []
+  by_space: list[list[int]] = [[] for _ in range(capacity + 1)]  # Open rows by their free space.
+  for item in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+    size = lengths[item]
+    space = next((s for s in range(size, capacity + 1) if by_space[s]), None)
+    if space is None:
+      row, space = len(rows), capacity
+      rows.append([])
+    else:
+      row = by_space[space].pop()
+    rows[row].append(item)
+    if space > size:
+      by_space[space - size].append(row)
+  return rows
+
+
+class PackShape(NamedTuple):
+  """A shape of packed batches: rows of the examples' token length, and at most `segments` examples a row."""
+  rows: int
+  segments: int
+
+
+def pack_shapes(batches: Sequence[Sequence[int]], length: int, compile_cost: float, batch_size: int
+                ) -> tuple[PackShape, ...]:
+  """One or two PackShapes (fewest rows first) that hold every batch (its examples' token lengths) packed into rows
+  of `length`: the rows the fullest batch needs, and below it the row count that minimises the rows computed over
+  the batches plus `compile_cost` per shape (`prune_buckets`' unit: padded token columns of `batch_size` rows), so
+  the few batches that need more rows than most do not set every step's shape."""
+  layouts = [pack_rows(list(lengths), length) for lengths in batches]
+  needs = np.asarray([len(rows) for rows in layouts])
+  segments = max(len(row) for rows in layouts for row in rows)
+  most = int(needs.max())
+  columns = lambda rows: rows * length / batch_size  # A row's tokens in token columns of a bucketed batch.
+  cost = lambda r: columns(np.where(needs <= r, r, most).sum()) + compile_cost * (1 if r == most else 2)
+  best = min(range(int(needs.min()), most + 1), key=lambda r: (cost(r), -r))
+  return tuple(PackShape(rows, segments) for rows in sorted({best, most}))
+
+
+def pack(examples: Sequence[Mapping[str, np.ndarray]], length: int, shapes: Sequence[PackShape], pad_id: int = 0,
+         batch_size: int | None = None, widths: Mapping[str, Callable[[int], int]] | None = None
+         ) -> dict[str, np.ndarray]:
+  """The examples as `collate` pads them to `length` (what the heads read, per example), plus the encoder's input
+  packed (best fit decreasing) into the rows of the first of `shapes` that holds them: packed_input_ids, packed_type_ids,
+  packed_positions (restarting at 0 in each example), packed_segments (1..k in a row, 0 pad) [rows, length],
+  packed_cls [rows, segments] (each row's example starts, 0-padded: the positions sentence heads read) and
+  example_row, example_start [batch] (where each example's tokens begin). `launch.model.EncoderWithHeads` runs the
+  encoder on the rows and hands every head its examples' states, as an unpacked batch would give them."""
+  batch = collate(examples, (length,), pad_id, batch_size, widths)
+  rows = batch_size or len(examples)
+  layout = pack_rows([len(e["input_ids"]) for e in examples], length)
+  shape = next((s for s in shapes if len(layout) <= s.rows and max(map(len, layout)) <= s.segments), None)
+  if shape is None:
+    raise ValueError(f"{len(examples)} examples need {len(layout)} rows of {length} with up to "
+                     f"{max(map(len, layout))} examples each; the packed shapes hold {list(shapes)}")
+  ids = np.full((shape.rows, length), pad_id, np.int32)
+  types, positions, segments = (np.zeros((shape.rows, length), np.int32) for _ in range(3))
+  cls = np.zeros((shape.rows, shape.segments), np.int32)
+  example_row, example_start = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
+  for row, items in enumerate(layout):
+    at = 0
+    for slot, item in enumerate(sorted(items)):
+      n = len(examples[item]["input_ids"])
+      ids[row, at:at + n] = examples[item]["input_ids"]
+      types[row, at:at + n] = examples[item]["type_ids"]
+      positions[row, at:at + n] = np.arange(n)
+      segments[row, at:at + n] = slot + 1
+      cls[row, slot], example_row[item], example_start[item] = at, row, at
+      at += n
+  return batch | {"packed_input_ids": ids, "packed_type_ids": types, "packed_positions": positions,
+                  "packed_segments": segments, "packed_cls": cls, "example_row": example_row,
+                  "example_start": example_start}

@@ -189,7 +189,7 @@ class Classification(SentenceFamily):
   """Sentence(-pair) classification: a label per example, scored by accuracy and macro-F1, and with
   `positive_label` by that class's F1 ("f1", GLUE's paraphrase F1)."""
   name = "classification"
-  bootstrap = ("labels", "labels")
+  scoring = "labels"
 
   def uses_scores(self) -> bool:
     """Whether the task also regresses the records' scores (`score_weight`)."""

@@ -66,8 +66,11 @@ class TaskFamily(abc.ABC):
   name: str  # The registry name (config.task.name).
   formats: tuple[str, ...]  # The reader formats (tasks.readers.READERS) whose records it trains on.
   word_level: bool = False  # Labels words (inputs are word lists) rather than whole texts.
-  bootstrap: tuple[str, str] | None = None  # (tasks.scoring.score bootstrap --task, prediction file suffix) for
-  # reports; None: the reports compute no significance for it.
+  scoring: str | None = None  # Its prediction files' kind in tasks.scoring.kinds.KINDS (what `tasks.scoring.score`
+  # and the reports' bootstrap read); None: the reports compute no significance for it.
+
+  # The record fields that one or two input texts fill (`launch.predict`: a line's tab-separated texts, a pair).
+  text_fields: tuple[str, str] = ("text_a", "text_b")
 
   def __init__(self, task: Mapping[str, Any]):
     self.task = dict(task)
@@ -153,6 +156,27 @@ class TaskFamily(abc.ABC):
     """Word-level families: a `launch.predict` output as `word tag` lines and a blank line (what tasks.scoring.score
     reads). Default: a UserError (the family's outputs are not word tags)."""
     raise errors.UserError(f"--output conll is for word-level tasks; a {self.name} run writes --output jsonl")
+
+  def reads_pairs(self, reader_options: Mapping[str, Any]) -> bool:
+    """Whether a run reading its data with `reader_options` (its reader's columns) takes two texts per input (both
+    `text_fields`); default: when the reader has a text_b column (sentence pairs)."""
+    return reader_options.get("text_b") is not None
+
+  def check_input(self, where: str, record: dict, pairs: bool) -> None:
+    """Raises a UserError naming `where` when `launch.predict` cannot label `record` (a record to predict, no gold;
+    `pairs`: `reads_pairs` of the run). Default: word-level families need non-empty words, others one non-empty
+    text, or two for a run on pairs."""
+    if self.word_level:
+      words = record.get("words")
+      if not words or not all(isinstance(w, str) and w.strip() for w in words):
+        raise errors.UserError(f"{where}: expected a list of words (non-empty strings), got {words!r}")
+      return
+    first, second = self.text_fields
+    if not isinstance(record.get(first), str) or not record[first].strip():
+      raise errors.UserError(f"{where}: expected a non-empty text, got {record.get(first)!r}")
+    if pairs != bool(record.get(second)):
+      raise errors.UserError(f"{where}: expected {'two texts (a sentence pair)' if pairs else 'one text'}: the run was "
+                             f"trained on {'pairs' if pairs else 'single texts'}")
 
   def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
     """The trained head (the run's params[objective name]; `threshold`: the decoding threshold the run tuned on dev)

@@ -4,6 +4,8 @@ The batch of step s is a pure function of (config, s): epoch = s // steps_per_ep
 `tasks.batching.length_bucketed_batches(lengths, B, seed, epoch)`; each batch is padded (dynamic padding to a few
 length buckets) and filled to B rows with example_mask = 0, so shapes are few and fixed in the batch dimension, and a
 resumed run sees exactly the batches it would have seen. Process p of P keeps rows [p*B/P, (p+1)*B/P) of each batch.
+With config.data.pack, the training batches are drawn at random and packed into rows of task.max_length instead
+(`tasks.batching.pack`, one or two shapes for the run: `tasks.batching.pack_shapes`); evaluation stays bucketed.
 
 Data files are checked before tfds prepares them (`check_splits`), and prepared splits again when read: a malformed
 line, a split without examples, a label outside the task's labels or a record the task's family cannot use (nested
@@ -47,6 +49,9 @@ class TaskData(NamedTuple):
   test: Split | None
   buckets: tuple[int, ...]  # Padded token lengths (jit shapes).
   widths: dict[str, Callable[[int], int]]  # Word / span field -> its padded width at a bucket (TaskFamily.widths).
+  # Training batches packed into rows of task.max_length, in the first of these shapes that holds them
+  # (config.data.pack); None: padded to `buckets`.
+  pack: tuple[batching.PackShape, ...] | None = None
 
 
 def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict[str, Any]:
@@ -235,7 +240,20 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs
   longest = [n for _, n in _longest_per_batch(train, config.batch_size, config.seed, range(max(epochs, 1)))]
   buckets = batching.prune_buckets(longest, buckets, config.data.compile_cost)
-  return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths())
+  pack = None
+  if config.data.pack:  # One or two shapes that hold every training batch of the run.
+    lengths = batching.lengths_of(train.examples)
+    pack = batching.pack_shapes([lengths[indices] for epoch in range(max(epochs, 1)) for indices in epoch_batches(
+        lengths, config.batch_size, seed=config.seed, epoch=epoch, pack=True)], task.max_length,
+        config.data.compile_cost, config.batch_size)
+  return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths(), pack)
+
+
+def epoch_batches(lengths: np.ndarray, batch_size: int, *, seed: int, epoch: int, pack: bool) -> list[list[int]]:
+  """The training batches of an epoch: of similar lengths (`batching.length_bucketed_batches`), or, when they are
+  packed, drawn at random (pools of one batch), so every batch holds about as many tokens and one or two shapes
+  fit them all."""
+  return batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch, pool=1 if pack else 50)
 
 
 def _longest_per_batch(train: Split, batch_size: int, seed: int, epochs: range) -> Iterator[tuple[int, int]]:
@@ -258,26 +276,29 @@ def batch_schedule(data: TaskData, *, batch_size: int, seed: int) -> Callable[[i
   per_epoch = steps_per_epoch(len(data.train.examples), batch_size)
 
   @functools.lru_cache(maxsize=2)
-  def epoch_batches(epoch: int) -> list[list[int]]:
-    return batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch)
+  def batches_of(epoch: int) -> list[list[int]]:
+    return epoch_batches(lengths, batch_size, seed=seed, epoch=epoch, pack=data.pack is not None)
 
   def batch(step: int) -> dict[str, np.ndarray]:
     epoch, index = divmod(step, per_epoch)
-    indices = epoch_batches(epoch)[index]
-    return batching.collate([data.train.examples[i] for i in indices], data.buckets, batch_size=batch_size,
-                            widths=data.widths)
+    examples = [data.train.examples[i] for i in batches_of(epoch)[index]]
+    if data.pack is not None:
+      return batching.pack(examples, data.task["max_length"], data.pack, batch_size=batch_size, widths=data.widths)
+    return batching.collate(examples, data.buckets, batch_size=batch_size, widths=data.widths)
   return batch
 
 
 def first_batch_of_each_shape(data: TaskData, *, batch_size: int, seed: int, start_step: int, total_steps: int
                               ) -> list[dict[str, np.ndarray]]:
   """This process's rows of the first batch of each shape (length bucket) in the next two epochs from start_step, in
-  the order the run first needs them (what `launch.compile_ahead` compiles; a rarer shape compiles when met)."""
+  the order the run first needs them (what `launch.compile_ahead` compiles; a rarer shape compiles when met); packed
+  batches: of each packed shape."""
+  batch = batch_schedule(data, batch_size=batch_size, seed=seed)
   first_epoch, first = start_step // steps_per_epoch(len(data.train.examples), batch_size), {}
   for step, longest in _longest_per_batch(data.train, batch_size, seed, range(first_epoch, first_epoch + 2)):
     if start_step <= step < total_steps:
-      first.setdefault(batching.bucket_length(longest, data.buckets), step)
-  batch = batch_schedule(data, batch_size=batch_size, seed=seed)
+      first.setdefault(batch(step)["packed_input_ids"].shape if data.pack else
+                       batching.bucket_length(longest, data.buckets), step)
   return [_local_rows(batch(step)) for step in sorted(first.values())]
 
 

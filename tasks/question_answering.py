@@ -149,13 +149,23 @@ def choose_null_threshold(null_margins: Sequence[float], answer_f1: Sequence[flo
 class QuestionAnswering(TaskFamily):
   """Extractive QA over windows of a context (SQuAD v1.1 and v2.0): EM and F1 after SQuAD's normalization."""
   name = "question_answering"
-  bootstrap = ("squad", "json")
+  scoring = "squad"
   formats = ("squad",)
+  text_fields = ("question", "context")
 
   def __init__(self, task: Mapping[str, Any]):
     super().__init__(task)
     self.n_best = int(self.task.get("n_best", 20))
     self.max_answer_length = int(self.task.get("max_answer_length", 30))
+
+  def reads_pairs(self, reader_options: Mapping[str, Any]) -> bool:
+    return True  # A question and its context.
+
+  def check_input(self, where: str, record: dict, pairs: bool) -> None:
+    for key in self.text_fields:
+      if not isinstance(record.get(key), str) or not record[key].strip():
+        raise errors.UserError(f"{where}: expected a non-empty {key}, got {record.get(key)!r} (a QA run reads "
+                               '{"question": ..., "context": ...})')
 
   def usable(self, records: Sequence[dict]) -> bool:
     """A SQuAD v1.1 run (no task.unanswerable) refuses v2.0's unanswerable questions in any split: it can neither

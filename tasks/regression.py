@@ -35,7 +35,7 @@ def build(config: Mapping[str, Any]) -> Objective:
 class Regression(classification.SentenceFamily):
   """A real-valued score per example, scored by Pearson, Spearman and the mean squared error."""
   name = "regression"
-  bootstrap = ("scores", "labels")
+  scoring = "scores"
 
   def uses_scores(self) -> bool:
     """Always: the score is the target."""

@@ -196,7 +196,7 @@ class SpanNER(TaskFamily):
   (task.nested: overlapping spans kept), scored by exact-match span P/R/F1 (and token accuracy when flat)."""
   name = "span_ner"
   word_level = True
-  bootstrap = ("conll", "conll")  # Flat runs only: nested predictions have no .conll file.
+  scoring = "conll"  # Flat runs only: nested predictions have no .conll file.
   formats = ("conll", "conllu", "spans")
 
   def __init__(self, task: Mapping[str, Any]):

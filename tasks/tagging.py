@@ -108,7 +108,7 @@ class Tagging(TaskFamily):
   """A tag per word (BIO/IO/BIOES entities, or plain tags such as UPOS), scored by entity P/R/F1 (or accuracy)."""
   name = "tagging"
   word_level = True
-  bootstrap = ("conll", "conll")
+  scoring = "conll"
   formats = ("conll", "conllu", "spans")
 
   def gold_tags(self, record: dict) -> list[str]:

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 from encoder import errors, files
 from launch.experiments.sweep import LOG_NAME, POINT_FILE
 from tasks import registry
-from tasks.scoring import score
+from tasks.scoring import kinds, score
 
 DEFAULT_SAMPLES = 10_000
 
@@ -119,29 +119,22 @@ def format_cell(values: Sequence[float]) -> str:
 # Paired bootstrap (tasks.scoring.score bootstrap) on prediction files.
 
 def prediction_files(run: dict[str, Any], split: str) -> tuple[str, Path, Path] | None:
-  """(tasks.scoring.score bootstrap --task, prediction file, the split's jsonl) of a run, or None without files."""
+  """(tasks.scoring.score bootstrap --task, prediction file, the split's gold source: the prediction file itself or
+  the split's jsonl) of a run, or None without files or a kind its task can be bootstrapped with."""
   directory = Path(run["workdir"]) / "predictions"
   family = registry.FAMILIES.get((run["task"] or {}).get("name"))
-  if family is None or family.bootstrap is None:
+  kind = kinds.KINDS[family.scoring] if family is not None and family.scoring else None
+  if kind is None or kind.bootstrap is None or not kind.tested(run["task"] or {}):
     return None
-  kind, suffix = family.bootstrap
-  if kind == "conll" and not (run["task"] or {}).get("scheme"):
-    return None  # Tags without a scheme (UD POS): no entities, so no entity-F1 bootstrap.
-  pred = directory / f"{split}.{suffix}"
-  gold = pred if kind == "conll" else directory / f"{split}.jsonl"  # .conll files hold gold beside predictions.
-  return (kind, pred, gold) if pred.is_file() else None
+  pred = directory / f"{split}.{kind.suffix}"
+  gold = pred if kind.gold_beside else directory / f"{split}.jsonl"
+  return (kind.name, pred, gold) if pred.is_file() else None
 
 
 def gold_text(task: str, source: Path) -> str:
-  """The gold file of a split in tasks.scoring.score's format, from a run's prediction files."""
-  if task == "conll":  # word gold predicted -> word gold
-    lines = source.read_text(encoding="utf-8").split("\n")
-    return "\n".join(" ".join(line.split()[:-1]) for line in lines)
-  records = files.read_json_lines(source)
-  if task == "squad":  # Questions as JSON lines of id and answers, what `score squad --gold` reads.
-    return "".join(json.dumps({"id": r["id"], "answers": r["answers"]}, ensure_ascii=False) + "\n" for r in records)
-  key = "label" if task == "labels" else "score"
-  return "".join(f"{r[key]}\n" for r in records)
+  """The gold file of a split in tasks.scoring.score's format (for bootstrap --task `task`), from a run's prediction
+  files."""
+  return kinds.KINDS[task].gold_text(source)
 
 
 def bootstrap_p(task: str, gold: Path, pred_a: Path, pred_b: Path, samples: int) -> dict[str, Any]:
@@ -164,7 +157,7 @@ def significance(runs: Sequence[dict[str, Any]], baseline: str, out: Path, slug:
       files_a, files_b = prediction_files(run, split), prediction_files(base, split)
       if files_a is None or files_b is None:
         continue
-      gold = out / "gold" / f"{slug}_{split}.{'conll' if files_b[0] == 'conll' else 'txt'}"
+      gold = out / "gold" / f"{slug}_{split}.{kinds.KINDS[files_b[0]].gold_suffix}"
       text = gold_text(files_b[0], files_b[2])
       if gold_text(files_a[0], files_a[2]) != text:
         raise errors.UserError(f"{files_a[2]}: its gold {split} examples differ from {files_b[2]}'s; a bootstrap "

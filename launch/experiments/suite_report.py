@@ -32,8 +32,7 @@ from encoder import errors, files
 from launch.experiments import report
 from launch.experiments.sweep import POINT_FILE
 from tasks import registry
-from tasks.readers.lines import numbered_lines
-from tasks.scoring import bootstrap
+from tasks.scoring import bootstrap, kinds
 
 DEFAULT_SAMPLES = 10_000
 
@@ -102,47 +101,20 @@ def suite_average(rows: dict[str, dict[str, Any]], tasks: Sequence[str]) -> floa
   return statistics.fmean(rows[t]["median"] for t in tasks) if tasks else None
 
 
-def _conll_columns(path: Path) -> tuple[list[list[str]], list[list[str]]]:
-  """(gold, predicted) tags per sentence of a prediction .conll file (word ... gold predicted)."""
-  gold, pred, sentence = [], [], []
-  for _, line in numbered_lines(path):
-    fields = line.split()
-    if fields:
-      sentence.append(fields)
-    elif sentence:
-      gold.append([f[-2] for f in sentence])
-      pred.append([f[-1] for f in sentence])
-      sentence = []
-  if sentence:
-    gold.append([f[-2] for f in sentence])
-    pred.append([f[-1] for f in sentence])
-  return gold, pred
-
-
 def run_statistics(run: dict[str, Any], split: str) -> tuple[Any, np.ndarray, bootstrap.Metric] | None:
   """(the split's gold, the run's per-example statistics, the metric of their sums) from its prediction files, for
-  its task's metric; None where the family or metric has no additive statistics (`bootstrap.example_statistics`)."""
+  its task's metric; None where the family or metric has no additive statistics (its scoring kind's `statistics`,
+  tasks.scoring.kinds)."""
   task = run["task"]
   family = registry.FAMILIES.get(task["name"])
-  kind = family.bootstrap[0] if family is not None and family.bootstrap else None
-  directory = Path(run["workdir"]) / "predictions"
-  if kind == "conll":
-    if not (directory / f"{split}.conll").is_file():
-      return None
-    gold, pred = _conll_columns(directory / f"{split}.conll")
-  elif kind in ("labels", "scores", "squad"):
-    rows = files.read_json_lines(directory / f"{split}.jsonl")
-    if kind == "squad":  # Gold answer texts; the predicted answer is the context's characters start:end.
-      gold = [[a["text"] for a in r["answers"]] for r in rows]
-      pred = [r["context"][r["prediction"]["start"]:r["prediction"]["end"]] for r in rows]
-    else:
-      gold = [r["label" if kind == "labels" else "score"] for r in rows]
-      pred = [r["prediction"] for r in rows]
-  else:
+  kind = kinds.KINDS[family.scoring] if family is not None and family.scoring else None
+  columns = kind.run_columns(Path(run["workdir"]) / "predictions", split) if kind and kind.run_columns else None
+  if columns is None:
     return None
-  found = bootstrap.example_statistics(kind, task["metric"], gold, pred, positive=task.get("positive_label") or None,
-                                       mode=task.get("score_mode", "conlleval"), scheme=task.get("scheme") or None,
-                                       version2=bool(task.get("unanswerable")))
+  gold, pred = columns
+  found = kind.statistics(task["metric"], gold, pred, positive=task.get("positive_label") or None,
+                          mode=task.get("score_mode", "conlleval"), scheme=task.get("scheme") or None,
+                          version2=bool(task.get("unanswerable")))
   return None if found is None else (gold, *found)
 
 

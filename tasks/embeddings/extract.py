@@ -32,6 +32,7 @@ from encoder.config import DTYPES, EncoderConfig
 from encoder.model import Encoder
 from encoder.tokenizer import Tokenizer
 from tasks import batching
+from tasks.batching import pack_rows  # Best fit decreasing, shared with packed fine-tuning.
 from tasks.embeddings.layers import LayerSpec, parse_layers, select_from_states
 
 TRANSFER_DTYPES = {"float32": np.float32, "float16": np.float16}  # Device-to-host wire formats.
@@ -82,27 +83,6 @@ def pool_words(subwords: np.ndarray, starts: np.ndarray, pooling: str) -> np.nda
   several = np.flatnonzero(counts > 1)
   out[several] /= counts[several].reshape((-1,) + (1,) * (subwords.ndim - 1))
   return out
-
-
-def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-  """Item indices grouped into rows of at most `capacity` tokens, best fit decreasing (each item, longest first,
-  goes to the open row it fills most tightly); capacity 0: one item per row."""
-  if capacity <= 0:
-    return [[i] for i in range(len(lengths))]
-  rows: list[list[int]] = []
-  by_space: list[list[int]] = [[] for _ in range(capacity + 1)]  # Open rows by their free space.
-  for item in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-    size = lengths[item]
-    space = next((s for s in range(size, capacity + 1) if by_space[s]), None)
-    if space is None:
-      row, space = len(rows), capacity
-      rows.append([])
-    else:
-      row = by_space[space].pop()
-    rows[row].append(item)
-    if space > size:
-      by_space[space - size].append(row)
-  return rows
 
 
 def _forward(cfg: EncoderConfig, params, input_ids, positions, attention_segments, *, spec: LayerSpec):

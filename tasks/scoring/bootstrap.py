@@ -99,37 +99,12 @@ def squad_f1_bootstrap(golds: Sequence[Sequence[str]], pred_a: Sequence[str | No
   return paired_bootstrap(*stats, lambda summed: summed[:, 0] / summed[:, 1], samples, seed)
 
 
-def example_statistics(kind: str, metric: str, gold: Sequence, pred: Sequence, *, positive: str | None = None,
-                       mode: str = "conlleval", scheme: str | None = "IOB2",
-                       version2: bool = False) -> tuple[np.ndarray, Metric] | None:
-  """(per-example additive statistics [N, ...] of one system, the function that scores their sums) for a kind of
-  `tasks.scoring.score bootstrap --task` and a metric name: "labels" (a label per example) with accuracy or, given the
-  positive label, f1 (that class's); "conll" (tags per sentence) with f1 (entity micro F1 in `mode`/`scheme`) or
-  accuracy (of tags); "scores" (a number per example) with pearson; "squad" (gold answer texts and a predicted text
-  per question; SQuAD 2.0 scoring with `version2`) with f1 or exact_match (the mean per-question score). None for any
-  other pair (Spearman's rho, macro-F1, a kind this module does not know): no p-value."""
-  if kind == "squad" and metric in ("exact_match", "f1"):
-    column = squad.question_scores(gold, pred, version2)[:, int(metric == "f1")]
-    return np.stack([column, np.ones(len(column))], axis=1), metrics.accuracy_from_counts
-  if kind == "labels" and metric == "accuracy":
-    return metrics.accuracy_counts([[g] for g in gold], [[p] for p in pred]), metrics.accuracy_from_counts
-  if kind == "labels" and metric == "f1" and positive:
-    return metrics.positive_counts(gold, pred, positive), metrics.micro_f1
-  if kind == "conll" and metric == "f1" and scheme:
-    return metrics.entity_counts(gold, pred, mode, scheme)[1].sum(axis=1), metrics.micro_f1
-  if kind == "conll" and metric == "accuracy":
-    return metrics.accuracy_counts(gold, pred), metrics.accuracy_from_counts
-  if kind == "scores" and metric == "pearson":
-    return metrics.pearson_moments(gold, pred), metrics.pearson_from_moments
-  return None
-
-
 def median_over_seeds_bootstrap(stats_a: Sequence[np.ndarray], stats_b: Sequence[np.ndarray], metric: Metric,
                                 samples: int = 10_000, seed: int = 0) -> BootstrapResult:
   """Paired bootstrap that system A beats B when each is trained with several seeds: the statistic is the median over
   A's seeds of the metric minus the median over B's, every seed's predictions scored on the same resampled test set
   (examples paired across seeds and systems; the seeds need not be the same, nor their number). `stats_a`: one
-  [N, ...] array of per-example statistics per seed (`example_statistics`)."""
+  [N, ...] array of per-example statistics per seed (`tasks.scoring.kinds.ScoringKind.statistics`)."""
   if not len(stats_a) or not len(stats_b):
     raise errors.UserError(f"each system needs at least one seed's statistics, got {len(stats_a)} and {len(stats_b)}")
   median = lambda summed: np.median(metric(summed), axis=1)  # summed: [S, seeds, ...] -> [S].

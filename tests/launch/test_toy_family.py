@@ -118,7 +118,7 @@ def test_the_toy_family_gets_the_defaults_and_a_missing_abstract_member_fails_wh
   assert (family.label_vocabulary(records), family.file_labels("tsv"), family.usable(records),
           family.reader_checks(), family.train_fields(records), family.widths(), family.tune(records, [], []),
           family.has_labels(records), family.prediction_files(records, [2.0]), family.word_level,
-          family.bootstrap) == ([], None, True, {}, {}, {}, None, True, {}, False, None)
+          family.scoring) == ([], None, True, {}, {}, {}, None, True, {}, False, None)
   with pytest.raises(errors.UserError, match="--output conll is for word-level tasks; a word_count run"):
     family.conll({"text_a": "one two", "words": 2.0})
   params = {"count": {"kernel": np.ones((4, 1)), "bias": np.zeros(1)}}

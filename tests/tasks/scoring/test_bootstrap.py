@@ -13,7 +13,7 @@ import scipy.stats
 from seqeval.metrics import f1_score
 from sklearn.metrics import f1_score as sk_f1
 
-from tasks.scoring import bootstrap, metrics
+from tasks.scoring import bootstrap, kinds, metrics
 from tests.conftest import conll_tags
 from tests.tasks.scoring.test_squad import (official_exact_match_score, official_f1_score,
                                             official_metric_max_over_ground_truths)
@@ -124,24 +124,24 @@ def test_real_conll_clearly_better_system_is_significant_and_fast():
   assert reverse.delta == -result.delta and reverse.p_value > 0.99  # B does not beat A.
 
 
-def test_example_statistics_score_what_the_metrics_score():
+def test_each_kinds_statistics_score_what_the_metrics_score():
   gold, pred = ["1", "0", "1", "1"], ["1", "1", "0", "1"]
-  stats, metric = bootstrap.example_statistics("labels", "accuracy", gold, pred)
+  stats, metric = kinds.KINDS["labels"].statistics("accuracy", gold, pred)
   assert stats.shape == (4, 2) and metric(stats.sum(axis=0)) == 0.5
-  stats, metric = bootstrap.example_statistics("labels", "f1", gold, pred, positive="1")
+  stats, metric = kinds.KINDS["labels"].statistics("f1", gold, pred, positive="1")
   assert stats.shape == (4, 3) and abs(metric(stats.sum(axis=0)) - sk_f1(gold, pred, pos_label="1")) < 1e-12
   tags = ([["B-PER", "I-PER", "O"], ["O"]], [["B-PER", "O", "O"], ["B-LOC"]])
-  stats, metric = bootstrap.example_statistics("conll", "f1", *tags)
+  stats, metric = kinds.KINDS["conll"].statistics("f1", *tags)
   assert stats.shape == (2, 3) and abs(metric(stats.sum(axis=0)) - f1_score(*tags)) < 1e-12
-  stats, metric = bootstrap.example_statistics("conll", "accuracy", *tags)
+  stats, metric = kinds.KINDS["conll"].statistics("accuracy", *tags)
   assert metric(stats.sum(axis=0)) == 0.5  # 2 of 4 tags.
-  stats, metric = bootstrap.example_statistics("scores", "pearson", [1.0, 2.0, 3.0], [1.0, 3.0, 2.0])
+  stats, metric = kinds.KINDS["scores"].statistics("pearson", [1.0, 2.0, 3.0], [1.0, 3.0, 2.0])
   assert abs(metric(stats.sum(axis=0)) - 0.5) < 1e-12
   golds, answers = [["Paris", "in Paris"], ["1889"], ["an iron tower"]], ["Paris!", "1890", "iron tower"]
   for name, column in (("exact_match", 0), ("f1", 1)):  # The mean over questions of SQuAD's per-question score.
-    stats, metric = bootstrap.example_statistics("squad", name, golds, answers)
+    stats, metric = kinds.KINDS["squad"].statistics(name, golds, answers)
     expected = np.mean([official_metric_max_over_ground_truths(
         official_exact_match_score if column == 0 else official_f1_score, a, g) for g, a in zip(golds, answers)])
     assert stats.shape == (3, 2) and abs(metric(stats.sum(axis=0)) - expected) < 1e-12
   for kind, name in (("scores", "spearman"), ("labels", "macro_f1"), ("labels", "f1"), ("squad", "precision")):
-    assert bootstrap.example_statistics(kind, name, gold, pred) is None  # No additive statistics: no p-value.
+    assert kinds.KINDS[kind].statistics(name, gold, pred) is None  # No additive statistics: no p-value.
