@@ -2,17 +2,18 @@
 
   python -m benchmarks.accelerator --section pretraining   # attention paths checked, MFU and HF ratio per
                                                             # path (base, large), remat, profile, MLM quality
-  python -m benchmarks.accelerator --section finetuning    # encoder speed, embeddings, fine-tuning, predict
+  python -m benchmarks.accelerator --section finetuning    # encoder speed, embeddings, fine-tuning, predict,
+                                                            # a bucket's compile cost
   ... [--tiny] [--only part,part] [--budget-s 480] [--out DIR] [--plan]
 
 Each part is an existing benchmark module run in its own process (benchmarks.attention_check, pretrain_throughput,
-remat_memory, step_profile, pretrain_quality, encoder_speed, embeddings, finetune, predict_speed): its output is
-streamed here, its last JSON line is read back. A process per part means that one part's crash, out-of-memory or
-hang costs only that part, that each part has the whole device memory to itself, and that this process never
-touches the device. Parts run in the order listed, each killed at min(its budget, what is left of --budget-s); a
-part that does not start because the budget is spent is `skipped`. `--only` reruns some parts (e.g. on a second GPU
-call). `--tiny` runs the same parts at tiny sizes, a few steps and a little data: the mechanics, in minutes on a CPU
-(each part bounded by what is left of --budget-s only: the parts' budgets are the GPU's).
+remat_memory, step_profile, pretrain_quality, encoder_speed, embeddings, finetune, predict_speed, compile_cost): its
+output is streamed here, its last JSON line is read back. A process per part means that one part's crash,
+out-of-memory or hang costs only that part, that each part has the whole device memory to itself, and that this
+process never touches the device. Parts run in the order listed, each killed at min(its budget, what is left of
+--budget-s); a part that does not start because the budget is spent is `skipped`. `--only` reruns some parts (e.g.
+on a second GPU call). `--tiny` runs the same parts at tiny sizes, a few steps and a little data: the mechanics, in
+minutes on a CPU (each part bounded by what is left of --budget-s only: the parts' budgets are the GPU's).
 `--plan` prints the parts, their commands and budgets, and the JSON line with every figure null, running nothing.
 (In --tiny, "xla" stands in for "cudnn", which needs cuDNN to be traced at all.)
 
@@ -294,6 +295,14 @@ def finetune(task: str, prefix: str) -> Callable[[Context], dict]:
   return run
 
 
+def compile_cost(ctx: Context) -> dict:
+  """One more fine-tuning bucket's compilation in padded columns of a step (the data.compile_cost figure)."""
+  args = ["--precision", "bfloat16"] + (["--lengths", "16,32", "--batch", "4", "--steps", "2"] if ctx.tiny else [])
+  measured = ctx.child("compile_cost", "compile_cost", args, 90, NO_PREALLOCATION)
+  return pick(measured, {"compile_cost": "compile_cost", "compile_cost_compile_s": "compile_s",
+                         "compile_cost_column_ms": "column_ms"})
+
+
 def predict(ctx: Context) -> dict:
   """launch.predict on CoNLL-2003 test sentences with the conll2003_crf run, against an HF pipeline."""
   workdir = ctx.out / "conll2003_crf"
@@ -331,7 +340,8 @@ SECTIONS: dict[str, tuple[Part, ...]] = {
             "speedup", "score", "reference_score", "p_value", "examples_per_s", "reference_examples_per_s",
             "train_seconds", "wall_seconds")), finetune("conll2003_crf", "finetune_crf_")),
         Part("predict", 90, ("predict_sentences_per_s", "predict_hf_pipeline_sentences_per_s", "predict_ratio",
-                             "predict_sentences_per_s_cold"), predict)),
+                             "predict_sentences_per_s_cold"), predict),
+        Part("compile_cost", 90, ("compile_cost", "compile_cost_compile_s", "compile_cost_column_ms"), compile_cost)),
 }
 
 

@@ -135,9 +135,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Padded batch lengths (jit shapes), <= max_length.
   config.data.buckets = preset.get("buckets", (8, 12, 16, 24, 32, 40, 48, 64, 96, 128))
   # Buckets whose compilation costs more than the padding they save are dropped (tasks.batching.prune_buckets): the
-  # cost of one compilation in padded token columns of a step (~4 s / ~8.4 ms per column for MiniLM on 2 CPU cores);
-  # 0 keeps all.
-  config.data.compile_cost = 500.0
+  # cost of one compilation in padded token columns of a step; -1 = this backend's measured figure
+  # (tasks.batching.COMPILE_COSTS: 500 on a CPU, 50,000 on a GPU), chosen at start-up and recorded; 0 keeps all.
+  config.data.compile_cost = -1.0
   # Training batches packed into rows of task.max_length as attention segments (one jit shape, little padding;
   # tasks.batching.pack) instead of padded to buckets; evaluation stays bucketed. One device, no R-Drop or grad_accum.
   config.data.pack = preset.get("pack", False)

@@ -34,7 +34,7 @@ from launch.model import EncoderWithHeads, encoder_config, last_positions, term_
 from launch.programs import build_programs, zero_sums
 from launch.progress import Progress
 from objectives import objective
-from tasks import evaluation, regimes
+from tasks import batching, evaluation, regimes
 
 
 class NonFiniteLossError(errors.UserError, FloatingPointError):
@@ -79,6 +79,17 @@ def dot_paths(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, str
   return resolve_platform(choices)
 
 
+def compile_cost(config: ml_collections.ConfigDict, workdir: Path) -> float:
+  """config.data.compile_cost made concrete once, at start-up, for config.json to record (bucket pruning must not
+  change when a run resumes): -1 (auto) resumes with the saved run's figure, and otherwise is this backend's measured
+  one (tasks.batching.compile_cost_on)."""
+  chosen = config.data.compile_cost
+  saved = checkpointing.saved_config(workdir)
+  if chosen < 0 and saved is not None:
+    chosen = saved["data"].get("compile_cost", batching.COMPILE_COSTS["cpu"])  # Saved before auto: the CPU's 500.
+  return float(chosen) if chosen >= 0 else batching.compile_cost_on(platform())
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
   workdir = files.reachable(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
@@ -90,6 +101,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   checks.check_config(config)
   config.model.attention = attention_path(config, workdir)
   config.model.update(dot_paths(config, workdir))
+  if "compile_cost" in config.data:  # Fine-tuning's length buckets.
+    config.data.compile_cost = compile_cost(config, workdir)
   checkpointing.check_compatible(workdir, config)
   work = workload.build(config, workdir)
   workdir.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,18 @@ import numpy as np
 PAD_VALUES = {"label_ids": -1, "word_labels": -1, "span_labels": -1}
 # [length] per example; every other 1-D field is a word or span list.
 TOKEN_FIELDS = ("input_ids", "type_ids", "label_ids", "case_ids", "last_positions")
+# One more bucket's compilation in padded token columns of a fine-tuning step, per backend (`data.compile_cost=-1`):
+# MiniLM's gradient program at 32 rows. CPU: benchmarks.compile_cost on 2-core AMD EPYC VMs (287-500 columns, ~4-15 s
+# per compilation against 8-50 ms per column, idle to loaded). CUDA: the H200's SICK run of 2026-11-26
+# (docs/gpu-runs/2026-11-26-h200/4-finetune-sick.log: 89 s compiling against about 0.3 ms per padded column, ~20 s
+# per program with GEMM autotuning), until benchmarks.compile_cost runs there (docs/performance.md).
+COMPILE_COSTS = {"cpu": 500.0, "cuda": 50_000.0}
+
+
+def compile_cost_on(where: str) -> float:
+  """`data.compile_cost` -1 on platform `where` (encoder.config.platform()): its COMPILE_COSTS figure; a backend not
+  measured yet (TPU, ROCm) takes the largest one, an accelerator's, as compiling for one costs many steps there."""
+  return COMPILE_COSTS.get(where, max(COMPILE_COSTS.values()))
 
 
 def bucket_length(length: int, buckets: Sequence[int]) -> int:

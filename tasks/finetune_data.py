@@ -25,6 +25,7 @@ import numpy as np
 
 from configs import paths
 from encoder import errors
+from encoder.config import platform
 from encoder.tokenizer import load_tokenizer
 from tasks import batching, readers, registry, tfds_builders
 from tasks.family import TaskFamily
@@ -239,13 +240,15 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   per_epoch = steps_per_epoch(len(train.examples), config.batch_size)
   epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs
   longest = [n for _, n in _longest_per_batch(train, config.batch_size, config.seed, range(max(epochs, 1)))]
-  buckets = batching.prune_buckets(longest, buckets, config.data.compile_cost)
+  compile_cost = config.data.compile_cost  # -1: this backend's (launch.train records the choice at start-up).
+  compile_cost = batching.compile_cost_on(platform()) if compile_cost < 0 else compile_cost
+  buckets = batching.prune_buckets(longest, buckets, compile_cost)
   pack = None
   if config.data.pack:  # One or two shapes that hold every training batch of the run.
     lengths = batching.lengths_of(train.examples)
     pack = batching.pack_shapes([lengths[indices] for epoch in range(max(epochs, 1)) for indices in epoch_batches(
         lengths, config.batch_size, seed=config.seed, epoch=epoch, pack=True)], task.max_length,
-        config.data.compile_cost, config.batch_size)
+        compile_cost, config.batch_size)
   return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths(), pack)
 
 

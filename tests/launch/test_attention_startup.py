@@ -1,7 +1,7 @@
-"""model.attention, model.kernels and model.bf16_dots are made concrete once, at start-up (launch.train.attention_path,
-dot_paths), for config.json to record: "auto" picks the platform's for a new run and the recorded one (or, for a run
-saved before the field, "matmul" / the platform's) for a resumed run; they and the new activation_dtype field keep old
-runs resumable."""
+"""model.attention, model.kernels and model.bf16_dots (and fine-tuning's data.compile_cost) are made concrete once, at
+start-up (launch.train.attention_path, dot_paths, compile_cost), for config.json to record: "auto" picks the
+platform's for a new run and the recorded one (or, for a run saved before the field, "matmul" / the platform's) for a
+resumed run; they and the new activation_dtype field keep old runs resumable."""
 
 import json
 
@@ -11,7 +11,9 @@ import pytest
 from configs import checks, common
 from encoder import matmul
 from encoder.errors import ConfigError
-from launch.train import attention_path, dot_paths
+from launch import train
+from launch.train import attention_path, compile_cost, dot_paths
+from tasks import batching
 
 
 def _config(**model) -> ml_collections.ConfigDict:
@@ -67,3 +69,16 @@ def test_kernels_and_bf16_dots_are_the_platforms_unless_named_or_resumed(tmp_pat
   assert dot_paths(_config(), tmp_path) == named  # Resumed as recorded.
   assert dot_paths(_config(kernels="cpu"), tmp_path) == named | {"kernels": "cpu"}
   assert checks.incompatible_fields({"model": old | named}, {"model": old | platform}) == []  # Same weights.
+
+
+def test_compile_cost_is_the_backends_unless_named_or_resumed(tmp_path, monkeypatch):
+  config = ml_collections.ConfigDict({"data": {"compile_cost": -1.0}})
+  assert compile_cost(config, tmp_path) == batching.COMPILE_COSTS["cpu"] == 500.0
+  monkeypatch.setattr(train, "platform", lambda: "tpu")  # Not measured there: an accelerator's figure.
+  assert compile_cost(config, tmp_path) == max(batching.COMPILE_COSTS.values()) > 500.0
+  assert compile_cost(ml_collections.ConfigDict({"data": {"compile_cost": 0.0}}), tmp_path) == 0.0  # Named: kept.
+  (tmp_path / "checkpoints" / "5").mkdir(parents=True)
+  (tmp_path / "config.json").write_text(json.dumps({"data": {"compile_cost": 123.0}}))
+  assert compile_cost(config, tmp_path) == 123.0  # Resumed as recorded, whatever this backend's figure.
+  (tmp_path / "config.json").write_text(json.dumps({"data": {}}))
+  assert compile_cost(config, tmp_path) == 500.0  # Saved before auto: the figure it was pruned with.
