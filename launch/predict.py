@@ -14,13 +14,16 @@ with its evaluation batch size (`tasks.finetune_data.eval_batches`: a handful of
 through the same jitted outputs and decoded by the same functions as the run's evaluation
 (`tasks.evaluation.device_outputs` and `decode`, through the run's task family: argmax or CRF Viterbi as trained,
 tags in the trained scheme, span NER with the threshold tuned on dev). So the dev split gives back the run's own
-`predictions/dev.*` (tested).
+`predictions/dev.*` (tested). The program is the evaluation's own (`launch.programs.outputs_program`, on a mesh of
+the first device): after a run on one device, the persistent compilation cache holds it for each dev and test batch
+shape, compiled ahead during training, so predict compiles only shapes the run never evaluated.
 
 Raw text for word tasks is split into words the way CoNLL-2003 and UD English were tokenized (`split_words`).
 """
 
 import argparse
 import dataclasses
+import functools
 import json
 import re
 import sys
@@ -31,9 +34,10 @@ import ml_collections
 from encoder import errors, files, init_from
 from encoder.config import AUTO, PLATFORM_FIELDS
 from encoder.files import Path
-from launch import checkpointing, compilation_cache
+from launch import checkpointing, compilation_cache, sharding, xla_flags
 from encoder.tokenizer import load_tokenizer
 from launch.model import EncoderWithHeads, encoder_config
+from launch.programs import outputs_program
 from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
 from tasks.family import TaskFamily
 from tasks.readers import ReaderError, numbered_lines, read_conllu, read_tsv
@@ -143,8 +147,9 @@ class Predictor:
   """A fine-tuned run ready to label new inputs (build it with `Predictor.from_workdir`)."""
   family: TaskFamily  # The run's task family, built from its task mapping (tasks.finetune_data.task_mapping).
   tokenizer: Any
-  params: Any  # On the default device.
-  outputs: Callable  # jitted (params, batch) -> per-row outputs (the evaluation's `device_outputs`).
+  params: Any  # On the first device.
+  outputs: Callable  # jitted (params, batch) -> per-row outputs (launch.programs.outputs_program, as the run's).
+  to_device: Callable  # A host batch -> the program's input layout.
   batch_size: int  # The run's evaluation batch (rows per jit call).
   buckets: tuple[int, ...]  # The run's padded token lengths (jit shapes).
   threshold: float | None  # A decoding threshold the run tuned on dev (results.json), if any.
@@ -164,7 +169,12 @@ class Predictor:
     # The run's platform choices may not run (cudnn on a CPU) or suit this machine; the values agree to rounding.
     config.model.update(dict.fromkeys(PLATFORM_FIELDS, AUTO))
     model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
-    return cls(family, tokenizer, params, jax.jit(evaluation.device_outputs(model, family)),
+    # The run's evaluation program on a mesh of one device: the run's own compilations, on one, from the cache.
+    mesh = sharding.make_mesh(1, jax.devices()[:1])
+    params_shardings = sharding.state_shardings(params, mesh)
+    return cls(family, tokenizer, jax.device_put(params, params_shardings),
+               outputs_program(model, family, mesh, params_shardings),
+               functools.partial(sharding.global_batch, mesh=mesh, accum=1, parallelism="jit"),
                config.batch_size // config.grad_accum_steps, buckets, results.get("threshold"),
                reader_options(config.task), step)
 
@@ -221,7 +231,7 @@ class Predictor:
     unlabelled = [self.family.unlabelled(r) for r in records]
     split = finetune_data.split_of("input", self.family, self.tokenizer, unlabelled)
     raw = evaluation.raw_predictions(self.outputs, self.params, split, batch_size=self.batch_size,
-                                     buckets=self.buckets, widths=self.family.widths(), to_device=lambda batch: batch)
+                                     buckets=self.buckets, widths=self.family.widths(), to_device=self.to_device)
     decoded = evaluation.decode(self.family, split, raw, self.threshold)
     return [self.family.output(record, example, r, d) for record, example, r, d in
             zip(records, evaluation.per_record(split, split.examples), evaluation.per_record(split, raw), decoded)]
@@ -368,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
   if args.out != STDIN and files.reachable(args.out).is_dir():
     raise errors.UserError(f"--out {args.out}: expected the file to write the predictions to, found a directory")
+  xla_flags.apply_gpu_defaults()  # The run's XLA flags (part of a cached program's key), before JAX starts.
   # Where the run cached its programs (a run saved before the field existed: the default).
   compilation_cache.enable(read_config(files.reachable(args.workdir)).get("compilation_cache",
                                                                           compilation_cache.DEFAULT))

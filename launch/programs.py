@@ -14,6 +14,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from launch import sharding, steps
+from launch.model import EncoderWithHeads
+from tasks import evaluation
+from tasks.family import TaskFamily
 
 
 class Programs(NamedTuple):
@@ -62,6 +65,15 @@ def build_programs(fns: steps.StepFns, mesh: Mesh, state_shardings: Any, *, para
   to_device = functools.partial(sharding.global_batch, mesh=mesh, parallelism=parallelism)
   return Programs(grad_step, apply_step, eval_step, to_device, place, fetch, to_layout, canonical, mesh,
                   state_shardings)
+
+
+def outputs_program(model: EncoderWithHeads, family: TaskFamily, mesh: Mesh, params_shardings: Any) -> Callable:
+  """The task's jitted (params, batch) -> per-row outputs (tasks.evaluation.device_outputs) over `mesh`: the batch
+  split on "data", the outputs replicated. The run's evaluation and launch.predict build it alike, so that on one
+  device predict finds the programs the run compiled ahead (each dev and test shape) in the persistent cache."""
+  batch = NamedSharding(mesh, P("data"))
+  return jax.jit(evaluation.device_outputs(model, family), in_shardings=(params_shardings, batch),
+                 out_shardings=NamedSharding(mesh, P()))
 
 
 def zero_sums(step_fn: Callable, *args) -> dict[str, np.ndarray]:

@@ -12,7 +12,7 @@ weight where it is used and reduce-scatters its gradient. With parallelism="pmap
 
 import math
 import re
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -35,12 +35,15 @@ PARAM_RULES: tuple[tuple[str, P], ...] = (
 FSDP_MIN_SIZE = 2**12  # Smaller leaves (biases, LayerNorm scales) stay whole: gathering them costs more than they hold.
 
 
-def make_mesh(model_axis: int) -> Mesh:
-  """A (data, model) mesh over all devices of all processes, with Auto axis types (shardings are given, not typed)."""
-  count = jax.device_count()
+def make_mesh(model_axis: int, devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A (data, model) mesh over `devices` (default: all devices of all processes), with Auto axis types (shardings
+  are given, not typed)."""
+  devices = jax.devices() if devices is None else list(devices)
+  count = len(devices)
   if model_axis < 1 or count % model_axis:
     raise errors.ConfigError(f"config.mesh_model={model_axis} does not divide the {count} devices")
-  return jax.make_mesh((count // model_axis, model_axis), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+  return jax.make_mesh((count // model_axis, model_axis), ("data", "model"), axis_types=(AxisType.Auto,) * 2,
+                       devices=devices)
 
 
 def _path(key_path) -> str:

@@ -16,13 +16,12 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple
 import jax
 import ml_collections
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
 
 from configs.checks import is_finetuning
 from encoder import errors, files
 from encoder.files import Path
 from launch import checkpointing, input_pipeline, metrics_writer, optimizer, sharding, steps
-from launch.programs import Programs, zero_sums
+from launch.programs import Programs, outputs_program, zero_sums
 from objectives import registry
 from objectives.objective import Objective
 from tasks import evaluation, finetune_data, regimes
@@ -129,10 +128,7 @@ def _task_scores(config: ml_collections.ConfigDict, workdir: Path, data: finetun
   """Fine-tuning's evaluation: the task's scores on the whole dev split (tasks.evaluation, jit over the mesh with the
   canonical parameters), its programs for each shape of the dev and test batches, and at the end the dev and test
   scores and prediction files of the best-dev checkpoint."""
-  replicated = NamedSharding(programs.mesh, P())
-  predict = jax.jit(evaluation.device_outputs(fns.model, data.family),
-                    in_shardings=(programs.state_shardings.params, NamedSharding(programs.mesh, P("data"))),
-                    out_shardings=replicated)
+  predict = outputs_program(fns.model, data.family, programs.mesh, programs.state_shardings.params)
   to_device = functools.partial(sharding.global_batch, mesh=programs.mesh, accum=1, parallelism="jit")
   batch_size = config.batch_size // config.grad_accum_steps
   evaluate_dev, final_evaluation = evaluation.make_evaluator(data, predict, batch_size=batch_size, to_device=to_device)

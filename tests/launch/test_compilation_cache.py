@@ -1,6 +1,7 @@
 """launch.compilation_cache: where the cache goes (environment over config), a tiny SICK fine-tuning run through
-`python -m launch.main` giving the same bits with a cold cache and a warm one (the warm run compiling nothing new),
-and a disabled cache writing nothing."""
+`python -m launch.main` giving the same bits with a cold cache and a warm one (the warm run compiling nothing new, and
+`launch.predict` on its dev split finding every program the run compiled ahead), and a disabled cache writing
+nothing."""
 
 import json
 import os
@@ -67,6 +68,18 @@ def test_a_warm_cache_gives_the_cold_runs_bits_and_compiles_nothing_new(tmp_path
   warm = _run(tmp_path / "warm", {compilation_cache.ENV: str(cache)})
   assert _entries(cache) == written, "the warm run compiled a program the cold one had cached"
   assert len(cold) > 2 and cold["results"]["test"] and warm == cold
+  # launch.predict on the dev pairs runs the evaluation's program the run compiled ahead: loaded, nothing compiled,
+  # and the run's own dev predictions come back.
+  dev = [json.loads(line) for line in (tmp_path / "cold" / "predictions" / "dev.jsonl").read_text().splitlines()]
+  inputs = tmp_path / "dev_pairs.jsonl"
+  inputs.write_text("".join(json.dumps({"text_a": r["text_a"], "text_b": r["text_b"]}) + "\n" for r in dev))
+  env = {k: v for k, v in os.environ.items() if k not in (compilation_cache.ENV, compilation_cache.JAX_ENV)} | {
+      compilation_cache.ENV: str(cache), "JAX_PLATFORMS": "cpu"}
+  out = subprocess.run([sys.executable, "-m", "launch.predict", f"--workdir={tmp_path / 'cold'}", f"--input={inputs}",
+                        "--format=jsonl"], cwd=REPO, env=env, check=True, timeout=300, capture_output=True,
+                       text=True).stdout
+  assert [json.loads(line)["label"] for line in out.splitlines()] == [r["prediction"] for r in dev]
+  assert _entries(cache) == written, "launch.predict compiled a program the run had cached"
 
 
 @pytest.mark.parametrize("setting", ["off", "", "cache"])
