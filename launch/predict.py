@@ -80,6 +80,8 @@ def run_config(workdir: Path, expected: str) -> ml_collections.ConfigDict:
   if not isinstance(config.get("model"), ml_collections.ConfigDict):
     raise errors.UserError(f"{path}: expected the config.json a run wrote (with a model block), found keys "
                            f"{sorted(config.keys())[:8]}")
+  if isinstance(config.get("task"), ml_collections.ConfigDict):  # Fields added since the run: their defaults.
+    config.task = ml_collections.ConfigDict(registry.complete_task(config.task.to_dict()))
   return config
 
 

@@ -51,6 +51,12 @@ def task_defaults(name: str) -> dict[str, Any]:
   return values | task_fields.defaults(own) | {"name": name}
 
 
+def complete_task(task: Mapping[str, Any]) -> dict[str, Any]:
+  """A saved task block (a run's config.json, read back by `launch.predict`, `launch.export` and the reports) with
+  each field it lacks, a run saved before the field existed, at its declared default for the run's family."""
+  return task_defaults(task["name"]) | dict(task)
+
+
 def field_rules() -> dict[str, fields.Rule]:
   """What each config.task field accepts (configs/rules.py): its declaration's rule; a field that families declare
   with different Choice rules accepts any of their choices (each family refuses the others' when it builds)."""
