@@ -64,7 +64,7 @@ def task_block(**preset) -> ml_collections.ConfigDict:
   """The config.task block: what data, which head, how labels are encoded and scored. Its fields, defaults and comments
   are declared by the task families (tasks/task_fields.py's COMMON, each family's `config_fields`), every registered
   family's in the block whatever the chosen one (docs/design.md, "Config fields"); `preset` overrides values."""
-  name = preset.get("name", task_fields.COMMON[0].default)
+  name = preset.get("name", task_fields.defaults(task_fields.COMMON)["name"])
   values = registry.task_defaults(name) | preset
   return ml_collections.ConfigDict({key: tuple(value) if isinstance(value, list) else value
                                     for key, value in values.items()})
