@@ -18,7 +18,7 @@ import ml_collections
 
 from configs import common
 from encoder.errors import ConfigError
-from tasks import registry, task_fields
+from tasks import registry
 
 UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
         "SYM", "VERB", "X")  # The 17 Universal POS tags.
@@ -60,11 +60,11 @@ TASK_PRESETS: dict[str, dict] = {
 RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay", "regime", "top_k", "buckets", "pack")
 
 
-def task_block(**preset) -> ml_collections.ConfigDict:
+def task_block(name: str, **preset) -> ml_collections.ConfigDict:
   """The config.task block: what data, which head, how labels are encoded and scored. Its fields, defaults and comments
   are declared by the task families (tasks/task_fields.py's COMMON, each family's `config_fields`), every registered
-  family's in the block whatever the chosen one (docs/design.md, "Config fields"); `preset` overrides values."""
-  name = preset.get("name", task_fields.defaults(task_fields.COMMON)["name"])
+  family's in the block whatever the chosen one (docs/design.md, "Config fields"): family `name`'s, with `preset`'s
+  values."""
   values = registry.task_defaults(name) | preset
   return ml_collections.ConfigDict({key: tuple(value) if isinstance(value, list) else value
                                     for key, value in values.items()})

@@ -60,7 +60,7 @@ def _columns_problem(value: str) -> str | None:
 
 
 COMMON: tuple[Field, ...] = (
-    Field("name", "classification", Choice(_registry_names("families")),
+    Field("name", "", Choice(_registry_names("families")),  # No default: every preset names its family.
           "tasks.registry name: classification, regression, tagging, span_ner, question_answering."),
     Field("dataset", "", Choice(_registry_names("datasets")),
           "tasks.tfds_builders.PRESETS name (\"\" = the files below)."),
