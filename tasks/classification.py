@@ -14,12 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import errors, hf_checkpoint
+from encoder.fields import NON_NEGATIVE, Anything, Choice
 from objectives import layers, objective
 from objectives.objective import Objective
-from encoder.fields import NON_NEGATIVE, Anything, Choice
 from tasks.family import HfHead, TaskFamily, labels_config
-from tasks.task_fields import Field
 from tasks.scoring import metrics
+from tasks.task_fields import Field
 
 POOLINGS = ("cls", "pooled", "mean")
 

@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import errors
+from encoder.fields import POSITIVE, POSITIVE_INT, Choice
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import tagging, word_shape
-from encoder.fields import POSITIVE, POSITIVE_INT, Choice
 from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions

@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder.fields import NON_NEGATIVE_INT, Check, Choice
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import alignment, word_shape
-from encoder.fields import NON_NEGATIVE_INT, Check, Choice
 from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.readers import overlaps
 from tasks.scoring import metrics, tag_schemes
