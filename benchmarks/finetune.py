@@ -105,7 +105,7 @@ def p_value(family: TaskFamily, records: Sequence[dict], ours: list, reference: 
   """Paired bootstrap p-value that ours beats the reference on `metric` (entity F1, Pearson's r, accuracy of labels /
   tags, or with metric "f1" and a positive label the positive class's F1)."""
   task = family.task
-  if metric == "f1" and task.get("positive_label") and not family.word_level:
+  if metric == "f1" and task["positive_label"] and not family.word_level:
     return bootstrap.positive_f1_bootstrap([r["label"] for r in records], [p for p, in ours], [p for p, in reference],
                                            task["positive_label"]).p_value
   if family.name == "regression":
@@ -114,7 +114,7 @@ def p_value(family: TaskFamily, records: Sequence[dict], ours: list, reference: 
     return bootstrap.squad_f1_bootstrap([[a["text"] for a in r["answers"]] for r in records], ours, reference).p_value
   if family.word_level:
     gold = tag_columns(family, records, [[] for _ in records])[0]
-    if task.get("scheme"):
+    if task["scheme"]:
       return bootstrap.entity_f1_bootstrap(gold, ours, reference, mode=task["score_mode"],
                                            scheme=task["scheme"]).p_value
     return bootstrap.accuracy_bootstrap(gold, ours, reference).p_value

@@ -18,6 +18,7 @@ import ml_collections
 
 from configs import common
 from encoder.errors import ConfigError
+from tasks import registry
 
 UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
         "SYM", "VERB", "X")  # The 17 Universal POS tags.
@@ -59,53 +60,14 @@ TASK_PRESETS: dict[str, dict] = {
 RECIPE_KEYS = ("epochs", "learning_rate", "layer_decay", "regime", "top_k", "buckets", "pack")
 
 
-def task_block(**preset) -> ml_collections.ConfigDict:
-  """The config.task block: what data, which head, how labels are encoded and scored."""
-  task = ml_collections.ConfigDict()
-  # tasks.registry name: classification, regression, tagging, span_ner, question_answering.
-  task.name = preset.get("name", "classification")
-  task.dataset = preset.get("dataset", "")  # tasks.tfds_builders.PRESETS name ("" = the files below).
-  task.format = "tsv"  # Reader of `files` when dataset is "": tsv, conll, conllu, spans or squad.
-  task.files = ""  # "train:a.tsv,validation:b.tsv,test:c.tsv" (relative to the data dir or absolute).
-  task.columns = ""  # Reader options for `files`: "text_a:sentence1,text_b:sentence2,label:label,header:true".
-  task.train_split = "train"  # Split names (tfds slicing allowed, e.g. "train[:10%]").
-  task.eval_split = "validation"  # The dev split: periodic evaluation, best checkpoint, threshold tuning.
-  task.test_split = preset.get("test_split", "test")  # Scored with the best-dev parameters ("" = none).
-  task.labels = tuple(preset.get("labels", ()))  # Labels / tags / entity types, index order (() = from train).
-  task.scheme = preset.get("scheme", "IOB2")  # Trained and scored tag scheme (IOB2, BIOES, IO, ...; "" = plain tags).
-  task.source_scheme = preset.get("source_scheme", "")  # The data's tag scheme, converted to `scheme` ("" = same).
-  task.score_mode = "conlleval"  # Entity scoring: "conlleval" (lenient chunks) or "strict".
-  task.alignment = "first"  # Subword training labels: "first" (others ignored) or "all" (every subword).
-  task.crf = preset.get("crf", False)  # Tagging: a linear-chain CRF (Viterbi decoding) instead of greedy argmax.
-  task.case_features = preset.get("case_features", 0)  # Tagging/span NER: word-shape embedding width (0 = off).
-  task.last_subword = preset.get("last_subword", False)  # Tagging: each subword also sees its word's last subword.
-  task.max_length = preset.get("max_length", 128)  # Subword tokens per example, specials included (truncation).
-  task.max_span_width = preset.get("max_span_width", 8)  # Span NER: longest candidate span L, in words.
-  task.doc_stride = 128  # QA: subwords between the starts of a context's windows (BERT's doc_stride).
-  task.max_question_length = 64  # QA: the question's subwords kept (the rest cut).
-  task.max_answer_length = 30  # QA: the longest answer decoded, in subwords.
-  task.n_best = 20  # QA: start and end candidates per window (the n highest logits of each).
-  task.unanswerable = False  # QA: SQuAD 2.0 (questions without answer; null-score threshold tuned on dev).
-  # cls/pooled/mean (classification, regression); span_ner: mean/attention.
-  task.pooling = "cls" if task.name in ("classification", "regression") else "mean"
-  task.boundary_ffn = True  # Span NER: FFN_start / FFN_end on the boundary tokens.
-  task.span_hidden = 256  # Span NER: width of the span classifier's hidden layer.
-  task.nested = preset.get("nested", False)  # Span NER: keep overlapping spans (nested data), not greedy non-overlap.
-  # Span NER: the classifier's biases start at the log frequencies of NULL and each type among the training candidate
-  # spans (so training starts at the null-rate loss; tasks/span_ner.py says why); False: zeros.
-  task.prior_bias = preset.get("prior_bias", True)
-  task.null_weight = preset.get("null_weight", 1.0)  # Span NER: loss weight of a NULL span (an entity span weighs 1).
-  task.dropout = 0.1  # Dropout on the encoder output inside the head.
-  # Classification: R-Drop's alpha (each training example twice, + alpha * symmetric KL of the two predictions; twice
-  # the encoder work per step); 0 = off.
-  task.rdrop = preset.get("rdrop", 0.0)
-  # Classification: also regress each example's score (the dataset's score column, e.g. SICK relatedness) from the
-  # same vector, adding this weight times its squared error to the loss; 0 = off.
-  task.score_weight = preset.get("score_weight", 0.0)
-  # Classification: the positive label, whose F1 is also scored, as "f1" (GLUE's MRPC/QQP F1); "" = none.
-  task.positive_label = preset.get("positive_label", "")
-  task.metric = preset.get("metric", "accuracy")  # The dev metric that picks the best checkpoint (higher is better).
-  return task
+def task_block(name: str, **preset) -> ml_collections.ConfigDict:
+  """The config.task block: what data, which head, how labels are encoded and scored. Its fields, defaults and comments
+  are declared by the task families (tasks/task_fields.py's COMMON, each family's `config_fields`), every registered
+  family's in the block whatever the chosen one (docs/design.md, "Config fields"): family `name`'s, with `preset`'s
+  values."""
+  values = registry.task_defaults(name) | preset
+  return ml_collections.ConfigDict({key: tuple(value) if isinstance(value, list) else value
+                                    for key, value in values.items()})
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -6,7 +6,9 @@ Each experiment's default config is built (configs/pretrain.py; configs/finetune
 which reads only the checkpoint's config.json; configs/demo.py's two runs) and every field is listed with its default
 and the comment of the line that assigns it: a trailing `# ...`, else the comment lines just above. A field is looked
 up in the experiment's file first, then configs/common.py, then EncoderConfig in encoder/config.py (the `model.*`
-fields), so the page cannot drift from the code; tests/configs/test_reference.py fails when docs/config.md is out of
+fields); fine-tuning's `task.*` fields in their declarations by the task families first (`tasks.registry.
+field_comments`: tasks/task_fields.py's COMMON and each family's `config_fields`), so the page cannot drift from the
+code; tests/configs/test_reference.py fails when docs/config.md is out of
 date or a field has no comment.
 """
 
@@ -22,12 +24,14 @@ import tokenize
 import ml_collections
 
 from configs import demo, finetune, pretrain, rules
+from tasks import registry
 
 REPO = Path(__file__).resolve().parents[1]
 # The local names that hold a config block in the config files, and the block's dotted prefix.
 BLOCK_NAMES = {"config": "", "opt": "optimizer.", "task": "task."}
 CLASS_BLOCKS = {"EncoderConfig": "model."}  # Dataclasses whose annotated fields are a config block.
 COMMON, MODEL = "configs/common.py", "encoder/config.py"
+TASK_FIELDS = "the task families' fields (tasks/task_fields.py)"  # A source that is the registry, not one file.
 MODULES = {"configs/pretrain.py": pretrain, "configs/finetune.py": finetune, "configs/demo.py": demo}
 SITE_PACKAGES = re.compile(r"[^\s\"']*/(?:site|dist)-packages/")
 
@@ -88,7 +92,10 @@ def comments_in(source: str) -> dict[str, str]:
 
 
 def field_comments(path: str) -> dict[str, str]:
-  """`comments_in` of a config file, by its path relative to the repository."""
+  """`comments_in` of a config file, by its path relative to the repository; for TASK_FIELDS, the comments the task
+  families declare with their `task.*` fields."""
+  if path == TASK_FIELDS:
+    return {f"task.{name}": text for name, text in registry.field_comments().items()}
   return comments_in((REPO / path).read_text(encoding="utf-8"))
 
 
@@ -127,7 +134,7 @@ def _show(value: object) -> str:
 
 EXPERIMENTS = {  # Name -> (config file, its default config, the files its comments come from).
     "pretrain": ("configs/pretrain.py", pretrain.get_config, ["configs/pretrain.py", COMMON, MODEL]),
-    "finetune": ("configs/finetune.py", finetune.get_config, ["configs/finetune.py", COMMON, MODEL]),
+    "finetune": ("configs/finetune.py", finetune.get_config, [TASK_FIELDS, "configs/finetune.py", COMMON, MODEL]),
 }
 
 

@@ -3,11 +3,10 @@
 and broken on purpose, field by field, by the config fuzz test (tests/configs/test_fuzz.py).
 
 The encoder's fields (`model.*`) are EncoderConfig's own rules (encoder/config.py); an objective with a config block
-of its own (ELECTRA's `electra.*`) states its rules beside its builder (`FIELD_RULES` in its module). Relations
+of its own (ELECTRA's `electra.*`) states its rules beside its builder (`FIELD_RULES` in its module); the task
+block's fields (`task.*`) are declared with their rules by the task families (tasks/task_fields.py). Relations
 between fields (max_length within max_positions, heads dividing the width, ...) are `configs.checks`'s.
 """
-
-from collections.abc import Callable
 
 from encoder import config as encoder_config
 from encoder import fields
@@ -16,30 +15,15 @@ from encoder.fields import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_IN
 from objectives import electra
 from objectives import masking as masking_lib
 from objectives import pipeline
-from tasks import readers
-from tasks.scoring import tag_schemes
+from tasks.task_fields import BOOL
 
 OPTIMIZERS = ("adamw", "lamb")
-BOOL = Anything("true or false")
 EVERY = Number(1, integer=True, also=(-1,))  # A period in steps, or -1 (fine-tuning: every epoch / evaluation).
 
 
-def _registry_names(kind: str) -> Callable[[], tuple[str, ...]]:
-  """The names of a registry, imported when a value is checked (the registries import the heads)."""
-  def names() -> tuple[str, ...]:
-    if kind == "objectives":
-      from objectives import registry  # pylint: disable=import-outside-toplevel
-      return tuple(registry.OBJECTIVES)
-    if kind == "families":
-      from tasks import registry  # pylint: disable=import-outside-toplevel
-      return tuple(registry.FAMILIES)
-    from tasks import tfds_builders  # pylint: disable=import-outside-toplevel
-    return ("", *tfds_builders.PRESETS)
-  return names
-
-
 def _objectives_problem(value: str) -> str | None:
-  known = _registry_names("objectives")()
+  from objectives import registry  # pylint: disable=import-outside-toplevel  (the registry imports the heads)
+  known = tuple(registry.OBJECTIVES)
   unknown = [name for name in value.split("+") if name not in known]
   return f"'+'-joined objective names of {', '.join(known)}, got unknown {unknown}" if unknown else None
 
@@ -53,30 +37,9 @@ def _comma_paths(value: str) -> str | None:
   return "comma-separated file paths" if any(not part.strip() for part in value.split(",")) else None
 
 
-def _files_problem(value: str) -> str | None:
-  items = [item.partition(":") for item in value.split(",")] if value else []
-  bad = [split + colon + path for split, colon, path in items if not (split and colon and path)]
-  return f"'split:path' items such as train:a.tsv,validation:b.tsv, got {bad[0]!r}" if bad else None
-
-
-def _columns_problem(value: str) -> str | None:
-  for item in filter(None, value.split(",")):
-    key, colon, option = item.partition(":")
-    if not (key and colon and option):
-      return f"'name:value' items such as text_a:sentence1,label:2,header:true, got {item!r}"
-    if option.lstrip("-").isdigit() and int(option) < 0:
-      return f"column indices >= 0 (0 is the first column), got {item!r}"
-  return None
-
-
 def _buckets_problem(value) -> str | None:
   ok = len(value) > 0 and all(isinstance(b, int) and b > 0 for b in value) and list(value) == sorted(set(value))
   return None if ok else "increasing positive token lengths such as (16, 32, 64)"
-
-
-def _scheme_problem(value: str) -> str | None:
-  ok = value == "" or value.upper() in tag_schemes.SCHEME_NAMES
-  return None if ok else f"a tag scheme of {', '.join(tag_schemes.SCHEME_NAMES)} or '' (plain tags)"
 
 
 def _best_metric_problem(value: str) -> str | None:
@@ -135,32 +98,16 @@ FINETUNING: dict[str, fields.Rule] = {
     "data.compile_cost": Number(0, also=(-1,)), "data.pack": BOOL,
     "data.cache_dir": Anything("any directory path ('' = the default cache)"),
     "data.prefetch": NON_NEGATIVE_INT,
-    "task.name": Choice(_registry_names("families")), "task.dataset": Choice(_registry_names("datasets")),
-    "task.format": Choice(lambda: tuple(readers.READERS)),
-    "task.files": Check(_files_problem, "'split:path' items (the files must exist)", ("train.tsv",)),
-    "task.columns": Check(_columns_problem, "'name:value' reader options", ("text_a", "label:-1")),
-    "task.train_split": Anything("a split name of the data, tfds slicing allowed (checked when read)"),
-    "task.eval_split": Anything("a split name of the data (checked when read)"),
-    "task.test_split": Anything("a split name of the data, or '' (checked when read)"),
-    "task.labels": Anything("any label names, in index order (checked against the data when read)"),
-    "task.scheme": Check(_scheme_problem, "a tag scheme name or ''", ("BIOX",)),
-    "task.source_scheme": Check(_scheme_problem, "a tag scheme name or ''", ("BIOX",)),
-    "task.score_mode": Choice(("conlleval", "strict")), "task.alignment": Choice(("first", "all")),
-    "task.crf": BOOL, "task.case_features": NON_NEGATIVE_INT, "task.last_subword": BOOL,
-    "task.max_length": Number(3, integer=True), "task.max_span_width": POSITIVE_INT,
-    "task.doc_stride": POSITIVE_INT, "task.max_question_length": POSITIVE_INT,
-    "task.max_answer_length": POSITIVE_INT, "task.n_best": POSITIVE_INT, "task.unanswerable": BOOL,
-    "task.pooling": Choice(("cls", "pooled", "mean", "attention")), "task.boundary_ffn": BOOL,
-    "task.span_hidden": POSITIVE_INT, "task.nested": BOOL, "task.prior_bias": BOOL, "task.null_weight": POSITIVE,
-    "task.dropout": PROBABILITY,
-    "task.rdrop": NON_NEGATIVE, "task.score_weight": NON_NEGATIVE,
-    "task.positive_label": Anything("a label of the task, or '' (checked against the labels when read)"),
-    "task.metric": Anything("a score of the task's family (checked with it: configs.checks)"),
 }
 
 
 def rules(finetuning: bool) -> dict[str, fields.Rule]:
-  """Every field's rule for a fine-tuning or a pretraining config."""
+  """Every field's rule for a fine-tuning or a pretraining config (the task block's: its families' declarations,
+  tasks.registry.field_rules, read when called so a family registered later is checked too)."""
   model = {f"model.{key}": rule for key, rule in encoder_config.FIELD_RULES.items()}
-  return ENGINE | OPTIMIZER | model | (FINETUNING if finetuning else PRETRAINING)
+  if not finetuning:
+    return ENGINE | OPTIMIZER | model | PRETRAINING
+  from tasks import registry  # pylint: disable=import-outside-toplevel  (the registry imports the heads)
+  task = {f"task.{key}": rule for key, rule in registry.field_rules().items()}
+  return ENGINE | OPTIMIZER | model | FINETUNING | task
 

@@ -40,7 +40,7 @@ from launch.model import EncoderWithHeads, encoder_config
 from launch.programs import outputs_program
 from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
 from tasks.family import TaskFamily
-from tasks.readers import ReaderError, numbered_lines, read_conllu, read_tsv
+from tasks.readers import UD_WORDS, ReaderError, numbered_lines, read_conllu, read_tsv
 
 FORMATS = ("text", "words", "tsv", "conll", "conllu", "jsonl")
 STDIN = "-"
@@ -67,7 +67,7 @@ def split_words(text: str, split_hyphens: bool = False) -> list[str]:
 def word_pattern(task: ml_collections.ConfigDict) -> str:
   """The regular expression (re.IGNORECASE) whose matches are the words `split_words` makes of raw text for a run
   with config.task `task` (UD-style when it trained on CoNLL-U): what an HF export's pipeline splits text with."""
-  return _WORDS[reader_options(task)["format"] == "conllu"].pattern
+  return _WORDS[reader_options(task)["format"] in UD_WORDS].pattern
 
 
 def run_config(workdir: Path, expected: str) -> ml_collections.ConfigDict:
@@ -84,6 +84,8 @@ def run_config(workdir: Path, expected: str) -> ml_collections.ConfigDict:
   if not isinstance(config.get("model"), ml_collections.ConfigDict):
     raise errors.UserError(f"{path}: expected the config.json a run wrote (with a model block), found keys "
                            f"{sorted(config.keys())[:8]}")
+  if isinstance(config.get("task"), ml_collections.ConfigDict):  # Fields added since the run: their defaults.
+    config.task = ml_collections.ConfigDict(registry.complete_task(config.task.to_dict()))
   return config
 
 
@@ -196,8 +198,8 @@ class Predictor:
 
   @property
   def split_hyphens(self) -> bool:
-    """Whether raw text is split UD-style (the run trained on CoNLL-U)."""
-    return self.reader_options["format"] == "conllu"
+    """Whether raw text is split UD-style (the run trained on a format of UD's words: CoNLL-U)."""
+    return self.reader_options["format"] in UD_WORDS
 
   def words_kept(self, words: Sequence[str]) -> int:
     """How many of `words` get a prediction: those whose first subword fits the run's task.max_length."""

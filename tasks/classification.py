@@ -14,10 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import errors, hf_checkpoint
+from encoder.fields import NON_NEGATIVE, Anything, Choice
 from objectives import layers, objective
 from objectives.objective import Objective
 from tasks.family import HfHead, TaskFamily, labels_config
 from tasks.scoring import metrics
+from tasks.task_fields import Field
 
 POOLINGS = ("cls", "pooled", "mean")
 
@@ -105,7 +107,7 @@ def rdrop_loss(alpha: float) -> Callable:
 
 def pooling_of(config: Mapping[str, Any]) -> str:
   """config's sentence pooling, checked."""
-  pooling = layers.option(config, "pooling", "cls")
+  pooling = config["pooling"]
   if pooling not in POOLINGS:
     raise errors.ConfigError(f"config.task.pooling={pooling!r}: expected one of {', '.join(map(repr, POOLINGS))} "
                              "for a sentence task")
@@ -118,15 +120,17 @@ def reads(pooling: str) -> Callable | None:
 
 
 def build(config: Mapping[str, Any]) -> Objective:
-  """Task "classification": config keys num_labels (or labels), pooling, dropout, rdrop (R-Drop's alpha; 0: off),
-  score_weight (> 0: also regress each example's score, weighted so in the loss; 0: off) and score_mean (the
-  training scores' mean, the score output's initial bias)."""
-  num_labels = layers.option(config, "num_labels", 0) or len(config["labels"])
+  """Task "classification": config keys num_labels (or labels), score_mean (the training scores' mean, the score
+  output's initial bias; `SentenceFamily.train_fields`) and Classification's fields (those missing at their
+  defaults): pooling, dropout, rdrop (R-Drop's alpha; 0: off), score_weight (> 0: also regress each example's score,
+  weighted so in the loss; 0: off)."""
+  config = Classification.complete(config)
+  num_labels = config.get("num_labels") or len(config["labels"])
   pooling = pooling_of(config)
-  weight = float(layers.option(config, "score_weight", 0.0))
-  head = ClassificationHead(num_labels, pooling=pooling, dropout=layers.option(config, "dropout", 0.1),
-                            score=weight > 0, score_bias=float(layers.option(config, "score_mean", 0.0)))
-  alpha = float(layers.option(config, "rdrop", 0.0))
+  weight = float(config["score_weight"])
+  head = ClassificationHead(num_labels, pooling=pooling, dropout=config["dropout"], score=weight > 0,
+                            score_bias=float(config.get("score_mean", 0.0)))
+  alpha = float(config["rdrop"])
   loss = rdrop_loss(alpha) if alpha > 0 else classification_loss
   return Objective(name="classification", head=head, loss=with_score(loss, weight) if weight > 0 else loss,
                    reads=reads(pooling), train_copies=2 if alpha > 0 else 1)
@@ -149,6 +153,9 @@ class SentenceFamily(TaskFamily):
   """What sentence(-pair) families share: [CLS] A [SEP] (B [SEP]) examples, one row of outputs per example, scores
   from real-valued `score` columns, `.labels` prediction files (one prediction a line)."""
   formats = ("tsv",)
+  config_fields = (Field("pooling", "cls", Choice(POOLINGS),
+                         "the sentence vector: the final [CLS] (cls), BERT's pooled [CLS] (pooled) or the tokens' mean "
+                         "(mean)."),)
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
     """score_mean (the score output's initial bias) when the task trains on scores; an error when a record has none."""
@@ -180,7 +187,7 @@ class SentenceFamily(TaskFamily):
     pooling, score = pooling_of(self.task), "score" in head_params and output != "score"
     tensors = hf_checkpoint.linear_to_hf("classifier", head_params[output])
     tensors |= hf_checkpoint.linear_to_hf("score", head_params["score"]) if score else {}
-    head = {"pooling": pooling, "dropout": layers.option(self.task, "dropout", 0.1), "score": score}
+    head = {"pooling": pooling, "dropout": self.task["dropout"], "score": score}
     native = "BertForSequenceClassification" if pooling == "pooled" and not score else None
     return HfHead("SequenceClassification", native, tensors, config, head, pooler=pooling == "pooled")
 
@@ -190,14 +197,25 @@ class Classification(SentenceFamily):
   `positive_label` by that class's F1 ("f1", GLUE's paraphrase F1)."""
   name = "classification"
   scoring = "labels"
+  config_fields = (
+      *SentenceFamily.config_fields,
+      Field("rdrop", 0.0, NON_NEGATIVE,
+            "R-Drop's alpha (each training example twice, + alpha * symmetric KL of the two predictions; twice the "
+            "encoder work per step); 0 = off."),
+      Field("score_weight", 0.0, NON_NEGATIVE,
+            "also regress each example's score (the dataset's score column, e.g. SICK relatedness) from the same "
+            "vector, adding this weight times its squared error to the loss; 0 = off."),
+      Field("positive_label", "", Anything("a label of the task, or '' (checked against the labels when read)"),
+            "the positive label, whose F1 is also scored, as \"f1\" (GLUE's MRPC/QQP F1); \"\" = none."),
+  )
 
   def uses_scores(self) -> bool:
     """Whether the task also regresses the records' scores (`score_weight`)."""
-    return bool(self.task.get("score_weight"))
+    return bool(self.task["score_weight"])
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
     """As SentenceFamily's; a positive_label that is not one of the task's labels is a ConfigError."""
-    positive = self.task.get("positive_label")
+    positive = self.task["positive_label"]
     if positive and positive not in self.task["labels"]:
       raise errors.ConfigError(f"config.task.positive_label={positive!r} is not one of the task's labels "
                                        f"{list(self.task['labels'])}")
@@ -227,13 +245,13 @@ class Classification(SentenceFamily):
     return all(r.get("label") is not None for r in records)
 
   def metric_names(self) -> tuple[str, ...]:
-    return ("accuracy", "macro_f1") + (("f1",) if self.task.get("positive_label") else ())
+    return ("accuracy", "macro_f1") + (("f1",) if self.task["positive_label"] else ())
 
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     gold = [r["label"] for r in records]
     result = metrics.label_scores(gold, list(predictions))
     scores = {"accuracy": result["accuracy"], "macro_f1": result["macro"]["f1"]}
-    if positive := self.task.get("positive_label"):
+    if positive := self.task["positive_label"]:
       scores["f1"] = float(metrics.micro_f1(metrics.positive_counts(gold, list(predictions), positive).sum(axis=0)))
     return scores
 

@@ -21,6 +21,8 @@ import numpy as np
 
 from encoder import errors, hf_checkpoint
 from objectives.objective import Objective
+from tasks import task_fields
+from tasks.task_fields import Field
 
 
 class HfHead(NamedTuple):
@@ -71,9 +73,19 @@ class TaskFamily(abc.ABC):
 
   # The record fields that one or two input texts fill (`launch.predict`: a line's tab-separated texts, a pair).
   text_fields: tuple[str, str] = ("text_a", "text_b")
+  # The config.task fields this family reads beyond task_fields.COMMON (every family's), each with its default, rule
+  # and comment: the task block, configs/rules.py and docs/config.md are built from them (tasks.registry).
+  config_fields: tuple[Field, ...] = ()
 
   def __init__(self, task: Mapping[str, Any]):
-    self.task = dict(task)
+    self.task = self.complete(task)
+
+  @classmethod
+  def complete(cls, task: Mapping[str, Any]) -> dict[str, Any]:
+    """`task` with each field the family reads that it lacks at its declared default (a family or head built from a
+    partial mapping, as tests and `build` functions do; a run's task block has them all)."""
+    return task_fields.defaults(task_fields.COMMON) | {"name": cls.name} | task_fields.defaults(cls.config_fields) \
+        | dict(task)
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
     """Labels / tags / entity types in index order, when the config names none (derived from train, sorted); default:

@@ -23,11 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import errors, hf_checkpoint
+from encoder.fields import POSITIVE_INT
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks.family import HfHead, TaskFamily
 from tasks.scoring import squad
+from tasks.task_fields import BOOL, Field
 
 OUTSIDE = -1  # char_spans of a token outside the context ([CLS], the question, [SEP], padding).
 
@@ -152,11 +154,19 @@ class QuestionAnswering(TaskFamily):
   scoring = "squad"
   formats = ("squad",)
   text_fields = ("question", "context")
+  config_fields = (
+      Field("doc_stride", 128, POSITIVE_INT, "subwords between the starts of a context's windows (BERT's doc_stride)."),
+      Field("max_question_length", 64, POSITIVE_INT, "the question's subwords kept (the rest cut)."),
+      Field("max_answer_length", 30, POSITIVE_INT, "the longest answer decoded, in subwords."),
+      Field("n_best", 20, POSITIVE_INT, "start and end candidates per window (the n highest logits of each)."),
+      Field("unanswerable", False, BOOL,
+            "SQuAD 2.0 (questions without answer; null-score threshold tuned on dev)."),
+  )
 
   def __init__(self, task: Mapping[str, Any]):
     super().__init__(task)
-    self.n_best = int(self.task.get("n_best", 20))
-    self.max_answer_length = int(self.task.get("max_answer_length", 30))
+    self.n_best = int(self.task["n_best"])
+    self.max_answer_length = int(self.task["max_answer_length"])
 
   def reads_pairs(self, reader_options: Mapping[str, Any]) -> bool:
     return True  # A question and its context.
@@ -183,8 +193,8 @@ class QuestionAnswering(TaskFamily):
     answer = record["answers"][0] if record["answers"] else None
     return encode_windows(tokenizer, record["question"], record["context"],
                           None if answer is None else (answer["start"], answer["start"] + len(answer["text"])),
-                          max_length=self.task["max_length"], doc_stride=int(self.task.get("doc_stride", 128)),
-                          max_question_length=int(self.task.get("max_question_length", 64)))
+                          max_length=self.task["max_length"], doc_stride=int(self.task["doc_stride"]),
+                          max_question_length=int(self.task["max_question_length"]))
 
   def widths(self) -> dict[str, Callable[[int], int]]:
     return {"char_spans": lambda length: length}
@@ -194,7 +204,7 @@ class QuestionAnswering(TaskFamily):
     return jnp.stack([predictions["start_logits"], predictions["end_logits"]], axis=-1)
 
   def unanswerable(self) -> bool:
-    return bool(self.task.get("unanswerable"))
+    return bool(self.task["unanswerable"])
 
   def tune(self, records: Sequence[dict], examples: Sequence[Sequence[dict]], raw: Sequence[Sequence[np.ndarray]]
            ) -> float | None:
@@ -248,8 +258,8 @@ class QuestionAnswering(TaskFamily):
   def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
     """HF's BertForQuestionAnswering: its qa_outputs is our [H, 2] layer (start logits first); the windows and the
     decoding (with the null threshold the run tuned on dev, SQuAD 2.0) are the pipeline's (launch/hf_modeling)."""
-    head = {"max_length": self.task["max_length"], "doc_stride": int(self.task.get("doc_stride", 128)),
-            "max_question_length": int(self.task.get("max_question_length", 64)), "n_best": self.n_best,
+    head = {"max_length": self.task["max_length"], "doc_stride": int(self.task["doc_stride"]),
+            "max_question_length": int(self.task["max_question_length"]), "n_best": self.n_best,
             "max_answer_length": self.max_answer_length, "unanswerable": self.unanswerable(), "threshold": threshold}
     return HfHead("QuestionAnswering", "BertForQuestionAnswering",
                   hf_checkpoint.linear_to_hf("qa_outputs", head_params["qa_outputs"]), {}, head)

@@ -11,7 +11,6 @@ from typing import Any, Mapping, Sequence
 import jax
 import numpy as np
 
-from objectives import layers
 from objectives.objective import Objective
 from tasks import classification
 from tasks.family import labels_config
@@ -25,10 +24,12 @@ def regression_loss(predictions, batch):
 
 
 def build(config: Mapping[str, Any]) -> Objective:
-  """Task "regression": config keys pooling (cls, pooled or mean), dropout and score_mean (the initial bias)."""
+  """Task "regression": config keys score_mean (the initial bias; `SentenceFamily.train_fields`) and Regression's
+  fields (those missing at their defaults): pooling (cls, pooled or mean), dropout."""
+  config = Regression.complete(config)
   pooling = classification.pooling_of(config)
-  head = classification.ClassificationHead(0, pooling=pooling, dropout=layers.option(config, "dropout", 0.1),
-                                           score=True, score_bias=float(layers.option(config, "score_mean", 0.0)))
+  head = classification.ClassificationHead(0, pooling=pooling, dropout=config["dropout"], score=True,
+                                           score_bias=float(config.get("score_mean", 0.0)))
   return Objective(name="regression", head=head, loss=regression_loss, reads=classification.reads(pooling))
 
 

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import errors
+from encoder.fields import POSITIVE, POSITIVE_INT, Choice
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
@@ -31,6 +32,7 @@ from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions
 from tasks.readers import overlaps, tagging_to_spans
+from tasks.task_fields import BOOL, Field
 
 NULL = 0  # Label index of "no entity"; entity types are 1..K.
 POOLINGS = ("mean", "attention")
@@ -135,19 +137,19 @@ def label_prior(records: Sequence[dict], num_labels: int, *, max_width: int,
 
 
 def build(config: Mapping[str, Any]) -> Objective:
-  """Task "span_ner": config keys num_labels (or labels), pooling, boundary_ffn, span_hidden, dropout,
-  case_features, null_weight, label_bias (initial classifier biases; `SpanNER.train_fields`)."""
-  num_labels = layers.option(config, "num_labels", 0) or len(config["labels"])
-  pooling = layers.option(config, "pooling", "mean")
+  """Task "span_ner": config keys num_labels (or labels), label_bias (initial classifier biases;
+  `SpanNER.train_fields`) and SpanNER's fields (those missing at their defaults): pooling, boundary_ffn, span_hidden,
+  dropout, case_features, null_weight."""
+  config = SpanNER.complete(config)
+  num_labels = config.get("num_labels") or len(config["labels"])
+  pooling = config["pooling"]
   if pooling not in POOLINGS:
     raise errors.ConfigError(f"config.task.pooling={pooling!r}: expected one of {', '.join(map(repr, POOLINGS))} "
                              "for span_ner")
-  head = SpanClassifierHead(num_labels, pooling=pooling, boundary_ffn=layers.option(config, "boundary_ffn", True),
-                            hidden=layers.option(config, "span_hidden", 256),
-                            dropout=layers.option(config, "dropout", 0.1),
-                            case_features=layers.option(config, "case_features", 0),
-                            label_bias=tuple(layers.option(config, "label_bias", ())))
-  null_weight = float(layers.option(config, "null_weight", 1.0))
+  head = SpanClassifierHead(num_labels, pooling=pooling, boundary_ffn=config["boundary_ffn"],
+                            hidden=config["span_hidden"], dropout=config["dropout"],
+                            case_features=config["case_features"], label_bias=tuple(config.get("label_bias", ())))
+  null_weight = float(config["null_weight"])
   if not null_weight > 0:
     raise errors.ConfigError(f"config.task.null_weight={null_weight}: expected a loss weight > 0 for NULL spans (1: "
                              "plain cross-entropy; 0 would leave nothing teaching the head what is not an entity)")
@@ -198,16 +200,28 @@ class SpanNER(TaskFamily):
   word_level = True
   scoring = "conll"  # Flat runs only: nested predictions have no .conll file.
   formats = ("conll", "conllu", "spans")
+  config_fields = (
+      *tagging.WORD_FIELDS,
+      Field("max_span_width", 8, POSITIVE_INT, "longest candidate span L, in words."),
+      Field("pooling", "mean", Choice(POOLINGS), "the span's tokens pooled by mean or attention."),
+      Field("boundary_ffn", True, BOOL, "FFN_start / FFN_end on the boundary tokens."),
+      Field("span_hidden", 256, POSITIVE_INT, "width of the span classifier's hidden layer."),
+      Field("nested", False, BOOL, "keep overlapping spans (nested data), not greedy non-overlap."),
+      Field("prior_bias", True, BOOL,
+            "the classifier's biases start at the log frequencies of NULL and each type among the training candidate "
+            "spans (so training starts at the null-rate loss; tasks/span_ner.py says why); False: zeros."),
+      Field("null_weight", 1.0, POSITIVE, "loss weight of a NULL span (an entity span weighs 1)."),
+  )
 
   def __init__(self, task: Mapping[str, Any]):
     super().__init__(task)
-    self.scheme = self.task.get("scheme") or "IOB2"
+    self.scheme = self.task["scheme"] or "IOB2"
 
   def gold_spans(self, record: dict) -> list[dict]:
     """The record's spans (a tagging record's tags chunked in the trained scheme)."""
     if "spans" in record:
       return record["spans"]
-    tags = tag_schemes.recode(record["tags"], self.task.get("source_scheme"), self.task.get("scheme"))
+    tags = tag_schemes.recode(record["tags"], self.task["source_scheme"], self.task["scheme"])
     return tagging_to_spans({**record, "tags": tags}, scheme=self.scheme)["spans"]
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
@@ -218,26 +232,26 @@ class SpanNER(TaskFamily):
     if not types:
       return None
     return types if data_format == "spans" else tag_schemes.tag_vocab(
-        types, self.task.get("source_scheme") or self.task.get("scheme"))
+        types, self.task["source_scheme"] or self.task["scheme"])
 
   def usable(self, records: Sequence[dict]) -> bool:
     """Flat runs refuse nested gold: greedy flat decoding could never predict it, and .conll files cannot hold it."""
-    return bool(self.task.get("nested")) or not any("spans" in r and overlaps(r["spans"]) for r in records)
+    return bool(self.task["nested"]) or not any("spans" in r and overlaps(r["spans"]) for r in records)
 
   def reader_checks(self) -> dict[str, Any]:
-    return {} if self.task.get("nested") else {"flat": True}
+    return {} if self.task["nested"] else {"flat": True}
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
     """label_bias: the classifier's initial biases, the labels' log frequencies among the training candidate spans
     (`label_prior`), when task.prior_bias."""
-    if not self.task.get("prior_bias"):
+    if not self.task["prior_bias"]:
       return {}
     index = {label: i for i, label in enumerate(self.task["labels"])}
     records = [{"words": r["words"], "spans": [(s["start"], s["end"], 1 + index[s["label"]])
                                                for s in self.gold_spans(r) if s["label"] in index]}
                for r in train_records]
-    prior = label_prior(records, len(index), max_width=self.task.get("max_span_width", 8),
-                        null_weight=self.task.get("null_weight", 1.0))
+    prior = label_prior(records, len(index), max_width=self.task["max_span_width"],
+                        null_weight=self.task["null_weight"])
     return {"label_bias": tuple(float(b) for b in prior)}
 
   def objective(self) -> Objective:
@@ -246,12 +260,12 @@ class SpanNER(TaskFamily):
   def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]) -> dict[str, np.ndarray]:
     spans = [(s["start"], s["end"], 1 + lookup(s["label"])) for s in self.gold_spans(record)]
     return encode_spans(tokenizer, record["words"], spans, max_length=self.task["max_length"],
-                        max_width=self.task.get("max_span_width", 8),
-                        case_features=bool(self.task.get("case_features")))
+                        max_width=self.task["max_span_width"],
+                        case_features=bool(self.task["case_features"]))
 
   def widths(self) -> dict[str, Callable[[int], int]]:
     """The spans of L - 2 words (between [CLS] and [SEP]) at L tokens."""
-    width = self.task.get("max_span_width", 8)
+    width = self.task["max_span_width"]
     spans = lambda length: len(enumerate_spans(max(length - 2, 1), width))
     return dict.fromkeys(("span_starts", "span_ends", "span_words", "span_labels"), spans)
 
@@ -264,15 +278,15 @@ class SpanNER(TaskFamily):
     gold = [[(int(s), int(e) + 1, int(label)) for (s, e), label in zip(ex["span_words"], ex["span_labels"])
              if label > 0] for ex in examples]
     return tune_threshold(raw, [ex["span_words"].reshape(-1, 2) for ex in examples], gold,
-                          nested=bool(self.task.get("nested")))
+                          nested=bool(self.task["nested"]))
 
   def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> list[tuple[int, int, str]]:
     return [(start, end, self.task["labels"][label - 1]) for start, end, label in
             decode_spans(raw, example["span_words"].reshape(-1, 2), threshold=threshold,
-                         nested=bool(self.task.get("nested")))]
+                         nested=bool(self.task["nested"]))]
 
   def metric_names(self) -> tuple[str, ...]:
-    return ("precision", "recall", "f1") + (() if self.task.get("nested") else ("accuracy",))
+    return ("precision", "recall", "f1") + (() if self.task["nested"] else ("accuracy",))
 
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """Exact-match span P/R/F1 (micro, and F1 per type) over each sentence's set of spans, nested or not; flat runs
@@ -282,7 +296,7 @@ class SpanNER(TaskFamily):
               {(label, start, end) for start, end, label in p}) for r, p in zip(records, predictions)]
     types, counts = metrics.span_counts(pairs)
     result = metrics.scores_from_counts(types, counts.sum(axis=0))
-    if self.task.get("nested"):
+    if self.task["nested"]:
       extra = metrics.nesting_scores(pairs)
     else:
       extra = {"accuracy": float(metrics.accuracy_from_counts(
@@ -295,13 +309,13 @@ class SpanNER(TaskFamily):
     """Gold tags (a tagging record's own, in the trained scheme) and the predicted spans as tags, per sentence (flat
     spans only)."""
     tags = lambda spans, record: tag_schemes.tags_from_spans(spans, len(record["words"]), self.scheme)
-    gold = [tag_schemes.recode(r["tags"], self.task.get("source_scheme"), self.task.get("scheme")) if "tags" in r
+    gold = [tag_schemes.recode(r["tags"], self.task["source_scheme"], self.task["scheme"]) if "tags" in r
             else tags([(s["label"], s["start"], s["end"]) for s in r["spans"]], r) for r in records]
     return gold, [tags([(label, start, end) for start, end, label in p], r) for r, p in zip(records, predictions)]
 
   def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
     """Flat runs: `.conll` (word, gold tag, predicted tag); nested spans live in the .jsonl file only."""
-    if self.task.get("nested"):
+    if self.task["nested"]:
       return {}
     gold, predicted = self.tag_columns(records, predictions)
     return {"conll": "\n".join(tagging.conll_block(r["words"], g, p)
@@ -320,7 +334,7 @@ class SpanNER(TaskFamily):
          "text": " ".join(words[start:end])} for start, end, label in prediction]}
 
   def conll(self, output: dict) -> str:
-    if self.task.get("nested"):
+    if self.task["nested"]:
       raise errors.UserError("--output conll cannot hold nested spans (the run trained with config.task.nested): "
                                    "use --output jsonl")
     spans = [(e["label"], e["start"], e["end"]) for e in output["entities"]]
@@ -333,11 +347,10 @@ class SpanNER(TaskFamily):
     tensors = linears(head_params, ["ffn_start", "ffn_end", "span_attention", "ffn", "classifier"])
     if "case_embeddings" in head_params:
       tensors["case_embeddings.weight"] = np.asarray(head_params["case_embeddings"]["embedding"])
-    option = lambda key, default: layers.option(self.task, key, default)
-    head = {"kind": "spans", "dropout": option("dropout", 0.1), "shapes": list(word_shape.SHAPES),
-            "case_features": int(option("case_features", 0) or 0),
-            "boundary_ffn": bool(option("boundary_ffn", True)), "pooling": option("pooling", "mean"),
-            "span_hidden": int(option("span_hidden", 256)), "max_span_width": int(option("max_span_width", 8)),
-            "threshold": threshold, "nested": bool(option("nested", False))}
+    task = self.task
+    head = {"kind": "spans", "dropout": task["dropout"], "shapes": list(word_shape.SHAPES),
+            "case_features": int(task["case_features"] or 0), "boundary_ffn": bool(task["boundary_ffn"]),
+            "pooling": task["pooling"], "span_hidden": int(task["span_hidden"]),
+            "max_span_width": int(task["max_span_width"]), "threshold": threshold, "nested": bool(task["nested"])}
     labels = labels_config([tag_schemes.OUTSIDE, *self.task["labels"]])
     return HfHead("TokenClassification", None, tensors, labels, head)

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder.fields import NON_NEGATIVE_INT, Check, Choice
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
@@ -22,6 +23,7 @@ from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.readers import overlaps
 from tasks.scoring import metrics, tag_schemes
 from tasks import crf as crf_lib
+from tasks.task_fields import BOOL, Field
 
 
 class TaggingHead(nn.Module):
@@ -85,12 +87,11 @@ def decode(predictions: dict[str, Any], batch: dict[str, jax.Array]) -> jax.Arra
 
 
 def build(config: Mapping[str, Any]) -> Objective:
-  """Task "tagging": config keys tags (the tag vocabulary, index order), crf, scheme (or None), dropout,
-  case_features, last_subword."""
-  head = TaggingHead(tuple(config["tags"]), use_crf=layers.option(config, "crf", False),
-                     scheme=layers.option(config, "scheme", "IOB2"), dropout=layers.option(config, "dropout", 0.1),
-                     case_features=layers.option(config, "case_features", 0),
-                     last_subword=layers.option(config, "last_subword", False))
+  """Task "tagging": config keys tags (the tag vocabulary, index order) and Tagging's fields (those missing at their
+  defaults): crf, scheme (or None), dropout, case_features, last_subword."""
+  config = Tagging.complete(config)
+  head = TaggingHead(tuple(config["tags"]), use_crf=config["crf"], scheme=config["scheme"], dropout=config["dropout"],
+                     case_features=config["case_features"], last_subword=config["last_subword"])
   return Objective(name="tagging", head=head, loss=tagging_loss)
 
 
@@ -104,36 +105,60 @@ def padded(tags: Sequence[str], num_words: int) -> list[str]:
   return list(tags) + [tag_schemes.OUTSIDE] * (num_words - len(tags))
 
 
+def _scheme_problem(value: str) -> str | None:
+  ok = value == "" or value.upper() in tag_schemes.SCHEME_NAMES
+  return None if ok else f"a tag scheme of {', '.join(tag_schemes.SCHEME_NAMES)} or '' (plain tags)"
+
+
+# The word-level fields span NER reads as well (tasks/span_ner.py).
+WORD_FIELDS = (
+    Field("scheme", "IOB2", Check(_scheme_problem, "a tag scheme name or ''", ("BIOX",)),
+          "trained and scored tag scheme (IOB2, BIOES, IO, ...; \"\" = plain tags)."),
+    Field("source_scheme", "", Check(_scheme_problem, "a tag scheme name or ''", ("BIOX",)),
+          "the data's tag scheme, converted to `scheme` (\"\" = same)."),
+    Field("case_features", 0, NON_NEGATIVE_INT, "word-shape embedding width (0 = off)."),
+)
+
+
 class Tagging(TaskFamily):
   """A tag per word (BIO/IO/BIOES entities, or plain tags such as UPOS), scored by entity P/R/F1 (or accuracy)."""
   name = "tagging"
   word_level = True
   scoring = "conll"
   formats = ("conll", "conllu", "spans")
+  config_fields = (
+      *WORD_FIELDS,
+      Field("score_mode", "conlleval", Choice(("conlleval", "strict")),
+            "entity scoring: \"conlleval\" (lenient chunks) or \"strict\"."),
+      Field("alignment", "first", Choice(("first", "all")),
+            "subword training labels: \"first\" (others ignored) or \"all\" (every subword)."),
+      Field("crf", False, BOOL, "a linear-chain CRF (Viterbi decoding) instead of greedy argmax."),
+      Field("last_subword", False, BOOL, "each subword also sees its word's last subword."),
+  )
 
   def gold_tags(self, record: dict) -> list[str]:
     """The record's tags in the trained scheme (a span record's flat spans written as tags)."""
     if "spans" in record:
       spans = [(s["label"], s["start"], s["end"]) for s in record["spans"]]
-      return tag_schemes.tags_from_spans(spans, len(record["words"]), self.task.get("scheme") or "IOB2")
-    return tag_schemes.recode(record["tags"], self.task.get("source_scheme"), self.task.get("scheme"))
+      return tag_schemes.tags_from_spans(spans, len(record["words"]), self.task["scheme"] or "IOB2")
+    return tag_schemes.recode(record["tags"], self.task["source_scheme"], self.task["scheme"])
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
     if any("spans" in r for r in train_records):
       types = sorted({s["label"] for r in train_records for s in r["spans"]})
-      return tag_schemes.tag_vocab(types, self.task.get("scheme") or "IOB2")
+      return tag_schemes.tag_vocab(types, self.task["scheme"] or "IOB2")
     tags = {t for r in train_records for t in r["tags"]}
-    if not self.task.get("scheme"):  # Plain labels (POS): every tag seen in training.
+    if not self.task["scheme"]:  # Plain labels (POS): every tag seen in training.
       return sorted(tags)
     return tag_schemes.tag_vocab(sorted({tag_schemes.split_tag(t)[1] for t in tags} - {""}), self.task["scheme"])
 
   def file_labels(self, data_format: str) -> list[str] | None:
     labels = list(self.task["labels"])
-    if not labels or not self.task.get("scheme"):
+    if not labels or not self.task["scheme"]:
       return labels or None
     types = tag_schemes.entity_types(labels)
     return types if data_format == "spans" else tag_schemes.tag_vocab(
-        types, self.task.get("source_scheme") or self.task["scheme"])
+        types, self.task["source_scheme"] or self.task["scheme"])
 
   def usable(self, records: Sequence[dict]) -> bool:
     """Span records must be flat: tags cannot hold nested or crossing spans."""
@@ -147,9 +172,9 @@ class Tagging(TaskFamily):
 
   def encode(self, tokenizer, record: dict, lookup: Callable[[str], int]) -> dict[str, np.ndarray]:
     return alignment.encode_words(tokenizer, record["words"], [lookup(t) for t in self.gold_tags(record)],
-                                  max_length=self.task["max_length"], alignment=self.task.get("alignment", "first"),
-                                  case_features=bool(self.task.get("case_features")),
-                                  last_subword=bool(self.task.get("last_subword")))
+                                  max_length=self.task["max_length"], alignment=self.task["alignment"],
+                                  case_features=bool(self.task["case_features"]),
+                                  last_subword=bool(self.task["last_subword"]))
 
   def widths(self) -> dict[str, Callable[[int], int]]:
     """At most L words fit in L tokens."""
@@ -162,13 +187,13 @@ class Tagging(TaskFamily):
     return [self.task["labels"][int(t)] for t in raw]
 
   def metric_names(self) -> tuple[str, ...]:
-    return ("precision", "recall", "f1", "accuracy") if self.task.get("scheme") else ("accuracy",)
+    return ("precision", "recall", "f1", "accuracy") if self.task["scheme"] else ("accuracy",)
 
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """Entity P/R/F1 (micro, and F1 per type) and token accuracy; plain tags: word accuracy."""
     gold = [self.gold_tags(r) for r in records]
     predicted = [padded(p, len(r["words"])) for r, p in zip(records, predictions)]
-    if not self.task.get("scheme"):
+    if not self.task["scheme"]:
       return {"accuracy": float(metrics.accuracy_from_counts(metrics.accuracy_counts(gold, predicted).sum(0)))}
     return entity_scores(self.task, gold, predicted)
 
@@ -177,7 +202,7 @@ class Tagging(TaskFamily):
                                for r, p in zip(records, predictions))}
 
   def unlabelled(self, record: dict) -> dict:
-    placeholder = tag_schemes.OUTSIDE if self.task.get("scheme") else self.task["labels"][0]  # Never read.
+    placeholder = tag_schemes.OUTSIDE if self.task["scheme"] else self.task["labels"][0]  # Never read.
     return {"words": record["words"], "tags": [placeholder] * len(record["words"])}
 
   def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
@@ -198,12 +223,12 @@ class Tagging(TaskFamily):
     if "case_embeddings" in head_params:
       tensors["case_embeddings.weight"] = np.asarray(head_params["case_embeddings"]["embedding"])
     if "crf" in head_params:
-      crf = crf_lib.LinearChainCRF(tuple(self.task["labels"]), layers.option(self.task, "scheme", "IOB2"))
+      crf = crf_lib.LinearChainCRF(tuple(self.task["labels"]), self.task["scheme"])
       constrained = crf.apply({"params": head_params["crf"]}, method=crf.constrained)
       tensors |= {f"crf.{name}": np.asarray(x) for name, x in zip(("transitions", "start", "end"), constrained)}
-    head = {"kind": "tagger", "dropout": layers.option(self.task, "dropout", 0.1), "crf": bool(self.task.get("crf")),
-            "case_features": int(self.task.get("case_features") or 0), "shapes": list(word_shape.SHAPES),
-            "last_subword": bool(self.task.get("last_subword"))}
+    head = {"kind": "tagger", "dropout": self.task["dropout"], "crf": bool(self.task["crf"]),
+            "case_features": int(self.task["case_features"] or 0), "shapes": list(word_shape.SHAPES),
+            "last_subword": bool(self.task["last_subword"])}
     native = None if head["crf"] or head["case_features"] or head["last_subword"] else "BertForTokenClassification"
     return HfHead("TokenClassification", native, tensors, labels_config(self.task["labels"]), head)
 
@@ -211,8 +236,7 @@ class Tagging(TaskFamily):
 def entity_scores(task: Mapping[str, Any], gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
                   ) -> dict[str, float]:
   """Micro entity P/R/F1, token accuracy and F1 per type of tag sequences in the task's scheme and scoring mode."""
-  result = metrics.entity_scores(gold, predicted, mode=task.get("score_mode", "conlleval"),
-                                 scheme=task.get("scheme") or "IOB2")
+  result = metrics.entity_scores(gold, predicted, mode=task["score_mode"], scheme=task["scheme"] or "IOB2")
   return ({"precision": result["micro"]["precision"], "recall": result["micro"]["recall"],
            "f1": result["micro"]["f1"], "accuracy": result["accuracy"]}
           | {f"f1_{kind}": row["f1"] for kind, row in result["per_type"].items()})

@@ -80,8 +80,9 @@ def load_run(workdir: Path) -> dict[str, Any]:
   point = _read_json(workdir / POINT_FILE) or {}
   records = files.read_json_lines(workdir / "metrics.jsonl") \
       if (workdir / "metrics.jsonl").is_file() else []
-  task = config.get("task") if isinstance(config.get("task"), dict) else None  # "" for pretraining.
-  kind = f"{task['name']} on {task.get('dataset') or 'files'}" if task else "pretraining"
+  # "" for pretraining; fields added since the run at their defaults.
+  task = registry.complete_task(config["task"]) if isinstance(config.get("task"), dict) else None
+  kind = f"{task['name']} on {task['dataset'] or 'files'}" if task else "pretraining"
   scores: dict[str, float] = {}
   if results:
     if "dev" in results or "test" in results:

@@ -112,9 +112,8 @@ def run_statistics(run: dict[str, Any], split: str) -> tuple[Any, np.ndarray, bo
   if columns is None:
     return None
   gold, pred = columns
-  found = kind.statistics(task["metric"], gold, pred, positive=task.get("positive_label") or None,
-                          mode=task.get("score_mode", "conlleval"), scheme=task.get("scheme") or None,
-                          version2=bool(task.get("unanswerable")))
+  found = kind.statistics(task["metric"], gold, pred, positive=task["positive_label"] or None,
+                          mode=task["score_mode"], scheme=task["scheme"] or None, version2=bool(task["unanswerable"]))
   return None if found is None else (gold, *found)
 
 

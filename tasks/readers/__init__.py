@@ -18,9 +18,12 @@ from tasks.readers.wic import WIC_POS, read_wic, read_wic_split, wic_files
 from tasks.readers.wordnet import WordNet, load_wordnet, parse_sense_key, read_index_sense
 
 READERS = {"conll": read_conll, "tsv": read_tsv, "conllu": read_conllu, "spans": read_spans_jsonl, "squad": read_squad}
+# The formats whose words are UD's (hyphenated words split: "Al - Zaman"), so raw text given to a run trained on them is
+# split into words the same way (`launch.predict.split_words`, an HF export's pipeline).
+UD_WORDS = ("conllu",)
 
 __all__ = [
-    "CONLL2003_COLUMNS", "CONLLU_COLUMNS", "READERS", "ReaderError", "WIC_POS", "WordNet", "load_wordnet",
+    "CONLL2003_COLUMNS", "CONLLU_COLUMNS", "READERS", "ReaderError", "UD_WORDS", "WIC_POS", "WordNet", "load_wordnet",
     "numbered_lines", "outermost_spans", "overlaps", "parse_sense_key", "read_all", "read_conll", "read_conllu",
     "read_dataset", "read_index_sense", "read_key_file", "read_raganato_xml", "read_semcor", "read_semcor_file",
     "read_spans_jsonl", "read_squad", "read_tsv", "read_wic", "read_wic_split", "spans_to_tagging", "tagging_to_spans",

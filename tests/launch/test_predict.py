@@ -5,6 +5,7 @@ naming the file and line."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ from configs import demo as demo_config
 from configs import finetune
 from encoder import errors
 from launch import predict
+from launch.experiments import report
+from tasks import registry
 from tasks.scoring import score
 from tasks.readers import read_conllu
 from tests.conftest import require_data
@@ -82,6 +85,25 @@ def test_dev_predictions_equal_the_runs_own(trained, name):
       assert all(e["score"] >= results["threshold"] - 1e-6 for e in output["entities"])
       assert all(e["text"] == " ".join(record["words"][e["start"]:e["end"]]) for e in output["entities"])
   assert any(output != outputs[0] for output in outputs[1:])  # Not one constant answer.
+
+
+def test_a_run_saved_before_its_task_fields_existed_predicts_as_it_did(trained, tmp_path):
+  """A config.json without the task fields a run left at their defaults (as one written before they existed) reads
+  back whole (the families' declared defaults fill it: tasks.registry.complete_task) and predicts the same; the
+  experiment reports read it the same way."""
+  workdir, old = trained("conll2003_spans"), tmp_path / "old_run"
+  shutil.copytree(workdir, old)
+  saved = json.loads((old / "config.json").read_text())
+  defaults = registry.task_defaults(saved["task"]["name"])
+  dropped = sorted(k for k, v in saved["task"].items() if k != "name" and v == defaults[k])
+  assert {"boundary_ffn", "max_span_width", "n_best", "null_weight", "pooling"} <= set(dropped)
+  saved["task"] = {k: v for k, v in saved["task"].items() if k not in dropped}
+  (old / "config.json").write_text(json.dumps(saved))
+  assert predict.read_config(old).task.to_dict() == predict.read_config(workdir).task.to_dict()
+  assert report.load_run(old)["task"] == report.load_run(workdir)["task"]
+  records = _inputs(_dev(workdir))
+  assert predict.Predictor.from_workdir(old).predict_records(records) == \
+      predict.Predictor.from_workdir(workdir).predict_records(records)
 
 
 def test_latest_checkpoint_and_the_moving_average(trained):

@@ -1,0 +1,86 @@
+"""The fields of `config.task`, as data: each is declared once, with its default, what it accepts and its one-line
+comment. The fields every family reads (what data, its splits and labels, the sequence length, the head's dropout,
+the dev metric) are `COMMON` here; a family declares the fields only it reads as its `TaskFamily.config_fields`.
+`tasks.registry.task_defaults` builds the task block from them (configs/finetune.py), `tasks.registry.field_rules`
+their rules (configs/rules.py), `tasks.registry.field_comments` their docs (configs/reference.py, docs/config.md).
+"""
+
+from typing import Any, Iterable, NamedTuple
+
+from encoder import fields
+from encoder.fields import PROBABILITY, Anything, Check, Choice, Number
+
+
+BOOL = Anything("true or false")
+
+
+class Field(NamedTuple):
+  """One config.task field: `--config.task.<name>=...` sets it."""
+  name: str
+  default: Any
+  rule: fields.Rule  # What it accepts (checked before a run reads data; docs/config.md's "accepts").
+  comment: str  # One line: what it means (docs/config.md's "meaning").
+
+
+def defaults(declared: Iterable[Field]) -> dict[str, Any]:
+  """{name: default} of `declared` (a later declaration of a name wins)."""
+  return {field.name: field.default for field in declared}
+
+
+def _registry_names(kind: str):
+  """The names of the families' or the datasets' registry, imported when a value is checked (they import heads)."""
+  def names() -> tuple[str, ...]:
+    if kind == "families":
+      from tasks import registry  # pylint: disable=import-outside-toplevel
+      return tuple(registry.FAMILIES)
+    from tasks import tfds_builders  # pylint: disable=import-outside-toplevel
+    return ("", *tfds_builders.PRESETS)
+  return names
+
+
+def _formats() -> tuple[str, ...]:
+  from tasks import readers  # pylint: disable=import-outside-toplevel
+  return tuple(readers.READERS)
+
+
+def _files_problem(value: str) -> str | None:
+  items = [item.partition(":") for item in value.split(",")] if value else []
+  bad = [split + colon + path for split, colon, path in items if not (split and colon and path)]
+  return f"'split:path' items such as train:a.tsv,validation:b.tsv, got {bad[0]!r}" if bad else None
+
+
+def _columns_problem(value: str) -> str | None:
+  for item in filter(None, value.split(",")):
+    key, colon, option = item.partition(":")
+    if not (key and colon and option):
+      return f"'name:value' items such as text_a:sentence1,label:2,header:true, got {item!r}"
+    if option.lstrip("-").isdigit() and int(option) < 0:
+      return f"column indices >= 0 (0 is the first column), got {item!r}"
+  return None
+
+
+COMMON: tuple[Field, ...] = (
+    Field("name", "", Choice(_registry_names("families")),  # No default: every preset names its family.
+          "tasks.registry name: classification, regression, tagging, span_ner, question_answering."),
+    Field("dataset", "", Choice(_registry_names("datasets")),
+          "tasks.tfds_builders.PRESETS name (\"\" = the files below)."),
+    Field("format", "tsv", Choice(_formats),
+          "Reader of `files` when dataset is \"\": tsv, conll, conllu, spans or squad."),
+    Field("files", "", Check(_files_problem, "'split:path' items (the files must exist)", ("train.tsv",)),
+          "\"train:a.tsv,validation:b.tsv,test:c.tsv\" (relative to the data dir or absolute)."),
+    Field("columns", "", Check(_columns_problem, "'name:value' reader options", ("text_a", "label:-1")),
+          "Reader options for `files`: \"text_a:sentence1,text_b:sentence2,label:label,header:true\"."),
+    Field("train_split", "train", Anything("a split name of the data, tfds slicing allowed (checked when read)"),
+          "Split names (tfds slicing allowed, e.g. \"train[:10%]\")."),
+    Field("eval_split", "validation", Anything("a split name of the data (checked when read)"),
+          "The dev split: periodic evaluation, best checkpoint, threshold tuning."),
+    Field("test_split", "test", Anything("a split name of the data, or '' (checked when read)"),
+          "Scored with the best-dev parameters (\"\" = none)."),
+    Field("labels", (), Anything("any label names, in index order (checked against the data when read)"),
+          "Labels / tags / entity types, index order (() = from train)."),
+    Field("max_length", 128, Number(3, integer=True),
+          "Subword tokens per example, specials included (truncation)."),
+    Field("dropout", 0.1, PROBABILITY, "Dropout on the encoder output inside the head."),
+    Field("metric", "accuracy", Anything("a score of the task's family (checked with it: configs.checks)"),
+          "The dev metric that picks the best checkpoint (higher is better)."),
+)
