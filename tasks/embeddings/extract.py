@@ -31,6 +31,7 @@ from encoder import errors, init_from
 from encoder.config import DTYPES, EncoderConfig
 from encoder.model import Encoder
 from encoder.tokenizer import Tokenizer
+from objectives import hf_heads
 from tasks import batching
 from tasks.batching import pack_rows  # Best fit decreasing, shared with packed fine-tuning.
 from tasks.embeddings.layers import LayerSpec, parse_layers, select_from_states
@@ -173,7 +174,8 @@ class Embedder:
   @classmethod
   def from_init(cls, init: str, **options) -> "Embedder":
     """An Embedder on a checkpoint: "hf:all-MiniLM-L6-v2", "hf:/path/to/hf/dir" or "run:/path/to/workdir"."""
-    cfg, tokenizer, params = init_from.load(init)
+    # A pretraining checkpoint's heads are read (so that nothing else hides among them), then left unused.
+    cfg, tokenizer, params = init_from.load(init, hf_heads.read_heads)
     return cls(cfg, params["encoder"], tokenizer, **options)
 
   @property
