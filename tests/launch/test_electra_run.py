@@ -8,11 +8,10 @@ import pytest
 
 from benchmarks import determinism, electra_rtd
 from configs import finetune
-from objectives import hf_heads
 from encoder.config import PLATFORM_FIELDS, from_fields
 from encoder.model import Encoder
 from launch import export, predict, train
-from objectives import electra
+from objectives import electra, hf_heads
 from tests.conftest import require_data, require_package
 
 torch = pytest.importorskip("torch")
