@@ -15,3 +15,10 @@ from encoder.hf.files import (CheckpointError, CorruptCheckpointError, MissingCo
                               PickledCheckpointError, ShapeMismatchError, UnexpectedTensorError,
                               UnsupportedArchitectureError)
 from encoder.hf.tensors import linear_to_hf
+
+__all__ = [
+    "CheckpointError", "CorruptCheckpointError", "GENERATOR_DIRECTORY", "HeadReader", "Heads", "MissingConfigError",
+    "MissingTensorError", "PickledCheckpointError", "REMOTE_MODEL_TYPES", "ShapeMismatchError", "UnexpectedTensorError",
+    "UnsupportedArchitectureError", "checked_config", "config_from_hf", "config_to_hf", "hf_layout", "hf_state",
+    "linear_to_hf", "load_hf_checkpoint", "save_hf_checkpoint",
+]

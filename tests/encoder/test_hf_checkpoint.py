@@ -18,8 +18,7 @@ import safetensors.numpy
 import torch
 import transformers
 
-from encoder import hf
-from encoder import pretrained
+from encoder import hf, pretrained
 from encoder.model import Encoder
 from objectives import hf_heads
 from tests.conftest import missing

@@ -20,11 +20,9 @@ import numpy as np
 import optax
 import pytest
 
-from encoder import hf
-from objectives import hf_heads
 from launch import steps
 from launch.model import EncoderWithHeads
-from objectives import registry
+from objectives import hf_heads, registry
 from tasks import classification, question_answering, tagging
 from tests.conftest import require_package
 from tests.tolerances import assert_as_accurate

@@ -16,9 +16,8 @@ import torch
 import transformers
 
 from encoder import hf
-from objectives import hf_heads
 from launch.model import EncoderWithHeads
-from objectives import electra
+from objectives import electra, hf_heads
 
 # A discriminator with factorized embeddings (E=16 < H=32), its generator 1/4 as wide (ELECTRA's default size).
 DISCRIMINATOR = dict(vocab_size=60, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
