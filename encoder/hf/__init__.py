@@ -8,7 +8,8 @@ objective's `hf` layout), a task family its fine-tuned head (`TaskFamily.hf_head
 """
 
 # The entry points, so that callers write `from encoder import hf` and `hf.load_hf_checkpoint(...)`.
-from encoder.hf.checkpoint import Heads, HeadReader, hf_state, load_hf_checkpoint, save_hf_checkpoint
+from encoder.hf.checkpoint import (Heads, HeadReader, hf_state, load_hf_checkpoint, save_hf_checkpoint,
+                                   without_heads)
 from encoder.hf.config import REMOTE_MODEL_TYPES, checked_config, config_from_hf, config_to_hf, hf_layout
 from encoder.hf.electra import GENERATOR_DIRECTORY
 from encoder.hf.files import (CheckpointError, CorruptCheckpointError, MissingConfigError, MissingTensorError,
@@ -20,5 +21,5 @@ __all__ = [
     "CheckpointError", "CorruptCheckpointError", "GENERATOR_DIRECTORY", "HeadReader", "Heads", "MissingConfigError",
     "MissingTensorError", "PickledCheckpointError", "REMOTE_MODEL_TYPES", "ShapeMismatchError", "UnexpectedTensorError",
     "UnsupportedArchitectureError", "checked_config", "config_from_hf", "config_to_hf", "hf_layout", "hf_state",
-    "linear_to_hf", "load_hf_checkpoint", "save_hf_checkpoint",
+    "linear_to_hf", "load_hf_checkpoint", "save_hf_checkpoint", "without_heads",
 ]

@@ -47,14 +47,17 @@ def load_hf_checkpoint(directory: str | os.PathLike, init_missing_pooler: bool =
   weights = hf_files.weight_files(directory)
   found = Found(*hf_files.read_tensors(weights), hf_files.source_of(directory, weights), cfg, layout)
   params = _take_encoder(found, init_missing_pooler or task)
-  trees = {}
-  if task:  # The task head (what is left outside the encoder's modules) and any prediction head are not imported.
-    found.tensors = {name: array for name, array in found.tensors.items()
-                     if name.split(".")[0] in config.ENCODER_ROOTS}
-  elif heads is not None:
-    trees = heads(found, directory, params)
+  # A task class's head (what is left outside the encoder's modules) and any prediction head are not imported.
+  trees = (without_heads if task else heads or (lambda *_: {}))(found, directory, params)
   found.refuse_rest()
   return cfg, params, trees
+
+
+def without_heads(found: Found, directory: Path, params: dict) -> dict:
+  """The HeadReader of a caller that uses the encoder alone (a task class's import, the embedder): every tensor
+  outside the encoder's modules is dropped unread; a stray one inside them is still refused."""
+  found.tensors = {name: array for name, array in found.tensors.items() if name.split(".")[0] in config.ENCODER_ROOTS}
+  return {}
 
 
 def _take_encoder(found: Found, init_missing_pooler: bool) -> dict:

@@ -27,11 +27,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import errors, init_from
+from encoder import errors, hf, init_from
 from encoder.config import DTYPES, EncoderConfig
 from encoder.model import Encoder
 from encoder.tokenizer import Tokenizer
-from objectives import hf_heads
 from tasks import batching
 from tasks.batching import pack_rows  # Best fit decreasing, shared with packed fine-tuning.
 from tasks.embeddings.layers import LayerSpec, parse_layers, select_from_states
@@ -174,8 +173,7 @@ class Embedder:
   @classmethod
   def from_init(cls, init: str, **options) -> "Embedder":
     """An Embedder on a checkpoint: "hf:all-MiniLM-L6-v2", "hf:/path/to/hf/dir" or "run:/path/to/workdir"."""
-    # A pretraining checkpoint's heads are read (so that nothing else hides among them), then left unused.
-    cfg, tokenizer, params = init_from.load(init, hf_heads.read_heads)
+    cfg, tokenizer, params = init_from.load(init, hf.without_heads)  # A pretraining checkpoint's heads are unused.
     return cls(cfg, params["encoder"], tokenizer, **options)
 
   @property
