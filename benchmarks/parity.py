@@ -32,7 +32,8 @@ from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegac
 
 from configs import paths
 from encoder import Encoder
-from encoder.hf_checkpoint import GENERATOR_DIRECTORY, load_hf_checkpoint, save_hf_checkpoint
+from encoder.hf import GENERATOR_DIRECTORY
+from objectives.hf_heads import load_hf_checkpoint, save_hf_checkpoint
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from encoder import errors

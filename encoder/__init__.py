@@ -1,7 +1,7 @@
 """The bidirectional transformer encoder, its size presets, tokenizers and HuggingFace checkpoint I/O."""
 
 from encoder.config import ARCHITECTURES, PRESETS, EncoderConfig, preset
-from encoder.hf_checkpoint import CheckpointError, load_hf_checkpoint, save_hf_checkpoint
+from encoder.hf import CheckpointError, load_hf_checkpoint, save_hf_checkpoint
 from encoder.model import Encoder, EncoderOutput
 from encoder.pretrained import minilm_path, pretrained_path
 from encoder.tokenizer import Encoding, Tokenizer, load_tokenizer, train_sentencepiece, train_wordpiece

@@ -12,7 +12,7 @@ import dataclasses
 import pathlib
 from typing import Any
 
-from encoder import files, hf_checkpoint, pretrained
+from encoder import files, hf, pretrained
 from encoder.config import AUTO, PLATFORM_FIELDS, EncoderConfig, from_fields
 from encoder.errors import ConfigError, UserError
 from encoder.files import Path
@@ -44,7 +44,7 @@ def model_fields(init: str) -> tuple[dict[str, Any], str]:
   kind, where = parse(init)
   if kind == "hf":
     directory = _hf_directory(init, where)
-    cfg = hf_checkpoint.checked_config(directory)  # A CheckpointError naming the file, before any data is read.
+    cfg = hf.checked_config(directory)  # A CheckpointError naming the file, before any data is read.
     return dataclasses.asdict(cfg) | {"dtype": "float32", "param_dtype": "float32", "activation_dtype": "float32",
                                       **dict.fromkeys(PLATFORM_FIELDS, AUTO)}, str(directory)
   saved = files.reachable(where) / "config.json"
@@ -58,12 +58,13 @@ def model_fields(init: str) -> tuple[dict[str, Any], str]:
                       f"data.tokenizer; {type(err).__name__}: {err})") from None
 
 
-def parameters(init: str) -> dict[str, Any]:
-  """{"encoder": tree, and the other top-level trees the checkpoint has}: an HF checkpoint's pretraining heads
-  ("mlm", "nsp"), or every head of a run's newest checkpoint (the caller picks the ones it wants)."""
+def parameters(init: str, heads: hf.HeadReader | None = None) -> dict[str, Any]:
+  """{"encoder": tree, and the other top-level trees the checkpoint has}: an HF checkpoint's pretraining heads as
+  `heads` reads them (objectives.hf_heads.read_heads; None: a checkpoint with heads is refused), or every head of a
+  run's newest checkpoint (the caller picks the ones it wants)."""
   kind, where = parse(init)
   if kind == "hf":
-    _, params, heads = hf_checkpoint.load_hf_checkpoint(_hf_directory(init, where))
+    _, params, heads = hf.load_hf_checkpoint(_hf_directory(init, where), heads=heads)
     return {"encoder": params, **heads}
   step, params = run_params(where)
   if "encoder" not in params:
@@ -72,11 +73,11 @@ def parameters(init: str) -> dict[str, Any]:
   return params
 
 
-def load(init: str) -> tuple[EncoderConfig, Tokenizer, dict[str, Any]]:
+def load(init: str, heads: hf.HeadReader | None = None) -> tuple[EncoderConfig, Tokenizer, dict[str, Any]]:
   """(EncoderConfig, tokenizer, `parameters`) of the checkpoint named by `init`: a model ready to apply."""
   fields, tokenizer_name = model_fields(init)
   tokenizer = load_tokenizer(tokenizer_name)
-  return from_fields(fields, tokenizer.vocab_size), tokenizer, parameters(init)
+  return from_fields(fields, tokenizer.vocab_size), tokenizer, parameters(init, heads)
 
 
 def run_params(workdir: str | Path, step: int | None = None, *, evaluation: bool = False) -> tuple[int, Any]:

@@ -36,11 +36,12 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import safetensors.numpy
 
-from encoder import errors, hf_checkpoint
+from encoder import errors, hf
 from encoder.files import atomic_path
 from encoder.tokenizer import load_tokenizer, tokenizer_files
 from launch import hf_modeling, model_card, predict, workload
 from launch.model import encoder_config
+from objectives import hf_heads
 from tasks import finetune_data, registry
 
 BESIDE_WEIGHTS = "head.safetensors"  # Head parameters no class holds: {"<objective>/<path>": array}.
@@ -75,7 +76,7 @@ class Plan(NamedTuple):
   auto_class: str  # The transformers Auto class that loads it.
   code: tuple[str, ...]  # The files of launch/hf_modeling the export holds (a remote class's; a remote pipeline's).
   heads: dict[str, Any]  # Pretraining heads the class holds.
-  task_head: hf_checkpoint.TaskHead | None  # A fine-tuned head.
+  task_head: hf.Heads | None  # A fine-tuned head.
   config_fields: dict[str, Any]  # config.json fields of remote code (model_type, auto_map, ...).
   beside: dict[str, Any]  # Head parameters no class holds, saved beside.
   note: str  # Why `beside` is not loaded ("" when nothing is beside).
@@ -114,19 +115,18 @@ def remote_fields(layout: str, architecture: str, auto_classes: dict[str, str], 
   classes = {"AutoConfig": f"configuration_encoderlab.Encoderlab{base}Config",
              "AutoModel": f"modeling_encoderlab.Encoderlab{base}Model"}
   classes |= {auto: f"modeling_encoderlab.{name}" for auto, name in auto_classes.items()}
-  model_type = next(k for k, v in hf_checkpoint.REMOTE_MODEL_TYPES.items() if v == layout)
+  model_type = next(k for k, v in hf.REMOTE_MODEL_TYPES.items() if v == layout)
   return {"architectures": [architecture], "model_type": model_type, "auto_map": classes, "encoderlab_head": head}
 
 
 def pretraining_plan(params: dict[str, Any], cfg) -> Plan:
   """A pretraining run's classes: the heads HF's classes hold (on ModernBERT, launch/hf_modeling's when its MLM head
   has biases HF's lacks, or with NSP, which needs BERT's pooler), the others beside."""
-  layout = hf_checkpoint.hf_layout(cfg)
-  electra = "electra" in params
-  if layout == "modernbert":
-    holds = ("mlm", "nsp") if "mlm" in params and "nsp" in params else ("mlm",)
-  else:
-    holds = ("electra",) if electra else hf_checkpoint.PRETRAINING_HEADS
+  names = [name for name in params if name != "encoder"]
+  layout = hf_heads.layout_of(cfg, names)
+  holds = hf_heads.held(names, layout)
+  if layout == "modernbert" and "mlm" in holds and "nsp" in params:
+    holds += ("nsp",)  # launch/hf_modeling's EncoderlabModernBertForPreTraining holds both (and BERT's pooler).
   heads = {name: tree for name, tree in params.items() if name in holds}
   beside = {name: tree for name, tree in params.items() if name not in heads and name != "encoder"}
   note = (f"pretraining head(s) {sorted(beside)} (e.g. SpanBERT's span boundary objective) have no place in HF's "
@@ -134,13 +134,14 @@ def pretraining_plan(params: dict[str, Any], cfg) -> Plan:
           "and NSP)") if beside else ""
   if layout == "modernbert" and "nsp" in beside:
     beside["pooler"] = params["encoder"]["pooler"]  # What the NSP head reads.
-  if layout == "modernbert" and heads and ("nsp" in heads or not hf_checkpoint.holds_mlm(cfg, heads)):
+  native = hf_heads.held(heads, layout) == tuple(sorted(heads)) and hf_heads.exact(cfg, layout, heads)
+  if layout == "modernbert" and heads and not native:  # No HF class holds the heads (exactly): a remote one.
     architecture = f"EncoderlabModernBertFor{'PreTraining' if 'nsp' in heads else 'MaskedLM'}"
     auto = "AutoModelForPreTraining" if "nsp" in heads else "AutoModelForMaskedLM"
     classes = {auto: architecture, "AutoModelForMaskedLM": "EncoderlabModernBertForMaskedLM"}
     fields = remote_fields(layout, architecture, classes, {"objectives": sorted(heads)})
     return Plan(architecture, auto, MODEL_CODE, heads, None, fields, beside, note)
-  architecture = hf_checkpoint.architecture_of(heads, layout, electra)
+  architecture = hf_heads.architecture_of(heads, layout)
   auto = ("AutoModelForPreTraining" if architecture.endswith("ForPreTraining") else
           "AutoModelForMaskedLM" if architecture.endswith("ForMaskedLM") else "AutoModel")
   return Plan(architecture, auto, (), heads, None, {}, beside, note)
@@ -154,7 +155,7 @@ def finetuned_plan(config, params: dict[str, Any], layout: str, results: dict[st
   name = family.objective().name
   head = family.hf_head(params[name], results.get("threshold"))
   if head.task is None:
-    architecture = hf_checkpoint.architecture_of((), layout)
+    architecture = hf_heads.architecture_of((), layout)
     return Plan(architecture, "AutoModel", (), {}, None, {}, {name: head.beside}, head.note, family.task)
   native = head.native if layout == "bert" else None
   fields = head.head | ({"word_pattern": predict.word_pattern(config.task), "max_length": config.task.max_length}
@@ -165,10 +166,10 @@ def finetuned_plan(config, params: dict[str, Any], layout: str, results: dict[st
   auto = AUTO_CLASSES[head.task]
   if native:
     head_config = head.config | ({"encoderlab_head": fields} | pipeline if pipelines else {})
-    task_head = hf_checkpoint.TaskHead(native, head.tensors, head_config, head.pooler)
+    task_head = hf.Heads(native, head.tensors, head_config, head.pooler)
     return Plan(native, auto, code, {}, task_head, {}, {}, "", family.task)
   architecture = f"Encoderlab{'ModernBert' if layout == 'modernbert' else 'Bert'}For{head.task}"
-  task_head = hf_checkpoint.TaskHead(architecture, head.tensors, head.config, head.pooler)
+  task_head = hf.Heads(architecture, head.tensors, head.config, head.pooler)
   config_fields = remote_fields(layout, architecture, {auto: architecture}, fields) | pipeline
   return Plan(architecture, auto, code, {}, task_head, config_fields, {}, "", family.task)
 
@@ -201,7 +202,7 @@ def export(workdir: str | Path, out: str | Path, checkpoint: str = "best") -> tu
   config = predict.run_config(workdir, _EXPECTED_RUN)
   step, params = predict.restore_params(workdir, config, checkpoint)
   cfg = encoder_config(config.model, load_tokenizer(config.data.tokenizer).vocab_size)
-  layout, results = hf_checkpoint.hf_layout(cfg), predict.read_results(workdir)
+  layout, results = hf.hf_layout(cfg), predict.read_results(workdir)
   finetuned = workload.is_finetuning(config)
   plan = finetuned_plan(config, params, layout, results) if finetuned else pretraining_plan(params, cfg)
   tokenizer = tokenizer_files(config.data.tokenizer)
@@ -212,8 +213,12 @@ def export(workdir: str | Path, out: str | Path, checkpoint: str = "best") -> tu
       fields.get("encoderlab_head") or {}, len(fields.get("id2label", ())) == 1, plan.task, checkpoint, step, plan.note,
       sorted(flat(plan.beside))))
   files = code | tokenizer_config(tokenizer, config.task.max_length if finetuned else None) | {CARD: card}
-  hf_checkpoint.save_hf_checkpoint(out, cfg, params["encoder"], plan.heads, tokenizer, task_head=plan.task_head,
-                                   config_fields=plan.config_fields, files=files)
+  if plan.task_head is not None:
+    hf.save_hf_checkpoint(out, cfg, params["encoder"], plan.task_head, tokenizer, config_fields=plan.config_fields,
+                          files=files)
+  else:
+    hf_heads.save_hf_checkpoint(out, cfg, params["encoder"], plan.heads, tokenizer, config_fields=plan.config_fields,
+                                files=files)
   if plan.beside:
     write_beside(out, plan.beside, plan.note, plan.task)
   return plan.architecture, plan.note

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 
 from encoder import errors, init_from
-from objectives import registry
+from objectives import hf_heads, registry
 
 
 def pretrained_params(init: str) -> dict | None:
@@ -14,7 +14,8 @@ def pretrained_params(init: str) -> dict | None:
   random init (""). A fine-tuned run's task head is never taken (a new task starts its head from scratch)."""
   if not init:
     return None
-  return {name: jax.tree.map(np.asarray, tree) for name, tree in init_from.parameters(init).items()
+  loaded = init_from.parameters(init, hf_heads.read_heads)
+  return {name: jax.tree.map(np.asarray, tree) for name, tree in loaded.items()
           if name == "encoder" or name in registry.OBJECTIVES}
 
 

@@ -12,6 +12,7 @@ without embeddings), generator/head (an MLM head as objectives/mlm.py's: Electra
 decoder's bias), discriminator/{dense, dense_prediction} (ElectraDiscriminatorPredictions).
 """
 
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import flax.linen as nn
@@ -20,9 +21,12 @@ import jax.numpy as jnp
 
 from encoder import fields
 from encoder.config import EncoderConfig
+from encoder.hf import checkpoint, electra as hf_electra
+from encoder.hf.files import MissingTensorError
+from encoder.hf.tensors import Found, Tensor, dense, state
 from encoder.model import Encoder, hash_uniform, per_token
 from objectives import layers, mlm
-from objectives.objective import Objective
+from objectives.objective import HfHead, Objective
 
 GENERATOR_LOGITS = "electra_generator_logits"  # Batch key replace_inputs adds: generator logits [batch, P, vocab].
 
@@ -167,4 +171,51 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
                      approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh")
   return Objective(name="electra", head=head, loss=electra_loss(rtd_weight),
                    terms={"generator_mlm": 1.0, "rtd": rtd_weight}, replaces_inputs=True,
-                   encoders=lambda cfg: (generator_config(cfg, size, depth),))
+                   encoders=lambda cfg: (generator_config(cfg, size, depth),), hf=HF)
+
+
+def hf_tensors(cfg: EncoderConfig) -> list[Tensor]:
+  """The discriminator's head as ElectraForPreTraining's discriminator_predictions (dense, dense_prediction)."""
+  H = cfg.hidden_size
+  return (dense(("electra", "discriminator", "dense"), "discriminator_predictions.dense", H, H)
+          + dense(("electra", "discriminator", "dense_prediction"), "discriminator_predictions.dense_prediction", H, 1))
+
+
+def read_hf(found: Found, directory: Path, params: dict) -> dict | None:
+  """The head's tree from an ElectraForPreTraining's tensors (None without one), with the generator of its
+  `generator/` subdirectory (an ElectraForMaskedLM sharing the discriminator's embeddings) when there is one."""
+  if found.layout != "electra" or not found.holds(tensors := hf_tensors(found.cfg)):
+    return None
+  tree = found.take(tensors)["electra"]
+  where = Path(directory) / hf_electra.GENERATOR_DIRECTORY
+  if where.is_dir():
+    read_mlm = lambda f, d, p: {"mlm": head} if (head := mlm.read_hf(f, d, p)) is not None else {}
+    _, generator, heads = checkpoint.load_hf_checkpoint(where, heads=read_mlm)
+    if "mlm" not in heads:
+      raise MissingTensorError(f"{where}: the ELECTRA generator has no generator_predictions / generator_lm_head "
+                               "(expected an ElectraForMaskedLM checkpoint)")
+    hf_electra.check_shared_embeddings(where, params["embeddings"], generator["embeddings"])
+    tree["generator"] = {"encoder": {k: v for k, v in generator.items() if k != "embeddings"}, "head": heads["mlm"]}
+  return tree
+
+
+def write_hf(cfg: EncoderConfig, layout: str, heads: Mapping, remote: bool = False):
+  """(HF tensors, no config.json fields) of the discriminator's head; None outside ELECTRA's layout."""
+  return (state(hf_tensors(cfg), heads, "heads"), {}) if layout == "electra" else None
+
+
+def write_generator(directory: Path, cfg: EncoderConfig, params: Mapping, tree: Mapping, tokenizer_files) -> None:
+  """The head's generator (if any) as an ElectraForMaskedLM in directory/generator, its embeddings the
+  discriminator's (`params`)."""
+  if tree.get("generator") is None:
+    return
+  generator = tree["generator"]
+  generator_cfg = hf_electra.generator_config(cfg, generator["encoder"])
+  tensors, fields_ = mlm.write_hf(generator_cfg, "electra", {"mlm": generator["head"]})
+  heads = checkpoint.Heads(mlm.HF.classes[("electra", ("mlm",))], tensors, fields_, pooler=False)
+  checkpoint.save_hf_checkpoint(Path(directory) / hf_electra.GENERATOR_DIRECTORY, generator_cfg,
+                                {"embeddings": params["embeddings"], **generator["encoder"]}, heads, tokenizer_files)
+
+
+HF = HfHead(read_hf, write_hf, {("electra", ("electra",)): "ElectraForPreTraining"}, layout="electra",
+            beside=write_generator)

@@ -11,8 +11,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoder.config import EncoderConfig
+from encoder.hf.tensors import Found, Tensor, dense, state
 from objectives import layers, objective
-from objectives.objective import Objective
+from objectives.objective import HfHead, Objective
 
 
 class NextSentenceHead(nn.Module):
@@ -41,4 +43,29 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
   """Objective "nsp" from a config block (optional keys: use_pooler, initializer_range)."""
   head = NextSentenceHead(use_pooler=layers.option(config, "use_pooler", True),
                           initializer_range=layers.option(config, "initializer_range", 0.02))
-  return Objective(name="nsp", head=head, loss=nsp_loss, reads=objective.cls_only)
+  return Objective(name="nsp", head=head, loss=nsp_loss, reads=objective.cls_only, hf=HF)
+
+
+# Where HF's classes keep the head: BertForPreTraining's cls.seq_relationship; an encoderlab ModernBERT export's
+# seq_relationship (launch/hf_modeling: HF's ModernBERT classes have no NSP head); ELECTRA has none.
+_NAMES = {"bert": "cls.seq_relationship", "modernbert": "seq_relationship"}
+
+
+def hf_tensors(cfg: EncoderConfig, layout: str) -> list[Tensor]:
+  """The head's kernel and bias as the nn.Linear(hidden, 2) of `layout` (none in ELECTRA's)."""
+  return dense(("nsp",), _NAMES[layout], cfg.hidden_size, 2) if layout in _NAMES else []
+
+
+def read_hf(found: Found, directory=None, params=None) -> dict | None:
+  """The head's tree from a checkpoint's tensors, or None without one."""
+  tensors = hf_tensors(found.cfg, found.layout)
+  return found.take(tensors)["nsp"] if tensors and found.holds(tensors) else None
+
+
+def write_hf(cfg: EncoderConfig, layout: str, heads: Mapping, remote: bool = False):
+  """(HF tensors, no config.json fields) of heads["nsp"]; None in a layout without a place for it."""
+  tensors = hf_tensors(cfg, layout)
+  return (state(tensors, heads, "heads"), {}) if tensors else None
+
+
+HF = HfHead(read_hf, write_hf, {("bert", ("nsp",)): "BertForNextSentencePrediction"}, pooler=True)

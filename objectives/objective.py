@@ -4,16 +4,38 @@ An objective is a head (a linen module applied to the encoder's output and the b
 predictions. Metrics are (sum, count) pairs so they aggregate exactly across devices, steps and hosts.
 """
 
+from pathlib import Path
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from encoder.config import EncoderConfig
+from encoder.hf.tensors import Found
 
 # {"accuracy": (sum of correct, count), ...}: averaged as sum(sums) / sum(counts) by the engine.
 Metrics = dict[str, tuple[jax.Array, jax.Array]]
+
+
+class HfHead(NamedTuple):
+  """An objective's head as HuggingFace's classes hold it (import and export; objectives.hf_heads composes the
+  registered objectives' into a checkpoint's heads). Layouts are encoder.hf's: "bert", "electra", "modernbert"."""
+  # (tensors left after the encoder's, in found.layout's names; the directory; the encoder's params) -> the head's
+  # tree ({name: ...}'s value) popped from `found`, or None when the checkpoint has no such head.
+  read: Callable[[Found, Path, dict], Any]
+  # (cfg, layout, {name: tree}, remote: for launch/hf_modeling's classes) -> ({HF name: array} without the encoder's
+  # prefix, config.json fields), or None when `layout` has no place for the head.
+  write: Callable[[EncoderConfig, str, Mapping, bool], tuple[dict[str, np.ndarray], dict[str, Any]] | None]
+  # {(layout, names of the heads it holds, sorted): HF class}, e.g. {("bert", ("mlm", "nsp")): "BertForPreTraining"}.
+  classes: Mapping[tuple[str, tuple[str, ...]], str]
+  pooler: bool = False  # Whether the head reads BERT's pooler (a class holding it then holds the pooler).
+  layout: str | None = None  # The layout its class puts the encoder in (ELECTRA's discriminator: "electra").
+  # (cfg, layout, tree) -> whether HF's own class holds the tree exactly (else launch.export uses a remote class).
+  exact: Callable[[EncoderConfig, str, Mapping], bool] | None = None
+  # (directory, cfg, encoder params, tree, tokenizer files) -> None: what the head writes beside (ELECTRA's generator).
+  beside: Callable[..., None] | None = None
 
 
 class Objective(NamedTuple):
@@ -36,6 +58,7 @@ class Objective(NamedTuple):
     batch, and the encoder and every head read the batch it returns.
   encoders: encoder config -> the configs of further encoders the head runs over every token of every row (ELECTRA's
     generator), counted in the step's FLOPs (encoder.flops.step_flops); None: none.
+  hf: the head's HuggingFace layout (`HfHead`); None: no HF class holds it (launch.export saves it beside).
   """
   name: str
   head: nn.Module
@@ -45,6 +68,7 @@ class Objective(NamedTuple):
   terms: Mapping[str, float] | None = None
   replaces_inputs: bool = False
   encoders: Callable[[EncoderConfig], tuple[EncoderConfig, ...]] | None = None
+  hf: HfHead | None = None
 
 
 def loss_terms(objective: Objective) -> dict[str, float]:

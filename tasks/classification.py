@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import errors, hf_checkpoint
+from encoder import errors, hf
 from encoder.fields import NON_NEGATIVE, Anything, Choice
 from objectives import layers, objective
 from objectives.objective import Objective
@@ -185,8 +185,8 @@ class SentenceFamily(TaskFamily):
     the tokens as trained (a tanh pooler cannot pass a vector through) and gives the score beside the logits."""
     output, config = self.hf_output()
     pooling, score = pooling_of(self.task), "score" in head_params and output != "score"
-    tensors = hf_checkpoint.linear_to_hf("classifier", head_params[output])
-    tensors |= hf_checkpoint.linear_to_hf("score", head_params["score"]) if score else {}
+    tensors = hf.linear_to_hf("classifier", head_params[output])
+    tensors |= hf.linear_to_hf("score", head_params["score"]) if score else {}
     head = {"pooling": pooling, "dropout": self.task["dropout"], "score": score}
     native = "BertForSequenceClassification" if pooling == "pooled" and not score else None
     return HfHead("SequenceClassification", native, tensors, config, head, pooler=pooling == "pooled")

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from encoder import errors, hf_checkpoint
+from encoder import errors, hf
 from objectives.objective import Objective
 from tasks import task_fields
 from tasks.task_fields import Field
@@ -55,7 +55,7 @@ def linears(head_params: Mapping[str, Any], names: Sequence[str]) -> dict[str, n
   tensors = {}
   for name in names:
     if name in head_params:
-      tensors |= hf_checkpoint.linear_to_hf(name, head_params[name])
+      tensors |= hf.linear_to_hf(name, head_params[name])
   return tensors
 
 

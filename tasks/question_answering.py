@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import errors, hf_checkpoint
+from encoder import errors, hf
 from encoder.fields import POSITIVE_INT
 from encoder.model import per_token
 from objectives import layers
@@ -262,4 +262,4 @@ class QuestionAnswering(TaskFamily):
             "max_question_length": int(self.task["max_question_length"]), "n_best": self.n_best,
             "max_answer_length": self.max_answer_length, "unanswerable": self.unanswerable(), "threshold": threshold}
     return HfHead("QuestionAnswering", "BertForQuestionAnswering",
-                  hf_checkpoint.linear_to_hf("qa_outputs", head_params["qa_outputs"]), {}, head)
+                  hf.linear_to_hf("qa_outputs", head_params["qa_outputs"]), {}, head)

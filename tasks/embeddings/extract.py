@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import errors, init_from
+from encoder import errors, hf, init_from
 from encoder.config import DTYPES, EncoderConfig
 from encoder.model import Encoder
 from encoder.tokenizer import Tokenizer
@@ -173,7 +173,7 @@ class Embedder:
   @classmethod
   def from_init(cls, init: str, **options) -> "Embedder":
     """An Embedder on a checkpoint: "hf:all-MiniLM-L6-v2", "hf:/path/to/hf/dir" or "run:/path/to/workdir"."""
-    cfg, tokenizer, params = init_from.load(init)
+    cfg, tokenizer, params = init_from.load(init, hf.without_heads)  # A pretraining checkpoint's heads are unused.
     return cls(cfg, params["encoder"], tokenizer, **options)
 
   @property

@@ -18,9 +18,9 @@ import safetensors.numpy
 import torch
 import transformers
 
-from encoder import hf_checkpoint as hf
-from encoder import pretrained
+from encoder import hf, pretrained
 from encoder.model import Encoder
+from objectives import hf_heads
 from tests.conftest import missing
 
 TINY = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
@@ -96,7 +96,7 @@ def _assert_same_tree(a, b):
 
 
 def test_tree_matches_encoder_init(bert):
-  cfg, params, heads = hf.load_hf_checkpoint(bert[1])
+  cfg, params, heads = hf_heads.load_hf_checkpoint(bert[1])
   init = jax.eval_shape(lambda: Encoder(cfg).init(jax.random.key(0), jnp.ones((1, 4), jnp.int32)))["params"]
   assert jax.tree.structure(init) == jax.tree.structure(params)
   assert all(a.shape == b.shape and a.dtype == b.dtype for a, b in zip(jax.tree.leaves(init), jax.tree.leaves(params)))
@@ -107,7 +107,7 @@ def test_tree_matches_encoder_init(bert):
 def test_hidden_states_match_transformers(which, request, batch):
   model, directory = request.getfixturevalue(which)
   ids, types, valid = batch
-  cfg, params, _ = hf.load_hf_checkpoint(directory)
+  cfg, params, _ = hf_heads.load_hf_checkpoint(directory)
   assert cfg.hidden_act == ("gelu" if which == "bert" else "gelu_tanh")
   hidden, pooled = _hidden_states(cfg, params, ids, types)
   bert_model = model if which == "bert" else model.bert
@@ -120,7 +120,7 @@ def test_pretraining_heads_match_transformers(pretraining, batch):
   """heads' documented layout reproduces BertForPreTraining's MLM and NSP logits (numpy head math)."""
   model, directory = pretraining
   ids, types, valid = batch
-  cfg, params, heads = hf.load_hf_checkpoint(directory)
+  cfg, params, heads = hf_heads.load_hf_checkpoint(directory)
   assert set(heads) == {"mlm", "nsp"}
   hidden, pooled = _hidden_states(cfg, params, ids, types)
   mlm = heads["mlm"]
@@ -138,12 +138,12 @@ def test_pretraining_heads_match_transformers(pretraining, batch):
 @pytest.mark.parametrize("which", ["bert", "pretraining"])
 def test_export_reloads_bitwise_in_transformers(which, request, tmp_path):
   model, directory = request.getfixturevalue(which)
-  cfg, params, heads = hf.load_hf_checkpoint(directory)
-  hf.save_hf_checkpoint(tmp_path, cfg, params, heads)
+  cfg, params, heads = hf_heads.load_hf_checkpoint(directory)
+  hf_heads.save_hf_checkpoint(tmp_path, cfg, params, heads)
   reloaded = type(model).from_pretrained(tmp_path, attn_implementation="eager")
   _assert_same_state(_state(model), _state(reloaded))
   assert json.loads((tmp_path / "config.json").read_text())["architectures"] == [type(model).__name__]
-  _assert_same_tree((cfg, params, heads), hf.load_hf_checkpoint(tmp_path))
+  _assert_same_tree((cfg, params, heads), hf_heads.load_hf_checkpoint(tmp_path))
 
 
 def _edit(source, target, edit):
@@ -156,19 +156,19 @@ def _edit(source, target, edit):
 
 def test_legacy_names_and_sharded_files_import(bert, pretraining, tmp_path):
   """"bert." prefixes, gamma/beta, the position_ids buffer, a tied decoder and sharded files all load the same."""
-  _, params, _ = hf.load_hf_checkpoint(bert[1])
+  _, params, _ = hf_heads.load_hf_checkpoint(bert[1])
   legacy = _edit(bert[1], tmp_path / "legacy", lambda t: {
       "bert." + k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
       for k, v in t.items()} | {"bert.embeddings.position_ids": np.arange(24)[None]})
-  _assert_same_tree(params, hf.load_hf_checkpoint(legacy)[1])
-  _, params, heads = hf.load_hf_checkpoint(pretraining[1])
+  _assert_same_tree(params, hf_heads.load_hf_checkpoint(legacy)[1])
+  _, params, heads = hf_heads.load_hf_checkpoint(pretraining[1])
   tied = _edit(pretraining[1], tmp_path / "tied", lambda t: t | {
       "cls.predictions.decoder.weight": t["bert.embeddings.word_embeddings.weight"],
       "cls.predictions.decoder.bias": t["cls.predictions.bias"]})
-  _assert_same_tree((params, heads), hf.load_hf_checkpoint(tied)[1:])
+  _assert_same_tree((params, heads), hf_heads.load_hf_checkpoint(tied)[1:])
   bert[0].save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
   assert not (tmp_path / "sharded" / "model.safetensors").exists()
-  _assert_same_tree(hf.load_hf_checkpoint(bert[1])[1], hf.load_hf_checkpoint(tmp_path / "sharded")[1])
+  _assert_same_tree(hf_heads.load_hf_checkpoint(bert[1])[1], hf_heads.load_hf_checkpoint(tmp_path / "sharded")[1])
 
 
 def test_missing_pooler_is_an_error_unless_zero_initialised(pretraining, tmp_path):
@@ -176,8 +176,8 @@ def test_missing_pooler_is_an_error_unless_zero_initialised(pretraining, tmp_pat
       k: v for k, v in t.items() if not k.startswith(("bert.pooler", "cls.seq_relationship"))})
   pattern = r"model\.safetensors.*pooler\.dense\.weight.*init_missing_pooler=True"
   with pytest.raises(hf.MissingTensorError, match=pattern):
-    hf.load_hf_checkpoint(masked_lm)
-  _, params, heads = hf.load_hf_checkpoint(masked_lm, init_missing_pooler=True)
+    hf_heads.load_hf_checkpoint(masked_lm)
+  _, params, heads = hf_heads.load_hf_checkpoint(masked_lm, init_missing_pooler=True)
   assert set(heads) == {"mlm"} and not params["pooler"]["kernel"].any() and params["pooler"]["kernel"].shape == (32, 32)
 
 
@@ -188,7 +188,7 @@ def test_task_checkpoints_import_as_their_encoder(cls, tmp_path_factory, bert):
   BertModel's, the task head left out, a pooler the class lacks (token classification) zeros; a task class's name is
   what tells a head from an unexpected tensor."""
   model, directory = _random_hf(cls, tmp_path_factory, cls.__name__)
-  cfg, params, heads = hf.load_hf_checkpoint(directory)
+  cfg, params, heads = hf_heads.load_hf_checkpoint(directory)
   expected = _state(model.bert)
   ours = hf.hf_state(cfg, params, pooler="bert.pooler.dense.weight" in _state(model))
   assert heads == {} and ours.keys() == expected.keys()
@@ -198,7 +198,7 @@ def test_task_checkpoints_import_as_their_encoder(cls, tmp_path_factory, bert):
   config = json.loads((directory / "config.json").read_text())
   (directory / "config.json").write_text(json.dumps(config | {"architectures": ["BertModel"]}))
   with pytest.raises(hf.CheckpointError):  # Read as a BertModel, the head is unexpected (or the pooler missing).
-    hf.load_hf_checkpoint(directory)
+    hf_heads.load_hf_checkpoint(directory)
 
 
 @pytest.mark.parametrize("edit, error, pattern", [
@@ -213,7 +213,7 @@ def test_task_checkpoints_import_as_their_encoder(cls, tmp_path_factory, bert):
 ], ids=["missing", "unexpected", "transposed", "vocab"])
 def test_tensor_errors_name_tensor_and_file(bert, tmp_path, edit, error, pattern):
   with pytest.raises(error, match=pattern) as caught:
-    hf.load_hf_checkpoint(_edit(bert[1], tmp_path / "ckpt", edit))
+    hf_heads.load_hf_checkpoint(_edit(bert[1], tmp_path / "ckpt", edit))
   assert str(tmp_path / "ckpt" / "model.safetensors") in str(caught.value)
 
 
@@ -221,7 +221,7 @@ def test_untied_decoder_is_refused(pretraining, tmp_path):
   untied = _edit(pretraining[1], tmp_path / "untied", lambda t: t | {
       "cls.predictions.decoder.weight": t["bert.embeddings.word_embeddings.weight"] + 1})
   with pytest.raises(hf.UnsupportedArchitectureError, match=r"cls\.predictions\.decoder\.weight.*model\.safetensors"):
-    hf.load_hf_checkpoint(untied)
+    hf_heads.load_hf_checkpoint(untied)
 
 
 def test_truncated_safetensors_names_the_file(bert, tmp_path):
@@ -229,7 +229,7 @@ def test_truncated_safetensors_names_the_file(bert, tmp_path):
   data = (target / "model.safetensors").read_bytes()
   (target / "model.safetensors").write_bytes(data[:len(data) - 100])
   with pytest.raises(hf.CorruptCheckpointError, match="model.safetensors.*truncated or corrupt"):
-    hf.load_hf_checkpoint(target)
+    hf_heads.load_hf_checkpoint(target)
 
 
 def test_pickles_are_refused_never_loaded(bert, tmp_path):
@@ -238,19 +238,19 @@ def test_pickles_are_refused_never_loaded(bert, tmp_path):
   (target / "pytorch_model.bin").write_bytes(b"not a pickle: reading it would fail loudly")
   for path in (target, target / "pytorch_model.bin"):
     with pytest.raises(hf.PickledCheckpointError, match=r"pytorch_model\.bin.*safe_serialization=True"):
-      hf.load_hf_checkpoint(path)
+      hf_heads.load_hf_checkpoint(path)
 
 
 def test_config_errors(bert, tmp_path):
   target = shutil.copytree(bert[1], tmp_path / "ckpt")
   (target / "config.json").write_text('{\n  "model_type": "bert",\n  oops\n}')
   with pytest.raises(hf.CorruptCheckpointError, match=r"config\.json:3: expected JSON"):
-    hf.load_hf_checkpoint(target)
+    hf_heads.load_hf_checkpoint(target)
   (target / "config.json").unlink()
   with pytest.raises(hf.MissingConfigError, match=r"config\.json"):
-    hf.load_hf_checkpoint(target)
+    hf_heads.load_hf_checkpoint(target)
   with pytest.raises(hf.MissingConfigError, match="not a directory"):
-    hf.load_hf_checkpoint(tmp_path / "nowhere")
+    hf_heads.load_hf_checkpoint(tmp_path / "nowhere")
 
 
 @pytest.mark.parametrize("change, error, field", [
@@ -276,22 +276,22 @@ def test_unsupported_model_type_in_a_checkpoint(bert, tmp_path):
   config = json.loads((target / "config.json").read_text()) | {"model_type": "roberta"}
   (target / "config.json").write_text(json.dumps(config))
   with pytest.raises(hf.UnsupportedArchitectureError, match=rf"{target / 'config.json'}.*'model_type' = 'roberta'"):
-    hf.load_hf_checkpoint(target)
+    hf_heads.load_hf_checkpoint(target)
 
 
 def test_export_errors_and_crash_leaves_old_checkpoint(bert, tmp_path, monkeypatch):
-  cfg, params, _ = hf.load_hf_checkpoint(bert[1])
+  cfg, params, _ = hf_heads.load_hf_checkpoint(bert[1])
   with pytest.raises(hf.UnsupportedArchitectureError, match="pre_layer_norm"):
-    hf.save_hf_checkpoint(tmp_path / "x", cfg.replace(pre_layer_norm=True), params)
+    hf_heads.save_hf_checkpoint(tmp_path / "x", cfg.replace(pre_layer_norm=True), params)
   broken = {**params, "layer_1": {k: v for k, v in params["layer_1"].items() if k != "mlp"}}
   with pytest.raises(hf.MissingTensorError, match="layer_1/mlp"):
-    hf.save_hf_checkpoint(tmp_path / "x", cfg, broken)
+    hf_heads.save_hf_checkpoint(tmp_path / "x", cfg, broken)
   with pytest.raises(hf.CheckpointError, match="overwrite"):
-    hf.save_hf_checkpoint(tmp_path / "x", cfg, params, tokenizer_files=[bert[1] / "config.json"])
+    hf_heads.save_hf_checkpoint(tmp_path / "x", cfg, params, tokenizer_files=[bert[1] / "config.json"])
   assert not (tmp_path / "x").exists()
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("".join(f"[unused{i}]\n" for i in range(TINY["vocab_size"])))
-  good = hf.save_hf_checkpoint(tmp_path / "good", cfg, params, tokenizer_files=[vocab])
+  good = hf_heads.save_hf_checkpoint(tmp_path / "good", cfg, params, tokenizer_files=[vocab])
   assert sorted(p.name for p in good.iterdir()) == ["config.json", "model.safetensors", "vocab.txt"]
   before = {p.name: p.read_bytes() for p in good.iterdir()}
 
@@ -301,7 +301,7 @@ def test_export_errors_and_crash_leaves_old_checkpoint(bert, tmp_path, monkeypat
   monkeypatch.setattr(safetensors.numpy, "save_file", crash)
   doubled = jax.tree.map(lambda x: 2 * x, params)
   with pytest.raises(OSError, match="disk full"):
-    hf.save_hf_checkpoint(good, cfg, doubled, tokenizer_files=[vocab])
+    hf_heads.save_hf_checkpoint(good, cfg, doubled, tokenizer_files=[vocab])
   assert {p.name: p.read_bytes() for p in good.iterdir()} == before  # Nothing replaced, no temp files left.
 
 
@@ -325,13 +325,13 @@ def minilm():
   except pretrained.PretrainedNotFoundError as err:
     missing("the MiniLM checkpoint", str(err))
   assert pretrained.resolve_checkpoint("all-MiniLM-L6-v2") == path
-  return path, hf.load_hf_checkpoint(path)
+  return path, hf_heads.load_hf_checkpoint(path)
 
 
 def test_minilm_roundtrip_is_bitwise(minilm, tmp_path):
   path, (cfg, params, heads) = minilm
   assert heads == {} and cfg.num_layers == 6 and cfg.hidden_size == 384 and cfg.num_heads == 12
-  hf.save_hf_checkpoint(tmp_path, cfg, params, tokenizer_files=[path / "vocab.txt", path / "tokenizer.json"])
+  hf_heads.save_hf_checkpoint(tmp_path, cfg, params, tokenizer_files=[path / "vocab.txt", path / "tokenizer.json"])
   assert (tmp_path / "vocab.txt").read_bytes() == (path / "vocab.txt").read_bytes()
   _assert_same_state(_state(transformers.BertModel.from_pretrained(path)),
                      _state(transformers.BertModel.from_pretrained(tmp_path)))

@@ -25,7 +25,7 @@ def _hf_parameter_count(cfg) -> int:
                max_position_embeddings=cfg.max_positions, type_vocab_size=cfg.type_vocab_size)
   with torch.device("meta"):  # Shapes only: no memory for the 560M-parameter preset.
     if cfg.position_embedding == "rotary":
-      from encoder.hf_checkpoint import config_to_hf
+      from encoder.hf import config_to_hf
       model = transformers.ModernBertModel(transformers.ModernBertConfig(**config_to_hf(cfg)))
     elif cfg.embedding_size:
       model = transformers.ElectraModel(transformers.ElectraConfig(**shape, embedding_size=cfg.embedding_size))

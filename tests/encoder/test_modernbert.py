@@ -17,9 +17,10 @@ import torch
 import transformers
 from scipy.special import erf
 
-from encoder import hf_checkpoint as hf
+from encoder import hf
 from encoder.config import ARCHITECTURES, EncoderConfig
 from encoder.model import Encoder
+from objectives import hf_heads
 
 pytestmark = pytest.mark.numerics  # Parity with PyTorch (docs/testing.md).
 # 5 layers: global attention in layers 0 and 3, a window of 8 (4 tokens each side) in 1, 2 and 4.
@@ -83,7 +84,7 @@ def test_hidden_states_equal_modernbert_model(tmp_path, attention, variant):
   """Every hidden state at real tokens within 1e-4 of HF's (GeGLU and SwiGLU, bias-free and with biases, all-global
   and a wider window), at several shapes: windows shorter and longer than the sequence, padded rows."""
   model = _random_hf(transformers.ModernBertModel, tmp_path, attention, **variant)
-  cfg, params, heads = hf.load_hf_checkpoint(tmp_path)
+  cfg, params, heads = hf_heads.load_hf_checkpoint(tmp_path)
   assert heads == {} and cfg.position_embedding == "rotary" and cfg.gated_feed_forward
   for rows, length in ((3, 20), (2, 7), (1, 33)):
     ids, valid = _batch(rows, length)
@@ -93,7 +94,7 @@ def test_hidden_states_equal_modernbert_model(tmp_path, attention, variant):
 def test_local_layers_really_are_local(modernbert):
   """Guards the parity test: the same weights with every layer global give other outputs on 20 tokens."""
   model, directory = modernbert
-  cfg, params, _ = hf.load_hf_checkpoint(directory)
+  cfg, params, _ = hf_heads.load_hf_checkpoint(directory)
   assert [cfg.is_global(i) for i in range(5)] == [True, False, False, True, False]
   ids, valid = _batch(2, 20)
   theirs = _theirs(model, ids, valid)
@@ -104,7 +105,7 @@ def test_local_layers_really_are_local(modernbert):
 def test_mlm_head_logits_equal_modernbert_for_masked_lm(masked_lm):
   """The imported head (dense -> GELU -> bias-free LayerNorm -> tied decoder + bias) gives HF's logits."""
   model, directory = masked_lm
-  cfg, params, heads = hf.load_hf_checkpoint(directory)
+  cfg, params, heads = hf_heads.load_hf_checkpoint(directory)
   mlm = heads["mlm"]
   assert not mlm["transform"]["bias"].any() and not mlm["layer_norm"]["bias"].any()  # Absent in HF: zeros.
   ids, valid = _batch(3, 12)
@@ -123,8 +124,8 @@ def test_import_export_is_bitwise(which, request, tmp_path):
   """HF files -> ours -> HF files: the same tensors bit for bit, a config HF reads back as the same model, and our
   tree again on a second import."""
   model, directory = request.getfixturevalue(which)
-  cfg, params, heads = hf.load_hf_checkpoint(directory)
-  hf.save_hf_checkpoint(tmp_path, cfg, params, heads)
+  cfg, params, heads = hf_heads.load_hf_checkpoint(directory)
+  hf_heads.save_hf_checkpoint(tmp_path, cfg, params, heads)
   original = safetensors.numpy.load_file(directory / "model.safetensors")
   exported = safetensors.numpy.load_file(tmp_path / "model.safetensors")
   assert original.keys() == exported.keys()
@@ -135,7 +136,7 @@ def test_import_export_is_bitwise(which, request, tmp_path):
     assert torch.equal(value, reloaded.state_dict()[key]), key
   assert reloaded.config.layer_types == model.config.layer_types
   assert reloaded.config.rope_parameters == model.config.rope_parameters
-  again = hf.load_hf_checkpoint(tmp_path)
+  again = hf_heads.load_hf_checkpoint(tmp_path)
   assert again[0] == cfg
   assert jax.tree.structure(again[1:]) == jax.tree.structure((params, heads))
   assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(again[1:]), jax.tree.leaves((params, heads))))
@@ -148,7 +149,7 @@ def test_our_modernbert_exports_and_hf_computes_the_same(tmp_path):
   init = Encoder(cfg).init(jax.random.key(0), jnp.ones((1, 4), jnp.int32))["params"]
   rng = np.random.default_rng(1)
   params = jax.tree.map(lambda a: np.asarray(a) + rng.normal(0.0, 0.2, a.shape).astype(np.float32), init)
-  hf.save_hf_checkpoint(tmp_path, cfg, params)
+  hf_heads.save_hf_checkpoint(tmp_path, cfg, params)
   model = transformers.ModernBertModel.from_pretrained(tmp_path, attn_implementation="sdpa").eval()
   ids, valid = _batch(3, 15, seed=2)
   assert _max_diff(_ours(cfg, params, ids), _theirs(model, ids, valid), valid) <= 1e-4

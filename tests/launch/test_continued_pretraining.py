@@ -8,7 +8,8 @@ import pytest
 
 from encoder import errors
 from configs import pretrain
-from encoder import hf_checkpoint, pretrained
+from encoder import pretrained
+from objectives import hf_heads
 from launch import train, warm_start
 from tests.conftest import require_data
 
@@ -46,7 +47,7 @@ def test_continues_the_imported_minilm_encoder(tmp_path):
   config = _frozen("runlocal,steps=1,init=hf:all-MiniLM-L6-v2")
   assert (config.model.num_layers, config.model.hidden_size) == (6, 384)
   train.train_and_evaluate(config, tmp_path)
-  _, expected, heads = hf_checkpoint.load_hf_checkpoint(pretrained.minilm_path())
+  _, expected, heads = hf_heads.load_hf_checkpoint(pretrained.minilm_path())
   trained = _params(tmp_path)
   assert heads == {} and set(trained) == {"encoder", "mlm"}  # A bare BertModel: the MLM head starts random.
   assert jax.tree.all(jax.tree.map(np.array_equal, trained["encoder"], expected))

@@ -8,11 +8,10 @@ import pytest
 
 from benchmarks import determinism, electra_rtd
 from configs import finetune
-from encoder import hf_checkpoint
 from encoder.config import PLATFORM_FIELDS, from_fields
 from encoder.model import Encoder
 from launch import export, predict, train
-from objectives import electra
+from objectives import electra, hf_heads
 from tests.conftest import require_data, require_package
 
 torch = pytest.importorskip("torch")
@@ -53,7 +52,7 @@ def test_exports_discriminator_and_generator(runs, tmp_path):
   assert export.export(root / "reference", out, "latest") == ("ElectraForPreTraining", "")
   config = predict.run_config(root / "reference", "")
   _, params = predict.restore_params(root / "reference", config, "latest")
-  cfg, _, heads = hf_checkpoint.load_hf_checkpoint(out)
+  cfg, _, heads = hf_heads.load_hf_checkpoint(out)
   ours = from_fields(config.model.to_dict(), cfg.vocab_size)
   # An export holds no platform choices (attention path, kernels, bf16 dots: the loading machine's, resolved at its
   # start-up); every other field comes back.

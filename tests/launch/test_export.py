@@ -29,7 +29,7 @@ from encoder.config import from_fields
 from encoder.tokenizer import load_tokenizer
 from launch import export, model_card, predict, train, workload
 from launch.model import EncoderWithHeads, encoder_config
-from objectives import registry as objectives
+from objectives import hf_heads, registry as objectives
 from tasks import batching, finetune_data, word_shape
 from tests.conftest import require_data
 from tests.launch.conftest import run_config
@@ -230,7 +230,7 @@ def _assert_round_trip(workdir, out, architecture: str) -> None:
   fields, _ = init_from.model_fields(f"hf:{out}")
   vocab_size = load_tokenizer(config.data.tokenizer).vocab_size
   assert from_fields(fields, vocab_size) == from_fields(config.model.to_dict(), vocab_size)
-  loaded = export.flat(init_from.parameters(f"hf:{out}")["encoder"])
+  loaded = export.flat(init_from.parameters(f"hf:{out}", hf_heads.read_heads)["encoder"])
   held = safetensors.numpy.load_file(out / "model.safetensors")
   has_pooler = any(name.endswith("pooler.dense.weight") for name in held)
   assert loaded.keys() == export.flat(params["encoder"]).keys()
@@ -387,7 +387,7 @@ def test_modernbert_run_is_remote_code_on_hf_modernbert(modernbert_run, tmp_path
   _assert_fill_mask(out, remote=True)
   _assert_round_trip(modernbert_run, out, "EncoderlabModernBertForPreTraining")
   _, params = predict.restore_params(modernbert_run, predict.run_config(modernbert_run, "a run"))
-  heads = {k: v for k, v in init_from.parameters(f"hf:{out}").items() if k != "encoder"}
+  heads = {k: v for k, v in init_from.parameters(f"hf:{out}", hf_heads.read_heads).items() if k != "encoder"}
   assert sorted(heads) == ["mlm", "nsp"]
   for name, leaf in export.flat(heads).items():
     np.testing.assert_array_equal(leaf, export.flat(jax.tree.map(np.asarray, params))[name], err_msg=name)

@@ -13,7 +13,8 @@ import seqeval.metrics
 
 from encoder import errors
 from configs import common, finetune
-from encoder import hf_checkpoint, pretrained
+from encoder import pretrained
+from objectives import hf_heads
 from launch import train, workload
 from tasks import evaluation, finetune_data
 from launch.model import EncoderWithHeads, encoder_config
@@ -99,7 +100,7 @@ def test_init_from_the_imported_minilm_checkpoint(tmp_path):
     config.model = common.model_from_init(config.init)[0]
   results = train.train_and_evaluate(config, tmp_path)
   assert results["step"] == 1 and results["test"] == {}
-  _, expected, _ = hf_checkpoint.load_hf_checkpoint(directory)
+  _, expected, _ = hf_heads.load_hf_checkpoint(directory)
   trained = _encoder(tmp_path)
   assert np.array_equal(trained["layer_0"]["mlp"]["output"]["kernel"], expected["layer_0"]["mlp"]["output"]["kernel"])
   assert np.array_equal(trained["embeddings"]["word_embeddings"]["embedding"],

@@ -20,10 +20,9 @@ import numpy as np
 import optax
 import pytest
 
-from encoder import hf_checkpoint as hf
 from launch import steps
 from launch.model import EncoderWithHeads
-from objectives import registry
+from objectives import hf_heads, registry
 from tasks import classification, question_answering, tagging
 from tests.conftest import require_package
 from tests.tolerances import assert_as_accurate
@@ -58,7 +57,7 @@ def pretraining(tmp_path_factory):
   _randomize(model, np.random.default_rng(0))
   directory = tmp_path_factory.mktemp("pretraining")
   model.save_pretrained(directory, safe_serialization=True)
-  return model, hf.load_hf_checkpoint(directory)
+  return model, hf_heads.load_hf_checkpoint(directory)
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +155,7 @@ def _assert_as_accurate(ours: float, ours_grads: dict, hf: list) -> None:
 
 def _encoder_gradients(cfg, grads, heads=None):
   """Our encoder (+ MLM/NSP head) gradients under BertFor*'s parameter names."""
-  state = hf.hf_state(cfg, grads["encoder"], heads)
+  state = hf_heads.hf_state(cfg, grads["encoder"], heads)
   return state if heads else {"bert." + name: value for name, value in state.items()}
 
 

@@ -1,7 +1,7 @@
 """launch/hf_modeling, the remote code exports carry, against the library it must agree with: word shapes, word
 boundaries, the HF tokenizer's word alignment, CRF Viterbi decoding and span decoding give exactly what tasks/ gives
 on the same inputs; the files import only torch, transformers and the standard library; their model types are those
-encoder.hf_checkpoint reads back. (tests/launch/test_export.py runs them on trained runs.)"""
+encoder.hf reads back. (tests/launch/test_export.py runs them on trained runs.)"""
 
 import ast
 import sys
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder import hf_checkpoint
+from encoder import hf
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
 from launch import hf_modeling
@@ -42,7 +42,7 @@ def test_files_import_only_torch_transformers_and_the_standard_library():
 def test_model_types_are_those_the_importer_reads():
   assert {configuration_encoderlab.EncoderlabBertConfig.model_type: "bert",
           configuration_encoderlab.EncoderlabModernBertConfig.model_type: "modernbert"} == (
-              hf_checkpoint.REMOTE_MODEL_TYPES)
+              hf.REMOTE_MODEL_TYPES)
 
 
 def test_word_shapes_are_the_libraries():

@@ -15,9 +15,9 @@ import scipy.stats
 import torch
 import transformers
 
-from encoder import hf_checkpoint as hf
+from encoder import hf
 from launch.model import EncoderWithHeads
-from objectives import electra
+from objectives import electra, hf_heads
 
 # A discriminator with factorized embeddings (E=16 < H=32), its generator 1/4 as wide (ELECTRA's default size).
 DISCRIMINATOR = dict(vocab_size=60, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -53,7 +53,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ours(checkpoint):
   """(model, params, objective) imported from the HF checkpoint."""
-  cfg, params, heads = hf.load_hf_checkpoint(checkpoint[1])
+  cfg, params, heads = hf_heads.load_hf_checkpoint(checkpoint[1])
   objective = electra.build({"rtd_weight": RTD_WEIGHT})
   return EncoderWithHeads(cfg, (objective,)), {"encoder": params, **heads}, objective
 
@@ -208,8 +208,8 @@ def test_the_discriminator_learns_to_find_replacements(ours, monkeypatch):
 
 def test_import_export_is_bit_exact(checkpoint, tmp_path):
   _, directory = checkpoint
-  cfg, params, heads = hf.load_hf_checkpoint(directory)
-  hf.save_hf_checkpoint(tmp_path, cfg, params, heads)
+  cfg, params, heads = hf_heads.load_hf_checkpoint(directory)
+  hf_heads.save_hf_checkpoint(tmp_path, cfg, params, heads)
   for sub in ("", "generator"):
     original = safetensors.numpy.load_file(directory / sub / "model.safetensors")
     exported = safetensors.numpy.load_file(tmp_path / sub / "model.safetensors")
@@ -229,4 +229,4 @@ def test_generator_with_other_embeddings_is_refused(checkpoint, tmp_path):
   tensors["electra.embeddings.LayerNorm.weight"] = tensors["electra.embeddings.LayerNorm.weight"] + 1
   safetensors.numpy.save_file(tensors, target / "generator" / "model.safetensors", metadata={"format": "pt"})
   with pytest.raises(hf.UnsupportedArchitectureError, match=r"generator.*embeddings/layer_norm/scale"):
-    hf.load_hf_checkpoint(target)
+    hf_heads.load_hf_checkpoint(target)

@@ -59,7 +59,8 @@ def test_hf_reference_learning_rates_weight_decay_and_frozen_parameters_match_ou
   of our tree."""
   import transformers  # pylint: disable=import-outside-toplevel
   from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel
-  from encoder import config as encoder_config, hf_checkpoint  # pylint: disable=import-outside-toplevel
+  from encoder import config as encoder_config  # pylint: disable=import-outside-toplevel
+  from encoder.hf import bert  # pylint: disable=import-outside-toplevel
   from launch import optimizer  # pylint: disable=import-outside-toplevel
   cfg = encoder_config.EncoderConfig(vocab_size=50, hidden_size=8, num_layers=3, num_heads=2, intermediate_size=16,
                                      max_positions=16)
@@ -70,7 +71,7 @@ def test_hf_reference_learning_rates_weight_decay_and_frozen_parameters_match_ou
   of_tensor = {id(p): (g["lr"] / 1e-3, g["weight_decay"] > 0) for g in groups for p in g["params"]}
   hf_names = dict(hf.named_parameters())
   ours = {}
-  for t in hf_checkpoint._encoder_tensors(cfg):  # pylint: disable=protected-access
+  for t in bert.encoder_tensors(cfg):
     tree = ours
     for key in ("encoder",) + t.path[:-1]:
       tree = tree.setdefault(key, {})

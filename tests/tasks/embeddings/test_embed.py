@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from encoder.config import EncoderConfig
-from encoder.hf_checkpoint import save_hf_checkpoint
+from encoder.hf import save_hf_checkpoint
 from encoder.model import Encoder
 from encoder.pretrained import minilm_path
 from encoder import errors
