@@ -217,6 +217,19 @@ def test_tensor_errors_name_tensor_and_file(bert, tmp_path, edit, error, pattern
   assert str(tmp_path / "ckpt" / "model.safetensors") in str(caught.value)
 
 
+def test_the_bare_loader_reads_the_encoder_of_a_pretraining_checkpoint(pretraining, tmp_path):
+  """encoder.hf without a head reader: BertForPreTraining's encoder, the same arrays as with the objectives' reader,
+  its cls.* heads left out unread; a stray tensor inside the encoder's modules is still refused."""
+  cfg, params, heads = hf.load_hf_checkpoint(pretraining[1])
+  _, with_heads, read = hf_heads.load_hf_checkpoint(pretraining[1])
+  assert heads == {} and set(read) == {"mlm", "nsp"}
+  assert jax.tree.all(jax.tree.map(np.array_equal, params, with_heads))
+  stray = _edit(pretraining[1], tmp_path / "stray", lambda t: t | {
+      "bert.encoder.layer.0.extra.weight": np.zeros(3, np.float32)})
+  with pytest.raises(hf.UnexpectedTensorError, match=r"encoder\.layer\.0\.extra\.weight"):
+    hf.load_hf_checkpoint(stray)
+
+
 def test_untied_decoder_is_refused(pretraining, tmp_path):
   untied = _edit(pretraining[1], tmp_path / "untied", lambda t: t | {
       "cls.predictions.decoder.weight": t["bert.embeddings.word_embeddings.weight"] + 1})
