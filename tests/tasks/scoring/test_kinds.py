@@ -77,7 +77,8 @@ def _run(root: Path, name: str, predictions: Sequence[str]) -> dict[str, Any]:
                                                 for i, (g, p) in enumerate(zip(GOLD, predictions))))
   (directory / "test.labels").write_text("".join(f"{p}\n" for p in predictions))
   return {"workdir": str(root / name), "seed": 0,
-          "task": {"name": "exact_classification", "metric": "exact", "scheme": ""}}
+          # Completed from the family's declared fields, as report.load_run reads a run's config.json.
+          "task": registry.complete_task({"name": "exact_classification", "metric": "exact", "scheme": ""})}
 
 
 def _printed(capsys) -> dict[str, Any]:
