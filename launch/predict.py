@@ -171,7 +171,7 @@ class Predictor:
     # The run's platform choices may not run (cudnn on a CPU) or suit this machine; the values agree to rounding.
     config.model.update(dict.fromkeys(PLATFORM_FIELDS, AUTO))
     model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
-    # The run's evaluation program on a mesh of one device: the run's own compilations, on one, from the cache.
+    # The run's evaluation program on a mesh of the first device: after a one-device run, its cached compilations.
     mesh = sharding.make_mesh(1, jax.devices()[:1])
     params_shardings = sharding.state_shardings(params, mesh)
     return cls(family, tokenizer, jax.device_put(params, params_shardings),

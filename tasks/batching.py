@@ -12,8 +12,9 @@ TOKEN_FIELDS = ("input_ids", "type_ids", "label_ids", "case_ids", "last_position
 # One more bucket's compilation in padded token columns of a fine-tuning step, per backend (`data.compile_cost=-1`):
 # MiniLM's gradient program at 32 rows. CPU: benchmarks.compile_cost on 2-core AMD EPYC VMs (287-500 columns, ~4-15 s
 # per compilation against 8-50 ms per column, idle to loaded). CUDA: the H200's SICK run of 2026-11-26
-# (docs/gpu-runs/2026-11-26-h200/4-finetune-sick.log: 89 s compiling against about 0.3 ms per padded column, ~20 s
-# per program with GEMM autotuning), until benchmarks.compile_cost runs there (docs/performance.md).
+# (docs/gpu-runs/2026-11-26-h200/4-finetune-sick.log: 89 s compiling about six programs, ~15 s each with GEMM
+# autotuning, against <= 0.2 ms per padded column), an estimate until benchmarks.compile_cost runs there
+# (docs/performance.md).
 COMPILE_COSTS = {"cpu": 500.0, "cuda": 50_000.0}
 
 
