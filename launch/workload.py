@@ -100,15 +100,9 @@ def finetuning(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
   """config.task on its dataset: config.epochs passes (or config.num_train_steps when positive)."""
   data = finetune_data.load(config)
   objective = data.family.objective()
-  per_epoch = finetune_data.steps_per_epoch(len(data.train.examples), config.batch_size)
-  total = config.num_train_steps if config.num_train_steps > 0 else config.epochs * per_epoch
-  if total < 1:
-    raise errors.ConfigError(f"config.epochs={config.epochs} gives no training steps: set it to at least 1")
-  batches = lambda start: finetune_data.train_batches(data, batch_size=config.batch_size, seed=config.seed,
-                                                      start_step=start, total_steps=total,
-                                                      prefetch=config.data.prefetch)
-  shapes = lambda start: finetune_data.first_batch_of_each_shape(data, batch_size=config.batch_size, seed=config.seed,
-                                                                 start_step=start, total_steps=total)
+  per_epoch, total = data.schedule.steps_per_epoch, data.schedule.total_steps
+  batches = lambda start: finetune_data.train_batches(data, start_step=start, prefetch=config.data.prefetch)
+  shapes = lambda start: finetune_data.first_batch_of_each_shape(data, start_step=start)
   mean_length = float(np.mean([len(e["input_ids"]) for e in data.train.examples]))
   example = finetune_data.example_batch(data)
 

@@ -1,16 +1,20 @@
-"""Fine-tuning data: config.task -> records and encoded examples per split, and the batches of the training loop.
+"""Fine-tuning data in one pass: files -> records -> checked -> encoded -> batched.
 
-The batch of step s is a pure function of (config, s): epoch = s // steps_per_epoch, and the epoch's batch order is
+`load(config)` is the only reader of the config; each stage below is one function, called once, in that order:
+`source_of` (config.task -> the dataset and the split of each role), `read` (the splits' records: the files are
+parsed and checked before tfds prepares them, `check_files`, then the prepared splits are read), `family_of` (the
+task's family with what it learns from the training records: its labels), `check` (every record against the task:
+a record the family cannot use or a label outside its labels is one error naming the file and line), `split_of`
+(records -> encoded examples) and `plan` (the training schedule and the batch shapes). What comes out, `TaskData`,
+holds everything batching needs: `train_batches`, `first_batch_of_each_shape` and `eval_batches` read nothing else.
+
+The batch of step s is a pure function of (data, s): epoch = s // steps_per_epoch, and the epoch's batch order is
 `tasks.batching.length_bucketed_batches(lengths, B, seed, epoch)`; each batch is padded (dynamic padding to a few
 length buckets) and filled to B rows with example_mask = 0, so shapes are few and fixed in the batch dimension, and a
 resumed run sees exactly the batches it would have seen. Process p of P keeps rows [p*B/P, (p+1)*B/P) of each batch.
 With config.data.pack, the training batches are drawn at random and packed into rows of task.max_length instead
 (`tasks.batching.pack`, one or two shapes for the run: `tasks.batching.pack_shapes`); evaluation stays bucketed.
-
-Data files are checked before tfds prepares them (`check_splits`), and prepared splits again when read: a malformed
-line, a split without examples, a label outside the task's labels or a record the task's family cannot use (nested
-spans without task.nested) is one error naming the file and line. Everything that depends on the kind of task goes
-through its family (`tasks.family`).
+Everything that depends on the kind of task goes through its family (`tasks.family`).
 """
 
 import difflib
@@ -50,9 +54,133 @@ class TaskData(NamedTuple):
   test: Split | None
   buckets: tuple[int, ...]  # Padded token lengths (jit shapes).
   widths: dict[str, Callable[[int], int]]  # Word / span field -> its padded width at a bucket (TaskFamily.widths).
+  schedule: "Schedule"  # The training run's batches: their size, seed and number.
   # Training batches packed into rows of task.max_length, in the first of these shapes that holds them
   # (config.data.pack); None: padded to `buckets`.
   pack: tuple[batching.PackShape, ...] | None = None
+
+
+class Schedule(NamedTuple):
+  """The training batches of a run: `total_steps` batches of `batch_size` examples, `steps_per_epoch` to a pass over
+  the training split, shuffled by `seed`."""
+  batch_size: int
+  seed: int
+  steps_per_epoch: int
+  total_steps: int
+
+
+ROLES = {"train": "train_split", "dev": "eval_split", "test": "test_split"}  # A split's role -> its config field.
+
+
+def load(config: ml_collections.ConfigDict) -> TaskData:
+  """config.task's train, dev and (optional) test splits as encoded examples, and the run's training batches: the
+  stages below, in order, each once."""
+  dataset, splits = source_of(config.task)
+  records = read(config.task, dataset, splits, cache_dir=config.data.cache_dir or None)
+  family = family_of(config.task, records["train"])
+  check(family, dataset, splits, records)
+  tokenizer = load_tokenizer(config.data.tokenizer)
+  train, dev, test = (split_of(role, family, tokenizer, records[role]) if role in records else None for role in ROLES)
+  schedule, buckets, pack = plan(config, train)
+  return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths(), schedule, pack)
+
+
+def source_of(task: ml_collections.ConfigDict) -> tuple[str | tfds_builders.DatasetConfig, dict[str, str]]:
+  """The dataset (a tfds_builders preset name, or custom files from task.format/files/columns) and the tfds split
+  string of each role ("train", "dev", "test" when task.test_split is set)."""
+  return dataset_of(task), {role: task[key] for role, key in ROLES.items() if task[key] or role != "test"}
+
+
+def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetConfig:
+  """A tfds_builders preset name, or a custom dataset from task.format/files/columns."""
+  if task.dataset:
+    if task.dataset not in tfds_builders.PRESETS:
+      close = difflib.get_close_matches(task.dataset, tfds_builders.PRESETS, n=1)
+      raise errors.ConfigError(
+          f"config.task.dataset={task.dataset!r} is not a dataset{f'; did you mean {close[0]!r}?' if close else ''} "
+          f"(known: {', '.join(sorted(tfds_builders.PRESETS))}; or set it to '' and give config.task.files)")
+    return task.dataset
+  if not task.files:
+    raise errors.ConfigError("config.task.dataset is empty and config.task.files is too: name a dataset of "
+                                    f"tasks.tfds_builders.PRESETS {sorted(tfds_builders.PRESETS)} or give files")
+  if task.format not in readers.READERS:
+    raise errors.ConfigError(f"config.task.format={task.format!r} is not one of {', '.join(readers.READERS)}")
+  files = {}
+  for item in task.files.split(","):
+    split, colon, path = item.partition(":")
+    if not colon or not split or not path:
+      raise errors.ConfigError(f"config.task.files={task.files!r}: expected split:path items such as "
+                                      f"train:a.tsv,validation:b.tsv, got {item!r}")
+    if Path(path).is_absolute() and not Path(path).is_file():
+      raise errors.ConfigError(f"config.task.files: the {split} file {path} does not exist")
+    files[split] = path if Path(path).is_absolute() or Path(path).exists() else str(paths.data_file(path))
+  options = reader_options(task.columns)
+  if task.labels and task.format == "tsv":
+    options.setdefault("label_names", tuple(task.labels))
+  return tfds_builders.custom(task.format, files, **options)
+
+
+def reader_options(columns: str) -> dict[str, Any]:
+  """'text_a:sentence1,label:3,header:false' -> reader options (integers are column indices)."""
+  options = {}
+  for item in filter(None, columns.split(",")):
+    key, _, value = item.partition(":")
+    if value.lower() in ("true", "false"):
+      options[key] = value.lower() == "true"
+    else:
+      options[key] = int(value) if value.lstrip("-").isdigit() else value
+  return options
+
+
+def data_format(dataset: str | tfds_builders.DatasetConfig) -> str:
+  """The reader format of a dataset preset name or custom dataset."""
+  return (tfds_builders.PRESETS[dataset] if isinstance(dataset, str) else dataset).format
+
+
+def read(task: ml_collections.ConfigDict, dataset, splits: dict[str, str], *, cache_dir: str | None
+         ) -> dict[str, list[dict]]:
+  """Every record of each role's split, read from the prepared tfds splits; a dataset not prepared yet has its files
+  parsed and checked first (`check_files`), so a bad file fails at its line before tfds stores anything."""
+  if not tfds_builders.is_prepared(dataset, cache_dir=cache_dir):
+    check_files(task, dataset, splits)
+  records = {}
+  for role, split in splits.items():
+    try:
+      source = tfds_builders.load_split(dataset, split, cache_dir=cache_dir)
+    except tfds_builders.SplitError as err:
+      raise errors.ConfigError(f"config.task.{ROLES[role]}={split!r}: {err}") from None
+    records[role] = source.__getitems__(list(range(len(source)))) if len(source) else []
+  if not records["train"]:
+    raise errors.ConfigError(f"config.task.train_split={task.train_split!r} of {task.dataset or task.files} "
+                             "has no records")
+  return records
+
+
+def check_files(task: ml_collections.ConfigDict, dataset, splits: dict[str, str]) -> None:
+  """Parses each split's files once, before tfds prepares them: a malformed line or a split without examples fails
+  naming the file (and line), then the records go through `check` (with the labels of config.task.labels, else of
+  the training files)."""
+  records = {}
+  for role, split in splits.items():
+    records[role] = []
+    for name in tfds_builders.split_names(split):
+      try:
+        found = list(tfds_builders.read_file(dataset, name))
+      except tfds_builders.SplitError as err:
+        raise errors.ConfigError(f"config.task.{ROLES[role]}={split!r}: {err}") from None
+      if not found:
+        raise errors.UserError(f"{tfds_builders.split_file(dataset, name)}: expected examples for the {role} split "
+                               f"(config.task.{ROLES[role]}={split!r}), found none")
+      records[role] += found
+  check(family_of(task, records["train"], train_fields=False), dataset, splits, records)
+
+
+def family_of(task: ml_collections.ConfigDict, train_records: Sequence[dict], *, train_fields: bool = True
+              ) -> TaskFamily:
+  """The task's family: its labels (config.task.labels, else the training records') and, with `train_fields`, what
+  it computes from the training records (`TaskFamily.train_fields`: a score output's initial bias, span priors)."""
+  family = registry.family(task_mapping(task, label_vocabulary(task, train_records)))
+  return registry.family(family.task | family.train_fields(train_records)) if train_fields else family
 
 
 def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict[str, Any]:
@@ -67,6 +195,50 @@ def task_mapping(task: ml_collections.ConfigDict, labels: Sequence[str]) -> dict
 def label_vocabulary(task: ml_collections.ConfigDict, train_records: Sequence[dict]) -> list[str]:
   """The task's labels / tags / entity types in index order: the config's, else derived from the training records."""
   return list(task.labels) or registry.family(task_mapping(task, ())).label_vocabulary(train_records)
+
+
+def check(family: TaskFamily, dataset, splits: dict[str, str], records: dict[str, Sequence[dict]]) -> None:
+  """Every role's records against the task: a record its family cannot use (`TaskFamily.usable`) or a label outside
+  its labels (`TaskFamily.file_labels`, as the files write them) fails at its line. Prepared splits are checked too:
+  the task may differ from the one that prepared them."""
+  allowed = family.file_labels(data_format(dataset))
+  for role, split in splits.items():
+    _check_records(family, dataset, split, records[role])
+    _check_labels(dataset, split, records[role], allowed)
+
+
+def _check_records(family: TaskFamily, dataset, split: str, records: Sequence[dict]) -> None:
+  """A record the family cannot use fails at its line: the split's files are read again with the family's reader
+  checks (`TaskFamily.reader_checks`), which raise a ReaderError there."""
+  if family.usable(records):
+    return
+  for name in tfds_builders.split_names(split):
+    for _ in tfds_builders.read_file(dataset, name, **family.reader_checks()):
+      pass
+  raise errors.UserError(f"{dataset}: split {split!r} holds a record that task {family.name!r} cannot use")
+
+
+def _check_labels(dataset, split: str, records: Sequence[dict], allowed: Sequence[str] | None) -> None:
+  """A label outside `allowed` (file terms) fails at its line: the split's files are read again, checking labels."""
+  known = set(allowed or ())
+  unknown = next((label for record in records for label in _labels_of(record) if label not in known), None)
+  if allowed is None or unknown is None:
+    return
+  names = tfds_builders.split_names(split)
+  for name in names:
+    for _ in tfds_builders.read_file(dataset, name, label_names=allowed):  # Raises a ReaderError at the line.
+      pass
+  files = ", ".join(str(tfds_builders.split_file(dataset, name)) for name in names)
+  raise errors.UserError(f"{files}: expected the task's labels ({', '.join(allowed)}), found {unknown!r}")
+
+
+def _labels_of(record: dict) -> list[str]:
+  """A reader record's labels: its class label, tags or span labels."""
+  if "tags" in record:
+    return record["tags"]
+  if "spans" in record:
+    return [span["label"] for span in record["spans"]]
+  return [] if record.get("label") is None else [record["label"]]
 
 
 def split_of(name: str, family: TaskFamily, tokenizer, records: Sequence[dict]) -> Split:
@@ -101,155 +273,30 @@ def encode_records(family: TaskFamily, tokenizer, records: Sequence[dict]) -> li
   return [family.encode(tokenizer, record, lookup(i)) for i, record in enumerate(records)]
 
 
-def reader_options(columns: str) -> dict[str, Any]:
-  """'text_a:sentence1,label:3,header:false' -> reader options (integers are column indices)."""
-  options = {}
-  for item in filter(None, columns.split(",")):
-    key, _, value = item.partition(":")
-    if value.lower() in ("true", "false"):
-      options[key] = value.lower() == "true"
-    else:
-      options[key] = int(value) if value.lstrip("-").isdigit() else value
-  return options
-
-
-def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetConfig:
-  """A tfds_builders preset name, or a custom dataset from task.format/files/columns."""
-  if task.dataset:
-    if task.dataset not in tfds_builders.PRESETS:
-      close = difflib.get_close_matches(task.dataset, tfds_builders.PRESETS, n=1)
-      raise errors.ConfigError(
-          f"config.task.dataset={task.dataset!r} is not a dataset{f'; did you mean {close[0]!r}?' if close else ''} "
-          f"(known: {', '.join(sorted(tfds_builders.PRESETS))}; or set it to '' and give config.task.files)")
-    return task.dataset
-  if not task.files:
-    raise errors.ConfigError("config.task.dataset is empty and config.task.files is too: name a dataset of "
-                                    f"tasks.tfds_builders.PRESETS {sorted(tfds_builders.PRESETS)} or give files")
-  if task.format not in readers.READERS:
-    raise errors.ConfigError(f"config.task.format={task.format!r} is not one of {', '.join(readers.READERS)}")
-  files = {}
-  for item in task.files.split(","):
-    split, colon, path = item.partition(":")
-    if not colon or not split or not path:
-      raise errors.ConfigError(f"config.task.files={task.files!r}: expected split:path items such as "
-                                      f"train:a.tsv,validation:b.tsv, got {item!r}")
-    if Path(path).is_absolute() and not Path(path).is_file():
-      raise errors.ConfigError(f"config.task.files: the {split} file {path} does not exist")
-    files[split] = path if Path(path).is_absolute() or Path(path).exists() else str(paths.data_file(path))
-  options = reader_options(task.columns)
-  if task.labels and task.format == "tsv":
-    options.setdefault("label_names", tuple(task.labels))
-  return tfds_builders.custom(task.format, files, **options)
-
-
-def _records(dataset, split: str, cache_dir: str, key: str) -> list[dict]:
-  """Every record of a (prepared) split; `key` names the config field that asked for it in an error."""
-  try:
-    source = tfds_builders.load_split(dataset, split, cache_dir=cache_dir or None)
-  except tfds_builders.SplitError as err:
-    raise errors.ConfigError(f"config.task.{key}={split!r}: {err}") from None
-  return source.__getitems__(list(range(len(source)))) if len(source) else []
-
-
-def data_format(dataset: str | tfds_builders.DatasetConfig) -> str:
-  """The reader format of a dataset preset name or custom dataset."""
-  return (tfds_builders.PRESETS[dataset] if isinstance(dataset, str) else dataset).format
-
-
-def _labels_of(record: dict) -> list[str]:
-  """A reader record's labels: its class label, tags or span labels."""
-  if "tags" in record:
-    return record["tags"]
-  if "spans" in record:
-    return [span["label"] for span in record["spans"]]
-  return [] if record.get("label") is None else [record["label"]]
-
-
-def _check_labels(dataset, split: str, records: Sequence[dict], allowed: Sequence[str] | None) -> None:
-  """A label outside `allowed` (file terms) fails at its line: the split's files are read again, checking labels."""
-  known = set(allowed or ())
-  unknown = next((label for record in records for label in _labels_of(record) if label not in known), None)
-  if allowed is None or unknown is None:
-    return
-  names = tfds_builders.split_names(split)
-  for name in names:
-    for _ in tfds_builders.read_file(dataset, name, label_names=allowed):  # Raises a ReaderError at the line.
-      pass
-  files = ", ".join(str(tfds_builders.split_file(dataset, name)) for name in names)
-  raise errors.UserError(f"{files}: expected the task's labels ({', '.join(allowed)}), found {unknown!r}")
-
-
-def _check_records(family: TaskFamily, dataset, split: str, records: Sequence[dict]) -> None:
-  """A record the family cannot use fails at its line: the split's files are read again with the family's reader
-  checks (`TaskFamily.reader_checks`), which raise a ReaderError there."""
-  if family.usable(records):
-    return
-  for name in tfds_builders.split_names(split):
-    for _ in tfds_builders.read_file(dataset, name, **family.reader_checks()):
-      pass
-  raise errors.UserError(f"{dataset}: split {split!r} holds a record that task {family.name!r} cannot use")
-
-
-def check_splits(task: ml_collections.ConfigDict, dataset, splits: dict[str, str]) -> None:
-  """Reads each split's files once, before tfds prepares them: a malformed line, a split without examples, a record
-  the task cannot use or a label outside the task's labels (config.task.labels, else the training split's) fails
-  naming the file and line."""
-  records = {}
-  for role, split in splits.items():
-    records[role] = []
-    for name in tfds_builders.split_names(split):
-      try:
-        found = list(tfds_builders.read_file(dataset, name))
-      except tfds_builders.SplitError as err:
-        raise errors.ConfigError(f"config.task.{role}_split={split!r}: {err}") from None
-      if not found:
-        raise errors.UserError(f"{tfds_builders.split_file(dataset, name)}: expected examples for the {role} split "
-                            f"(config.task.{role}_split={split!r}), found none")
-      records[role] += found
-  family = registry.family(task_mapping(task, label_vocabulary(task, records["train"])))
-  for role, split in splits.items():
-    _check_records(family, dataset, split, records[role])
-    _check_labels(dataset, split, records[role], family.file_labels(data_format(dataset)))
-
-
-def load(config: ml_collections.ConfigDict) -> TaskData:
-  """Reads and encodes the train, dev and (optional) test splits of config.task; checks the files first."""
-  task = config.task
-  dataset = dataset_of(task)
-  splits = {"train": task.train_split, "eval": task.eval_split} | ({"test": task.test_split} if task.test_split else {})
-  if not tfds_builders.is_prepared(dataset, cache_dir=config.data.cache_dir or None):
-    check_splits(task, dataset, splits)
-  tokenizer = load_tokenizer(config.data.tokenizer)
-  read = lambda key: _records(dataset, task[key], config.data.cache_dir, key)
-  train_records = read("train_split")
-  if not train_records:
-    raise errors.ConfigError(f"config.task.train_split={task.train_split!r} of {task.dataset or task.files} "
-                             "has no records")
-  family = registry.family(task_mapping(task, label_vocabulary(task, train_records)))
-  family = registry.family(family.task | family.train_fields(train_records))
-  allowed = family.file_labels(data_format(dataset))
-
-  records = {"train": train_records, "dev": read("eval_split")} | (
-      {"test": read("test_split")} if task.test_split else {})
-  for name, split_string in zip(records, (task.train_split, task.eval_split, task.test_split)):
-    _check_records(family, dataset, split_string, records[name])  # Prepared splits: checked again (the task may
-    _check_labels(dataset, split_string, records[name], allowed)   # differ from the one that prepared them).
-  train, dev, test = (split_of(name, family, tokenizer, records[name]) if name in records else None
-                      for name in ("train", "dev", "test"))
-  buckets = tuple(sorted({min(b, task.max_length) for b in config.data.buckets} | {task.max_length}))
+def plan(config: ml_collections.ConfigDict, train: Split
+         ) -> tuple[Schedule, tuple[int, ...], tuple[batching.PackShape, ...] | None]:
+  """The run's training schedule (config.epochs passes, or config.num_train_steps when positive) and its batch
+  shapes: the length buckets worth a compilation over the run's batches (`batching.prune_buckets`), and with
+  config.data.pack the one or two packed shapes that hold every training batch."""
   per_epoch = steps_per_epoch(len(train.examples), config.batch_size)
-  epochs = -(-config.num_train_steps // per_epoch) if config.num_train_steps > 0 else config.epochs
-  longest = [n for _, n in _longest_per_batch(train, config.batch_size, config.seed, range(max(epochs, 1)))]
+  total = config.num_train_steps if config.num_train_steps > 0 else config.epochs * per_epoch
+  if total < 1:
+    raise errors.ConfigError(f"config.epochs={config.epochs} gives no training steps: set it to at least 1")
+  schedule = Schedule(config.batch_size, config.seed, per_epoch, total)
+  epochs = range(-(-total // per_epoch))
+  max_length = config.task.max_length
+  buckets = tuple(sorted({min(b, max_length) for b in config.data.buckets} | {max_length}))
   compile_cost = config.data.compile_cost  # -1: this backend's (launch.train records the choice at start-up).
   compile_cost = batching.compile_cost_on(platform()) if compile_cost < 0 else compile_cost
+  longest = [n for _, n in _longest_per_batch(train, schedule, epochs)]
   buckets = batching.prune_buckets(longest, buckets, compile_cost)
-  pack = None
-  if config.data.pack:  # One or two shapes that hold every training batch of the run.
-    lengths = batching.lengths_of(train.examples)
-    pack = batching.pack_shapes([lengths[indices] for epoch in range(max(epochs, 1)) for indices in epoch_batches(
-        lengths, config.batch_size, seed=config.seed, epoch=epoch, pack=True)], task.max_length,
-        compile_cost, config.batch_size)
-  return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths(), pack)
+  if not config.data.pack:
+    return schedule, buckets, None
+  lengths = batching.lengths_of(train.examples)  # One or two shapes that hold every training batch of the run.
+  return schedule, buckets, batching.pack_shapes(
+      [lengths[indices] for epoch in epochs for indices in epoch_batches(
+          lengths, schedule.batch_size, seed=schedule.seed, epoch=epoch, pack=True)],
+      max_length, compile_cost, schedule.batch_size)
 
 
 def epoch_batches(lengths: np.ndarray, batch_size: int, *, seed: int, epoch: int, pack: bool) -> list[list[int]]:
@@ -259,13 +306,13 @@ def epoch_batches(lengths: np.ndarray, batch_size: int, *, seed: int, epoch: int
   return batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch, pool=1 if pack else 50)
 
 
-def _longest_per_batch(train: Split, batch_size: int, seed: int, epochs: range) -> Iterator[tuple[int, int]]:
+def _longest_per_batch(train: Split, schedule: Schedule, epochs: range) -> Iterator[tuple[int, int]]:
   """(step, longest example) of every training batch of `epochs` (what bucket pruning and compile-ahead read)."""
   lengths = batching.lengths_of(train.examples)
-  per_epoch = steps_per_epoch(len(lengths), batch_size)
   for epoch in epochs:
-    for index, indices in enumerate(batching.length_bucketed_batches(lengths, batch_size, seed=seed, epoch=epoch)):
-      yield epoch * per_epoch + index, int(lengths[indices].max())
+    for index, indices in enumerate(batching.length_bucketed_batches(lengths, schedule.batch_size, seed=schedule.seed,
+                                                                     epoch=epoch)):
+      yield epoch * schedule.steps_per_epoch + index, int(lengths[indices].max())
 
 
 def steps_per_epoch(examples: int, batch_size: int) -> int:
@@ -273,33 +320,32 @@ def steps_per_epoch(examples: int, batch_size: int) -> int:
   return -(-examples // batch_size)
 
 
-def batch_schedule(data: TaskData, *, batch_size: int, seed: int) -> Callable[[int], dict[str, np.ndarray]]:
-  """step -> the global batch of optimizer step `step` (0-based): a pure function of (data, batch_size, seed, step)."""
-  lengths = batching.lengths_of(data.train.examples)
-  per_epoch = steps_per_epoch(len(data.train.examples), batch_size)
+def batch_schedule(data: TaskData) -> Callable[[int], dict[str, np.ndarray]]:
+  """step -> the global batch of optimizer step `step` (0-based): a pure function of (data, step)."""
+  lengths, schedule = batching.lengths_of(data.train.examples), data.schedule
 
   @functools.lru_cache(maxsize=2)
   def batches_of(epoch: int) -> list[list[int]]:
-    return epoch_batches(lengths, batch_size, seed=seed, epoch=epoch, pack=data.pack is not None)
+    return epoch_batches(lengths, schedule.batch_size, seed=schedule.seed, epoch=epoch, pack=data.pack is not None)
 
   def batch(step: int) -> dict[str, np.ndarray]:
-    epoch, index = divmod(step, per_epoch)
+    epoch, index = divmod(step, schedule.steps_per_epoch)
     examples = [data.train.examples[i] for i in batches_of(epoch)[index]]
     if data.pack is not None:
-      return batching.pack(examples, data.task["max_length"], data.pack, batch_size=batch_size, widths=data.widths)
-    return batching.collate(examples, data.buckets, batch_size=batch_size, widths=data.widths)
+      return batching.pack(examples, data.task["max_length"], data.pack, batch_size=schedule.batch_size,
+                           widths=data.widths)
+    return batching.collate(examples, data.buckets, batch_size=schedule.batch_size, widths=data.widths)
   return batch
 
 
-def first_batch_of_each_shape(data: TaskData, *, batch_size: int, seed: int, start_step: int, total_steps: int
-                              ) -> list[dict[str, np.ndarray]]:
+def first_batch_of_each_shape(data: TaskData, *, start_step: int) -> list[dict[str, np.ndarray]]:
   """This process's rows of the first batch of each shape (length bucket) in the next two epochs from start_step, in
   the order the run first needs them (what `launch.compile_ahead` compiles; a rarer shape compiles when met); packed
   batches: of each packed shape."""
-  batch = batch_schedule(data, batch_size=batch_size, seed=seed)
-  first_epoch, first = start_step // steps_per_epoch(len(data.train.examples), batch_size), {}
-  for step, longest in _longest_per_batch(data.train, batch_size, seed, range(first_epoch, first_epoch + 2)):
-    if start_step <= step < total_steps:
+  batch, schedule = batch_schedule(data), data.schedule
+  first_epoch, first = start_step // schedule.steps_per_epoch, {}
+  for step, longest in _longest_per_batch(data.train, schedule, range(first_epoch, first_epoch + 2)):
+    if start_step <= step < schedule.total_steps:
       first.setdefault(batch(step)["packed_input_ids"].shape if data.pack else
                        batching.bucket_length(longest, data.buckets), step)
   return [_local_rows(batch(step)) for step in sorted(first.values())]
@@ -328,11 +374,10 @@ def example_batch(data: TaskData) -> dict[str, np.ndarray]:
   return batching.collate(data.train.examples[:1], data.buckets, widths=data.widths)
 
 
-def train_batches(data: TaskData, *, batch_size: int, seed: int, start_step: int, total_steps: int,
-                  prefetch: int) -> Iterator[dict[str, np.ndarray]]:
-  """This process's rows of the batches of steps start_step .. total_steps - 1, prepared ahead by grain threads."""
-  batch = batch_schedule(data, batch_size=batch_size, seed=seed)
-  dataset = grain.MapDataset.range(start_step, max(total_steps, start_step)).map(lambda step: _local_rows(batch(step)))
+def train_batches(data: TaskData, *, start_step: int, prefetch: int) -> Iterator[dict[str, np.ndarray]]:
+  """This process's rows of the batches of steps start_step .. the schedule's last, prepared ahead by grain threads."""
+  batch, total = batch_schedule(data), data.schedule.total_steps
+  dataset = grain.MapDataset.range(start_step, max(total, start_step)).map(lambda step: _local_rows(batch(step)))
   return iter(dataset.to_iter_dataset(grain.ReadOptions(num_threads=max(prefetch, 1),
                                                         prefetch_buffer_size=max(prefetch, 1))))
 

@@ -45,8 +45,8 @@ def test_batch_of_a_step_is_a_pure_function_of_the_step():
   require_data("conll2003/bio/train.txt")
   config = _config("task=conll2003,runlocal", **{"task.train_split": "train[:40]"})
   data = finetune_data.load(config)
-  schedule = finetune_data.batch_schedule(data, batch_size=16, seed=0)
-  assert finetune_data.steps_per_epoch(len(data.train.examples), 16) == 3
+  schedule = finetune_data.batch_schedule(data)
+  assert data.schedule[:2] == (16, 0) and data.schedule.steps_per_epoch == 3
   for epoch in range(2):  # Every example exactly once per epoch; the short last batch is padded with masked rows.
     batches = [schedule(3 * epoch + i) for i in range(3)]
     assert all(b["input_ids"].shape[0] == 16 and b["input_ids"].shape[1] in data.buckets for b in batches)
@@ -54,11 +54,12 @@ def test_batch_of_a_step_is_a_pure_function_of_the_step():
     words = sorted(tuple(b["word_labels"][r][b["word_labels"][r] >= 0]) for b in batches for r in range(16)
                    if b["example_mask"][r])
     assert words == sorted(tuple(e["word_labels"]) for e in data.train.examples)
-  resumed = finetune_data.train_batches(data, batch_size=16, seed=0, start_step=4, total_steps=6, prefetch=1)
-  for step, batch in zip((4, 5), resumed):
-    fresh = finetune_data.batch_schedule(data, batch_size=16, seed=0)(step)
+  resumed = finetune_data.train_batches(data._replace(schedule=data.schedule._replace(total_steps=6)), start_step=4,
+                                        prefetch=1)
+  for step, batch in zip((4, 5), resumed, strict=True):
+    fresh = finetune_data.batch_schedule(data)(step)
     assert all(np.array_equal(batch[k], fresh[k]) for k in fresh)
-  other_seed = finetune_data.batch_schedule(data, batch_size=16, seed=1)(0)
+  other_seed = finetune_data.batch_schedule(data._replace(schedule=data.schedule._replace(seed=1)))(0)
   assert not np.array_equal(other_seed["input_ids"], schedule(0)["input_ids"])
 
 

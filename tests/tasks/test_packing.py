@@ -173,8 +173,9 @@ def test_packed_schedule_has_one_shape_and_every_example_once_an_epoch():
   assert sorted(i for b in batches for i in b) == list(range(40))
   assert batches != finetune_data.epoch_batches(lengths, 8, seed=0, epoch=1, pack=True)
   shapes = batching.pack_shapes([lengths[b] for b in batches], 32, 1e9, 8)  # A compilation outweighs any padding.
-  data = finetune_data.TaskData(family.task, family, tokenizer(), split, split, None, (16, 32), family.widths(), shapes)
-  schedule = finetune_data.batch_schedule(data, batch_size=8, seed=0)
+  data = finetune_data.TaskData(family.task, family, tokenizer(), split, split, None, (16, 32), family.widths(),
+                                finetune_data.Schedule(8, 0, len(batches), len(batches)), shapes)
+  schedule = finetune_data.batch_schedule(data)
   seen_shapes = {tuple((k, v.shape) for k, v in sorted(schedule(step).items())) for step in range(len(batches))}
   assert len(shapes) == 1 and len(seen_shapes) == 1
   seen = sorted(int(label) for step in range(len(batches)) for label, real in
@@ -184,9 +185,9 @@ def test_packed_schedule_has_one_shape_and_every_example_once_an_epoch():
   two = data._replace(pack=(batching.PackShape(fewest, shapes[0].segments), shapes[0]))
   if fewest == shapes[0].rows:
     pytest.fail("every batch needs as many rows: choose records of more varied lengths")
-  two_schedule = finetune_data.batch_schedule(two, batch_size=8, seed=0)
+  two_schedule = finetune_data.batch_schedule(two)
   in_order = [two_schedule(step)["packed_input_ids"].shape for step in range(len(batches))]
-  ahead = finetune_data.first_batch_of_each_shape(two, batch_size=8, seed=0, start_step=0, total_steps=len(batches))
+  ahead = finetune_data.first_batch_of_each_shape(two, start_step=0)
   assert [b["packed_input_ids"].shape for b in ahead] == sorted(set(in_order), key=in_order.index) and len(ahead) == 2
 
 
