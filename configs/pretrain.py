@@ -17,6 +17,8 @@ its encoder and whichever of the objectives' heads it has are loaded; "" = rando
 import ml_collections
 
 from configs import common
+from encoder import fields
+from objectives import registry as objective_registry
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -53,10 +55,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Of the selected tokens: replaced by a random token (the rest are kept; ELECTRA's code: none).
   config.masking.random_prob = 0.0 if "electra" in names else 0.1
 
-  config.electra = ml_collections.ConfigDict()  # ELECTRA's generator and loss weight (objectives/electra.py).
-  config.electra.generator_size = 0.25  # Generator hidden size, heads and feed-forward width / the discriminator's.
-  config.electra.generator_layers = 0  # Generator depth (0 = the discriminator's, as in the paper).
-  config.electra.rtd_weight = 50.0  # lambda: loss = generator MLM + lambda * replaced-token detection.
+  # An objective's own block (ELECTRA's generator and loss weight: config.electra), from the fields its module
+  # declares (objectives/electra.py CONFIG_FIELDS: defaults, rules and comments in one place).
+  for name, declared in objective_registry.config_fields().items():
+    config[name] = ml_collections.ConfigDict(fields.defaults(declared))
 
   config.optimizer = common.optimizer_config()  # AdamW/LAMB, warmup + linear decay (configs/common.py).
   common.engine_config(config, steps=arg.steps)

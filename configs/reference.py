@@ -7,8 +7,8 @@ which reads only the checkpoint's config.json; configs/demo.py's two runs) and e
 and the comment of the line that assigns it: a trailing `# ...`, else the comment lines just above. A field is looked
 up in the experiment's file first, then configs/common.py, then EncoderConfig in encoder/config.py (the `model.*`
 fields); fine-tuning's `task.*` fields in their declarations by the task families first (`tasks.registry.
-field_comments`: tasks/task_fields.py's COMMON and each family's `config_fields`), so the page cannot drift from the
-code; tests/configs/test_reference.py fails when docs/config.md is out of
+field_comments`: tasks/task_fields.py's COMMON and each family's `config_fields`) and an objective's own block
+(`electra.*`) in its module's `CONFIG_FIELDS`, so the page cannot drift from the code; tests/configs/test_reference.py fails when docs/config.md is out of
 date or a field has no comment.
 """
 
@@ -24,6 +24,7 @@ import tokenize
 import ml_collections
 
 from configs import demo, finetune, pretrain, rules
+from objectives import registry as objective_registry
 from tasks import registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,6 +33,7 @@ BLOCK_NAMES = {"config": "", "opt": "optimizer.", "task": "task."}
 CLASS_BLOCKS = {"EncoderConfig": "model."}  # Dataclasses whose annotated fields are a config block.
 COMMON, MODEL = "configs/common.py", "encoder/config.py"
 TASK_FIELDS = "the task families' fields (tasks/task_fields.py)"  # A source that is the registry, not one file.
+OBJECTIVE_FIELDS = "the objectives' fields (CONFIG_FIELDS in objectives/electra.py)"  # config.electra's fields, as its module declares them.
 MODULES = {"configs/pretrain.py": pretrain, "configs/finetune.py": finetune, "configs/demo.py": demo}
 SITE_PACKAGES = re.compile(r"[^\s\"']*/(?:site|dist)-packages/")
 
@@ -96,6 +98,9 @@ def field_comments(path: str) -> dict[str, str]:
   families declare with their `task.*` fields."""
   if path == TASK_FIELDS:
     return {f"task.{name}": text for name, text in registry.field_comments().items()}
+  if path == OBJECTIVE_FIELDS:
+    return {f"{name}.{field.name}": field.comment for name, declared in objective_registry.config_fields().items()
+            for field in declared}
   return comments_in((REPO / path).read_text(encoding="utf-8"))
 
 
@@ -133,7 +138,7 @@ def _show(value: object) -> str:
 
 
 EXPERIMENTS = {  # Name -> (config file, its default config, the files its comments come from).
-    "pretrain": ("configs/pretrain.py", pretrain.get_config, ["configs/pretrain.py", COMMON, MODEL]),
+    "pretrain": ("configs/pretrain.py", pretrain.get_config, [OBJECTIVE_FIELDS, "configs/pretrain.py", COMMON, MODEL]),
     "finetune": ("configs/finetune.py", finetune.get_config, [TASK_FIELDS, "configs/finetune.py", COMMON, MODEL]),
 }
 

@@ -3,7 +3,7 @@
 and broken on purpose, field by field, by the config fuzz test (tests/configs/test_fuzz.py).
 
 The encoder's fields (`model.*`) are EncoderConfig's own rules (encoder/config.py); an objective with a config block
-of its own (ELECTRA's `electra.*`) states its rules beside its builder (`FIELD_RULES` in its module); the task
+of its own (ELECTRA's `electra.*`) declares its fields beside its builder (`CONFIG_FIELDS` in its module); the task
 block's fields (`task.*`) are declared with their rules by the task families (tasks/task_fields.py). Relations
 between fields (max_length within max_positions, heads dividing the width, ...) are `configs.checks`'s.
 """
@@ -12,7 +12,7 @@ from encoder import config as encoder_config
 from encoder import fields
 from encoder.fields import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, PROBABILITY, Anything, Check, \
     Choice, Number
-from objectives import electra
+from objectives import registry as objective_registry
 from objectives import masking as masking_lib
 from objectives import pipeline
 from tasks.task_fields import BOOL
@@ -22,8 +22,7 @@ EVERY = Number(1, integer=True, also=(-1,))  # A period in steps, or -1 (fine-tu
 
 
 def _objectives_problem(value: str) -> str | None:
-  from objectives import registry  # pylint: disable=import-outside-toplevel  (the registry imports the heads)
-  known = tuple(registry.OBJECTIVES)
+  known = tuple(objective_registry.OBJECTIVES)
   unknown = [name for name in value.split("+") if name not in known]
   return f"'+'-joined objective names of {', '.join(known)}, got unknown {unknown}" if unknown else None
 
@@ -84,7 +83,8 @@ PRETRAINING: dict[str, fields.Rule] = {
     "masking.rate": Number(0.0, 1.0, low_open=True, high_open=True), "masking.max_predictions": POSITIVE_INT,
     "masking.mode": Choice(masking_lib.MODES), "masking.replacement": Choice(masking_lib.REPLACEMENTS),
     "masking.mask_prob": Number(0.0, 1.0), "masking.random_prob": Number(0.0, 1.0),
-    **{f"electra.{key}": rule for key, rule in electra.FIELD_RULES.items()},
+    **{f"{name}.{field.name}": field.rule for name, declared in objective_registry.config_fields().items()
+       for field in declared},
 }
 FINETUNING: dict[str, fields.Rule] = {
     "objectives": Check(lambda v: None if v == "" else "'' (fine-tuning trains the task's head)", "''",

@@ -12,7 +12,7 @@ the task families, configs/) can state its fields' rules where the fields are de
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Iterable, NamedTuple
 
 from encoder.errors import ConfigError
 
@@ -116,6 +116,22 @@ class Anything:
 
 
 Rule = Number | Choice | Check | Anything
+
+
+
+class Field(NamedTuple):
+  """One field of a config block that a module declares for itself (a task family's `task.*`, ELECTRA's
+  `electra.*`): `--config.<block>.<name>=...` sets it."""
+  name: str
+  default: Any
+  rule: Rule  # What it accepts (checked before a run reads data; docs/config.md's "accepts").
+  comment: str  # One line: what it means (docs/config.md's "meaning").
+
+
+def defaults(declared: Iterable[Field]) -> dict[str, Any]:
+  """{name: default} of `declared` (a later declaration of a name wins)."""
+  return {field.name: field.default for field in declared}
+
 
 PROBABILITY = Number(0.0, 1.0, high_open=True)  # Dropout rates, decays: [0, 1).
 POSITIVE = Number(0.0, low_open=True)

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from encoder import fields
+from encoder.fields import Field
 from encoder.config import EncoderConfig
 from encoder.hf import checkpoint, electra as hf_electra
 from encoder.hf.files import MissingTensorError
@@ -31,12 +32,14 @@ from objectives.objective import HfHead, Objective
 GENERATOR_LOGITS = "electra_generator_logits"  # Batch key replace_inputs adds: generator logits [batch, P, vocab].
 
 
-# What config.electra's fields accept (checked by configs.checks before a run starts; docs/config.md).
-FIELD_RULES: dict[str, fields.Rule] = {
-    "generator_size": fields.Number(0.0, 1.0, low_open=True),  # A fraction of the discriminator (paper: 1/4 - 1/2).
-    "generator_layers": fields.NON_NEGATIVE_INT,
-    "rtd_weight": fields.NON_NEGATIVE,
-}
+# config.electra's fields: their defaults (configs/pretrain.py's block), rules (configs/rules.py, checked before a
+# run starts) and comments (docs/config.md), declared here once (objectives.registry.config_fields).
+CONFIG_FIELDS: tuple[Field, ...] = (
+    Field("generator_size", 0.25, fields.Number(0.0, 1.0, low_open=True),  # Paper: 1/4 - 1/2.
+          "Generator hidden size, heads and feed-forward width / the discriminator's."),
+    Field("generator_layers", 0, fields.NON_NEGATIVE_INT, "Generator depth (0 = the discriminator's, as in the paper)."),
+    Field("rtd_weight", 50.0, fields.NON_NEGATIVE, "lambda: loss = generator MLM + lambda * replaced-token detection."),
+)
 
 
 def generator_config(discriminator: EncoderConfig, size: float, num_layers: int = 0) -> EncoderConfig:
@@ -163,12 +166,12 @@ def electra_loss(rtd_weight: float):
 def build(config: Mapping[str, Any] | None = None) -> Objective:
   """Objective "electra" (optional keys: generator_size, generator_layers, rtd_weight, initializer_range,
   layer_norm_eps, hidden_act)."""
-  rtd_weight = float(layers.option(config, "rtd_weight", 50.0))
-  size, depth = float(layers.option(config, "generator_size", 0.25)), int(layers.option(config, "generator_layers", 0))
+  own = {field.name: layers.option(config, field.name, field.default) for field in CONFIG_FIELDS}
+  rtd_weight, size, depth = float(own["rtd_weight"]), float(own["generator_size"]), int(own["generator_layers"])
   head = ElectraHead(generator_size=size, generator_layers=depth,
-                     initializer_range=layers.option(config, "initializer_range", 0.02),
-                     layer_norm_eps=layers.option(config, "layer_norm_eps", 1e-12),
-                     approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh")
+                     initializer_range=layers.model_option(config, "initializer_range"),
+                     layer_norm_eps=layers.model_option(config, "layer_norm_eps"),
+                     approximate_gelu=layers.model_option(config, "hidden_act") == "gelu_tanh")
   return Objective(name="electra", head=head, loss=electra_loss(rtd_weight),
                    terms={"generator_mlm": 1.0, "rtd": rtd_weight}, replaces_inputs=True,
                    encoders=lambda cfg: (generator_config(cfg, size, depth),), hf=HF)

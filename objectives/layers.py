@@ -1,17 +1,29 @@
 """Pieces shared by the pretraining heads: config lookup, gathering at positions, the dense-GELU-LayerNorm transform."""
 
+import dataclasses
 from typing import Any, Mapping
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from encoder.config import EncoderConfig
+
 
 def option(config: Mapping[str, Any] | None, key: str, default: Any) -> Any:
-  """config[key] if the (ConfigDict or dict) config has it, else default."""
+  """config[key] if the (ConfigDict or dict) config has it, else default (an option the objective alone reads)."""
   if config is None:
     return default
   return config.get(key, default)
+
+
+_MODEL_DEFAULTS = {field.name: field.default for field in dataclasses.fields(EncoderConfig)}
+
+
+def model_option(config: Mapping[str, Any] | None, key: str) -> Any:
+  """An encoder field a head reads (initializer_range, layer_norm_eps, hidden_act, ...): config[key] if the config
+  (config.model's fields) has it, else EncoderConfig's default, declared there once."""
+  return option(config, key, _MODEL_DEFAULTS[key])
 
 
 def gather(hidden: jax.Array, positions: jax.Array) -> jax.Array:

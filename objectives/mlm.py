@@ -45,10 +45,10 @@ def mlm_loss(logits: jax.Array, batch: dict[str, jax.Array]):
 def build(config: Mapping[str, Any] | None = None) -> Objective:
   """Objective "mlm" from a config block (optional keys: initializer_range, layer_norm_eps, hidden_act,
   embedding_size)."""
-  head = MaskedLMHead(initializer_range=layers.option(config, "initializer_range", 0.02),
-                      layer_norm_eps=layers.option(config, "layer_norm_eps", 1e-12),
-                      approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh",
-                      features=layers.option(config, "embedding_size", 0))
+  head = MaskedLMHead(initializer_range=layers.model_option(config, "initializer_range"),
+                      layer_norm_eps=layers.model_option(config, "layer_norm_eps"),
+                      approximate_gelu=layers.model_option(config, "hidden_act") == "gelu_tanh",
+                      features=layers.model_option(config, "embedding_size"))
   return Objective(name="mlm", head=head, loss=mlm_loss, reads=lambda batch: batch["masked_positions"], hf=HF)
 
 

@@ -42,7 +42,7 @@ def nsp_loss(logits: jax.Array, batch: dict[str, jax.Array]):
 def build(config: Mapping[str, Any] | None = None) -> Objective:
   """Objective "nsp" from a config block (optional keys: use_pooler, initializer_range)."""
   head = NextSentenceHead(use_pooler=layers.option(config, "use_pooler", True),
-                          initializer_range=layers.option(config, "initializer_range", 0.02))
+                          initializer_range=layers.model_option(config, "initializer_range"))
   return Objective(name="nsp", head=head, loss=nsp_loss, reads=objective.cls_only, hf=HF)
 
 

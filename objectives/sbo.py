@@ -48,8 +48,8 @@ def sbo_loss(logits: jax.Array, batch: dict[str, jax.Array]):
 def build(config: Mapping[str, Any] | None = None) -> Objective:
   """Objective "sbo" (optional keys: max_span_tokens, initializer_range, layer_norm_eps, hidden_act)."""
   head = SpanBoundaryHead(max_span_tokens=layers.option(config, "max_span_tokens", 32),
-                          initializer_range=layers.option(config, "initializer_range", 0.02),
-                          layer_norm_eps=layers.option(config, "layer_norm_eps", 1e-12),
-                          approximate_gelu=layers.option(config, "hidden_act", "gelu") == "gelu_tanh")
+                          initializer_range=layers.model_option(config, "initializer_range"),
+                          layer_norm_eps=layers.model_option(config, "layer_norm_eps"),
+                          approximate_gelu=layers.model_option(config, "hidden_act") == "gelu_tanh")
   return Objective(name="sbo", head=head, loss=sbo_loss,
                    reads=lambda batch: jnp.concatenate([batch["span_left"], batch["span_right"]], axis=1))

@@ -14,12 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import errors, hf
-from encoder.fields import NON_NEGATIVE, Anything, Choice
+from encoder.fields import NON_NEGATIVE, Anything, Choice, Field
 from objectives import layers, objective
 from objectives.objective import Objective
 from tasks.family import HfHead, TaskFamily, labels_config
 from tasks.scoring import metrics
-from tasks.task_fields import Field
 
 POOLINGS = ("cls", "pooled", "mean")
 

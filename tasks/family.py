@@ -19,10 +19,10 @@ from typing import Any, Callable, Mapping, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from encoder import errors, hf
+from encoder import errors, fields, hf
+from encoder.fields import Field
 from objectives.objective import Objective
 from tasks import task_fields
-from tasks.task_fields import Field
 
 
 class HfHead(NamedTuple):
@@ -84,7 +84,7 @@ class TaskFamily(abc.ABC):
   def complete(cls, task: Mapping[str, Any]) -> dict[str, Any]:
     """`task` with each field the family reads that it lacks at its declared default (a family or head built from a
     partial mapping, as tests and `build` functions do; a run's task block has them all)."""
-    return task_fields.defaults(task_fields.COMMON) | {"name": cls.name} | task_fields.defaults(cls.config_fields) \
+    return fields.defaults(task_fields.COMMON) | {"name": cls.name} | fields.defaults(cls.config_fields) \
         | dict(task)
 
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:

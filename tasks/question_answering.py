@@ -23,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import errors, hf
-from encoder.fields import POSITIVE_INT
+from encoder.fields import POSITIVE_INT, Field
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks.family import HfHead, TaskFamily
 from tasks.scoring import squad
-from tasks.task_fields import BOOL, Field
+from tasks.task_fields import BOOL
 
 OUTSIDE = -1  # char_spans of a token outside the context ([CLS], the question, [SEP], padding).
 

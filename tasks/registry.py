@@ -5,9 +5,9 @@ import difflib
 from typing import Any, Mapping
 
 from encoder import errors, fields
+from encoder.fields import Field
 from tasks import classification, question_answering, regression, span_ner, tagging, task_fields
 from tasks.family import TaskFamily
-from tasks.task_fields import Field
 
 FAMILIES: dict[str, type[TaskFamily]] = {
     "classification": classification.Classification,  # Sentence and sentence-pair ([CLS] A [SEP] B [SEP]) labels.
@@ -48,7 +48,7 @@ def task_defaults(name: str) -> dict[str, Any]:
   when the family reads it, else at the last declaring family's (a value that family ignores)."""
   values = {field: declarations[-1][1].default for field, declarations in declared_fields().items()}
   own = FAMILIES[name].config_fields if name in FAMILIES else ()
-  return values | task_fields.defaults(own) | {"name": name}
+  return values | fields.defaults(own) | {"name": name}
 
 
 def complete_task(task: Mapping[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import errors
-from encoder.fields import POSITIVE, POSITIVE_INT, Choice
+from encoder.fields import POSITIVE, POSITIVE_INT, Choice, Field
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
@@ -32,7 +32,7 @@ from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions
 from tasks.readers import overlaps, tagging_to_spans
-from tasks.task_fields import BOOL, Field
+from tasks.task_fields import BOOL
 
 NULL = 0  # Label index of "no entity"; entity types are 1..K.
 POOLINGS = ("mean", "attention")

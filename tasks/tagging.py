@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder.fields import NON_NEGATIVE_INT, Check, Choice
+from encoder.fields import NON_NEGATIVE_INT, Check, Choice, Field
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
@@ -23,7 +23,7 @@ from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.readers import overlaps
 from tasks.scoring import metrics, tag_schemes
 from tasks import crf as crf_lib
-from tasks.task_fields import BOOL, Field
+from tasks.task_fields import BOOL
 
 
 class TaggingHead(nn.Module):

@@ -5,26 +5,10 @@ the dev metric) are `COMMON` here; a family declares the fields only it reads as
 their rules (configs/rules.py), `tasks.registry.field_comments` their docs (configs/reference.py, docs/config.md).
 """
 
-from typing import Any, Iterable, NamedTuple
-
-from encoder import fields
-from encoder.fields import PROBABILITY, Anything, Check, Choice, Number
+from encoder.fields import PROBABILITY, Anything, Check, Choice, Field, Number
 
 
 BOOL = Anything("true or false")
-
-
-class Field(NamedTuple):
-  """One config.task field: `--config.task.<name>=...` sets it."""
-  name: str
-  default: Any
-  rule: fields.Rule  # What it accepts (checked before a run reads data; docs/config.md's "accepts").
-  comment: str  # One line: what it means (docs/config.md's "meaning").
-
-
-def defaults(declared: Iterable[Field]) -> dict[str, Any]:
-  """{name: default} of `declared` (a later declaration of a name wins)."""
-  return {field.name: field.default for field in declared}
 
 
 def _registry_names(kind: str):

@@ -19,12 +19,11 @@ import pytest
 
 from configs import checks
 from encoder import errors
-from encoder.fields import POSITIVE
+from encoder.fields import POSITIVE, Field
 from objectives import objective
 from objectives.objective import Objective
 from tasks import classification, registry
 from tasks.family import TaskFamily
-from tasks.task_fields import Field
 from tasks.scoring import metrics
 from tests.conftest import require_data
 

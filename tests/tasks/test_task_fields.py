@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from configs import finetune, rules
-from encoder.fields import POSITIVE_INT, Choice, Number
+from encoder.fields import POSITIVE_INT, Choice, Field, Number
 from tasks import classification, registry, span_ner
-from tasks.task_fields import Field
 
 
 def test_every_preset_block_is_its_familys_defaults_and_the_preset():
