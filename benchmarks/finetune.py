@@ -15,8 +15,10 @@ no labels, SST-2), dev_score, scores (every metric of that split), train_seconds
 reference_score, reference_scores, reference_train_seconds, reference_examples_per_s, reference_eval_examples_per_s,
 speedup, p_value (paired bootstrap, tasks.scoring.bootstrap: the probability that our gain over the reference on that
 split arises by chance; 1.0 when we do not beat it) and reference_p_value (the same for the reference's gain over
-ours), on the preset's metric, and p_value_accuracy too where that metric is another (MRPC's F1). SQuAD adds ours_em,
-ours_f1, hf_em, hf_f1 (percent; the p-values are on per-question F1). The reference's predictions are written beside
+ours), on the preset's metric, and p_value_accuracy too where that metric is another (MRPC's F1); both runs'
+prediction files are tested by the task's scoring kind, as `tasks.scoring.score bootstrap` would (SQuAD: on
+per-question F1). records, train_records and train_examples count the scored split's records and the training
+split's records and encoded examples (SQuAD's questions and windows). The reference's predictions are written beside
 ours, in WORKDIR/reference_predictions/<split>.jsonl (and the task's other files), for `tasks.scoring.score`.
 
 The two sides train one after the other, so a VM whose cores slow down in between (another guest on the same physical
@@ -36,8 +38,8 @@ from typing import Any, Callable, Sequence
 from configs import checks, common, finetune
 from encoder import errors
 from launch import flops, host_memory, metrics_writer, train, xla_flags
-from tasks import evaluation, finetune_data, registry, tagging
-from tasks.scoring import bootstrap
+from tasks import evaluation, finetune_data, registry
+from tasks.scoring import bootstrap, kinds
 from tasks.family import TaskFamily
 
 
@@ -84,47 +86,27 @@ def train_seconds(workdir: Path) -> float:
   return seconds
 
 
-def tag_columns(family: TaskFamily, records: Sequence[dict], predictions: Sequence[Any]) -> tuple[list, list]:
-  """Word tasks' gold and predicted tags of every word per sentence (spans written as tags)."""
-  if family.name == "span_ner":
-    return family.tag_columns(records, predictions)
-  return ([family.gold_tags(r) for r in records],
-          [tagging.padded(p, len(r["words"])) for r, p in zip(records, predictions)])
-
-
-def comparable(family: TaskFamily, records: Sequence[dict], predictions: Sequence[Any]) -> list:
-  """Predictions as the bootstrap reads them: tags of every word per sentence, [label] per example, or scores."""
-  if family.word_level:
-    return tag_columns(family, records, predictions)[1]
-  if family.scoring == "squad":
-    return [r["context"][p["start"]:p["end"]] for r, p in zip(records, predictions)]
-  return list(predictions) if family.name == "regression" else [[p] for p in predictions]
-
-
-def p_value(family: TaskFamily, records: Sequence[dict], ours: list, reference: list, metric: str = "") -> float:
-  """Paired bootstrap p-value that ours beats the reference on `metric` (entity F1, Pearson's r, accuracy of labels /
-  tags, or with metric "f1" and a positive label the positive class's F1)."""
-  task = family.task
-  if metric == "f1" and task["positive_label"] and not family.word_level:
-    return bootstrap.positive_f1_bootstrap([r["label"] for r in records], [p for p, in ours], [p for p, in reference],
-                                           task["positive_label"]).p_value
-  if family.name == "regression":
-    return bootstrap.pearson_bootstrap([r["score"] for r in records], ours, reference).p_value
-  if family.scoring == "squad":
-    return bootstrap.squad_f1_bootstrap([[a["text"] for a in r["answers"]] for r in records], ours, reference).p_value
-  if family.word_level:
-    gold = tag_columns(family, records, [[] for _ in records])[0]
-    if task["scheme"]:
-      return bootstrap.entity_f1_bootstrap(gold, ours, reference, mode=task["score_mode"],
-                                           scheme=task["scheme"]).p_value
-    return bootstrap.accuracy_bootstrap(gold, ours, reference).p_value
-  return bootstrap.accuracy_bootstrap([[r["label"]] for r in records], ours, reference).p_value
+def p_value(family: TaskFamily, workdir: Path, split: str, metric: str, *, reverse: bool = False) -> float | None:
+  """Paired bootstrap p-value that ours beats the reference on `metric` (with `reverse`, the reference ours), over
+  both runs' prediction files of `split` (WORKDIR/predictions and reference_predictions), read and counted by the
+  family's scoring kind (`tasks.scoring.kinds`: entity F1 or accuracy of tag columns, accuracy or the positive label's
+  F1, Pearson's r, SQuAD's per-question F1), as `python -m tasks.scoring.score bootstrap` tests two runs; None for a
+  metric without additive statistics (macro F1, Spearman's rho)."""
+  kind, task = kinds.KINDS[family.scoring], family.task
+  gold, ours = kind.run_columns(workdir / "predictions", split)
+  _, theirs = kind.run_columns(workdir / "reference_predictions", split)
+  options = dict(positive=task["positive_label"] or None, mode=task["score_mode"], scheme=task["scheme"],
+                 version2=task["unanswerable"])
+  counted = [kind.statistics(metric, gold, predicted, **options) for predicted in (ours, theirs)]
+  if counted[0] is None:
+    return None
+  (a, measure), (b, _) = counted[::-1] if reverse else counted
+  return bootstrap.paired_bootstrap(a, b, measure).p_value
 
 
 def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Split,
                   after_training: Callable[[], Any] = lambda: None) -> dict[str, Any]:
-  """HF PyTorch fine-tuning of config.init's checkpoint with the same recipe: scores and comparable predictions on
-  `split` (`after_training` is called between training and prediction). Span NER is compared with plain BIO tagging
+  """HF PyTorch fine-tuning of config.init's checkpoint with the same recipe: scores and predictions on `split` (`after_training` is called between training and prediction). Span NER is compared with plain BIO tagging
   of the same data (the target: within 0.5 F1 of tagging)."""
   from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel  (torch only when asked)
   family, train_examples, split_examples = data.family, data.train.examples, split.examples
@@ -160,7 +142,7 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
     predictions = [[labels[t] for t in row] for row in raw]
   eval_rate = len(split_examples) / (time.perf_counter() - started)  # Forward passes + decoding, as ours.
   return {"scores": family.score(split.records, predictions), "family": family, "predictions": predictions,
-          "comparable": comparable(family, split.records, predictions), "eval_examples_per_s": eval_rate, **timing}
+          "eval_examples_per_s": eval_rate, **timing}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -212,36 +194,28 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
          "best_step": results["best_step"], "steps": results["step"], "train_seconds": round(seconds, 1),
          "examples_per_s": round(config.epochs * len(data.train.examples) / seconds, 1),
          "eval_examples_per_s": round(results["evaluation_examples_per_second"][split.name], 1),
-         "wall_seconds": round(wall, 1), "workdir": str(workdir),
+         "wall_seconds": round(wall, 1), "workdir": str(workdir), "records": len(split.records),
+         "train_records": len(data.train.records), "train_examples": len(data.train.examples),
          "precision": config.model.dtype, "recipe": {"epochs": config.epochs, "batch_size": config.batch_size,
                     "learning_rate": config.optimizer.learning_rate, "layer_decay": config.layer_decay,
                     "rdrop": config.task.rdrop, "score_weight": config.task.score_weight, "regime": config.regime}}
   if args.reference:
     ceilings.append(ceiling())
     reference = run_reference(config, data, split, after_training=lambda: ceilings.append(ceiling()))
-    ours = [json.loads(line)["prediction"] for line in
-            (workdir / "predictions" / f"{split.name}.jsonl").read_text(encoding="utf-8").splitlines()]
-    ours = comparable(data.family, split.records, [[tuple(s) for s in p] if data.family.name == "span_ner" else p
-                                                   for p in ours])
+    # The reference's predictions as ours are written (`tasks.scoring.score` reads both; so do the p-values).
+    evaluation.write_predictions(workdir / "reference_predictions", reference["family"], split,
+                                 reference["predictions"])
     out.update(reference_score=round(100 * reference["scores"][metric], 2),
                reference_scores={k: round(100 * v, 2) for k, v in reference["scores"].items()},
                reference_train_seconds=round(reference["train_seconds"], 1),
                reference_examples_per_s=round(reference["examples_per_s"], 1),
                reference_eval_examples_per_s=round(reference["eval_examples_per_s"], 1),
                speedup=round(out["examples_per_s"] / reference["examples_per_s"], 2),
-               p_value=p_value(data.family, split.records, ours, reference["comparable"], metric),
-               reference_p_value=p_value(data.family, split.records, reference["comparable"], ours, metric),
+               p_value=p_value(data.family, workdir, split.name, metric),
+               reference_p_value=p_value(data.family, workdir, split.name, metric, reverse=True),
                ceilings_gflops=[round(c, 1) for c in ceilings])
-    # The reference's predictions as ours are written (`tasks.scoring.score` reads both).
-    evaluation.write_predictions(workdir / "reference_predictions", reference["family"], split,
-                                 reference["predictions"])
     if metric != "accuracy" and "accuracy" in scores:  # MRPC: GLUE's pair, both tested.
-      out["p_value_accuracy"] = p_value(data.family, split.records, ours, reference["comparable"], "accuracy")
-    if data.family.scoring == "squad":
-      out.update(ours_em=round(scores["exact_match"], 2), ours_f1=round(scores["f1"], 2),
-                 hf_em=round(100 * reference["scores"]["exact_match"], 2),
-                 hf_f1=round(100 * reference["scores"]["f1"], 2), questions=len(split.records),
-                 train_questions=len(data.train.records), train_windows=len(data.train.examples))
+      out["p_value_accuracy"] = p_value(data.family, workdir, split.name, "accuracy")
   if ceilings and (warning := drift_warning(ceilings)):
     print(warning)
   print(json.dumps(out))
