@@ -1,6 +1,6 @@
 """Fine-tuning data in one pass: files -> records -> checked -> encoded -> batched.
 
-`load(config)` is the only reader of the config; each stage below is one function, called once, in that order:
+`load(config)` runs the stages below, each one function called once, in this order (what follows reads no config):
 `source_of` (config.task -> the dataset and the split of each role), `read` (the splits' records: the files are
 parsed and checked before tfds prepares them, `check_files`, then the prepared splits are read), `family_of` (the
 task's family with what it learns from the training records: its labels), `check` (every record against the task:
