@@ -27,7 +27,7 @@ from encoder.hf.files import MissingTensorError
 from encoder.hf.tensors import Found, Tensor, dense, state
 from encoder.model import Encoder, hash_uniform, per_token
 from objectives import layers, mlm
-from objectives.objective import HfHead, Objective
+from objectives.objective import HfHead, Objective, Requirement
 
 GENERATOR_LOGITS = "electra_generator_logits"  # Batch key replace_inputs adds: generator logits [batch, P, vocab].
 
@@ -37,7 +37,8 @@ GENERATOR_LOGITS = "electra_generator_logits"  # Batch key replace_inputs adds: 
 CONFIG_FIELDS: tuple[Field, ...] = (
     Field("generator_size", 0.25, fields.Number(0.0, 1.0, low_open=True),  # Paper: 1/4 - 1/2.
           "Generator hidden size, heads and feed-forward width / the discriminator's."),
-    Field("generator_layers", 0, fields.NON_NEGATIVE_INT, "Generator depth (0 = the discriminator's, as in the paper)."),
+    Field("generator_layers", 0, fields.NON_NEGATIVE_INT,
+          "Generator depth (0 = the discriminator's, as in the paper)."),
     Field("rtd_weight", 50.0, fields.NON_NEGATIVE, "lambda: loss = generator MLM + lambda * replaced-token detection."),
 )
 
@@ -174,7 +175,11 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
                      approximate_gelu=layers.model_option(config, "hidden_act") == "gelu_tanh")
   return Objective(name="electra", head=head, loss=electra_loss(rtd_weight),
                    terms={"generator_mlm": 1.0, "rtd": rtd_weight}, replaces_inputs=True,
-                   encoders=lambda cfg: (generator_config(cfg, size, depth),), hf=HF)
+                   encoders=lambda cfg: (generator_config(cfg, size, depth),), hf=HF,
+                   # Its generator already predicts the masked tokens and its samples replace them in the encoder's
+                   # input, so MLM/SBO heads on the discriminator would predict from the samples.
+                   excludes=Requirement(("mlm", "sbo"), "its generator predicts the masked tokens and its samples "
+                                        "replace them in the encoder's input"))
 
 
 def hf_tensors(cfg: EncoderConfig) -> list[Tensor]:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from encoder.config import EncoderConfig
 from encoder.hf.tensors import Found, Tensor, dense, state
 from objectives import layers, objective
-from objectives.objective import HfHead, Objective
+from objectives.objective import HfHead, Objective, Requirement
 
 
 class NextSentenceHead(nn.Module):
@@ -43,7 +43,8 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
   """Objective "nsp" from a config block (optional keys: use_pooler, initializer_range)."""
   head = NextSentenceHead(use_pooler=layers.option(config, "use_pooler", True),
                           initializer_range=layers.model_option(config, "initializer_range"))
-  return Objective(name="nsp", head=head, loss=nsp_loss, reads=objective.cls_only, hf=HF)
+  return Objective(name="nsp", head=head, loss=nsp_loss, reads=objective.cls_only, hf=HF,
+                   packing=Requirement("nsp_pairs", "sentence pairs with nsp_label"))
 
 
 # Where HF's classes keep the head: BertForPreTraining's cls.seq_relationship; an encoderlab ModernBERT export's

@@ -38,6 +38,13 @@ class HfHead(NamedTuple):
   beside: Callable[..., None] | None = None
 
 
+class Requirement(NamedTuple):
+  """What an objective needs of the data (a `config.data.packing`, a `config.masking.mode`) or the objectives it
+  cannot share a batch with, and why, as the one-line error says it (objectives.pipeline.validate)."""
+  value: str | tuple[str, ...]
+  why: str
+
+
 class Objective(NamedTuple):
   """A head and its loss, looked up by name from the config.
 
@@ -59,6 +66,8 @@ class Objective(NamedTuple):
   encoders: encoder config -> the configs of further encoders the head runs over every token of every row (ELECTRA's
     generator), counted in the step's FLOPs (encoder.flops.step_flops); None: none.
   hf: the head's HuggingFace layout (`HfHead`); None: no HF class holds it (launch.export saves it beside).
+  packing, masking: the `config.data.packing` / `config.masking.mode` the head needs (NSP: sentence pairs; SBO: span
+    boundaries), None: any; excludes: the objectives it cannot share a batch with (ELECTRA: MLM, SBO), None: none.
   """
   name: str
   head: nn.Module
@@ -69,6 +78,9 @@ class Objective(NamedTuple):
   replaces_inputs: bool = False
   encoders: Callable[[EncoderConfig], tuple[EncoderConfig, ...]] | None = None
   hf: HfHead | None = None
+  packing: Requirement | None = None
+  masking: Requirement | None = None
+  excludes: Requirement | None = None
 
 
 def loss_terms(objective: Objective) -> dict[str, float]:

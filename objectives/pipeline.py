@@ -193,31 +193,26 @@ def corpus_unigram_probs(examples: PackedExamples, tokenizer: Any) -> np.ndarray
   return masking.unigram_probs([examples.corpus.tokens], tokenizer.vocab_size, tokenizer.special_ids)
 
 
-# Which packing and masking each objective needs (validate).
-_NEEDS_PACKING = {"nsp": "nsp_pairs"}
-_NEEDS_MASKING = {"sbo": "span"}
-# Objectives that cannot share a batch: ELECTRA's generator already predicts the masked tokens, and its samples replace
-# them in the encoder's input, so MLM/SBO heads on the discriminator would predict from the samples.
-_EXCLUDES = {"electra": ("mlm", "sbo")}
-
-
 def validate(objectives: Sequence[str], packing: str, masking_mode: str | None = None) -> None:
-  """Errors early when the objectives cannot be trained from this packing / masking mode (e.g. nsp without pairs)."""
+  """Errors early when the objectives cannot be trained from this packing / masking mode (e.g. nsp without pairs),
+  or together: what each objective declares it needs (`Objective.packing`, `masking`, `excludes`)."""
   from objectives import registry  # pylint: disable=import-outside-toplevel  (registry imports jax/flax heads)
-  for name in objectives:
-    registry.get(name)
+  built = [registry.build(name) for name in objectives]
   if packing not in PACKINGS:
     raise errors.ConfigError(f"packing {packing!r} is not one of {PACKINGS}")
-  for name in objectives:
-    clash = sorted(set(_EXCLUDES.get(name, ())) & set(objectives))
+  for objective in built:
+    name = objective.name
+    clash = sorted(set(objective.excludes.value) & set(objectives)) if objective.excludes else []
     if clash:
-      raise errors.ConfigError(f"config.objectives: {name!r} cannot be combined with {clash}: its generator predicts "
-                               f"the masked tokens and its samples replace them in the encoder's input; drop {clash}")
-    needed = _NEEDS_PACKING.get(name)
-    if needed and packing != needed:
-      raise errors.ConfigError(f"config.data.packing={packing!r}: objective {name!r} needs {needed!r} (sentence pairs "
-                               f"with nsp_label); set it to {needed!r} or drop {name!r} from config.objectives")
-    needed = _NEEDS_MASKING.get(name)
-    if needed and masking_mode is not None and masking_mode != needed:
-      raise errors.ConfigError(f"config.masking.mode={masking_mode!r}: objective {name!r} needs {needed!r} (span "
-                               f"boundaries); set it to {needed!r} or drop {name!r} from config.objectives")
+      raise errors.ConfigError(f"config.objectives: {name!r} cannot be combined with {clash}: "
+                               f"{objective.excludes.why}; drop {clash}")
+    if objective.packing and packing != objective.packing.value:
+      needed = objective.packing.value
+      raise errors.ConfigError(f"config.data.packing={packing!r}: objective {name!r} needs {needed!r} "
+                               f"({objective.packing.why}); set it to {needed!r} or drop {name!r} from "
+                               "config.objectives")
+    if objective.masking and masking_mode is not None and masking_mode != objective.masking.value:
+      needed = objective.masking.value
+      raise errors.ConfigError(f"config.masking.mode={masking_mode!r}: objective {name!r} needs {needed!r} "
+                               f"({objective.masking.why}); set it to {needed!r} or drop {name!r} from "
+                               "config.objectives")

@@ -33,5 +33,6 @@ def build(name: str, config: Mapping[str, Any] | None = None) -> Objective:
 def config_fields() -> dict[str, tuple[Field, ...]]:
   """Objective name -> the fields of its own config block (its module's CONFIG_FIELDS), for objectives that have one:
   configs/pretrain.py builds config.<name> from them, configs/rules.py their rules, configs/reference.py their docs."""
-  declared = {name: getattr(sys.modules[builder.__module__], "CONFIG_FIELDS", ()) for name, builder in OBJECTIVES.items()}
+  declared = {name: getattr(sys.modules[builder.__module__], "CONFIG_FIELDS", ())
+              for name, builder in OBJECTIVES.items()}
   return {name: fields for name, fields in declared.items() if fields}

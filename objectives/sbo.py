@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from encoder.model import per_token
 from objectives import layers
-from objectives.objective import Objective
+from objectives.objective import Objective, Requirement
 
 
 class SpanBoundaryHead(nn.Module):
@@ -52,4 +52,5 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
                           layer_norm_eps=layers.model_option(config, "layer_norm_eps"),
                           approximate_gelu=layers.model_option(config, "hidden_act") == "gelu_tanh")
   return Objective(name="sbo", head=head, loss=sbo_loss,
-                   reads=lambda batch: jnp.concatenate([batch["span_left"], batch["span_right"]], axis=1))
+                   reads=lambda batch: jnp.concatenate([batch["span_left"], batch["span_right"]], axis=1),
+                   masking=Requirement("span", "span boundaries"))

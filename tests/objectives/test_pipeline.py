@@ -10,6 +10,7 @@ from encoder import Encoder, preset
 from encoder.errors import ConfigError
 from encoder.tokenizer import load_tokenizer
 from objectives import corpus, masking, pairs, pipeline, registry
+from objectives.objective import Requirement
 from tests.conftest import require_data
 
 
@@ -227,6 +228,19 @@ def test_examples_are_deterministic(text_file, tokenizer, tmp_path):
   np.testing.assert_array_equal(a.chunks, b.chunks)
   np.testing.assert_array_equal(a.nsp_labels, b.nsp_labels)
   assert len(a.chunks) != len(c.chunks) or not np.array_equal(a.chunks, c.chunks)
+
+
+def test_an_objective_states_what_it_needs_of_the_data(monkeypatch):
+  """validate reads each objective's own declarations (Objective.packing, masking, excludes), so a new objective
+  registered from a test states its needs without a table elsewhere."""
+  pairs_only = lambda config=None: registry.build("mlm")._replace(
+      name="pairs_only", packing=Requirement("nsp_pairs", "pairs of the test"), excludes=Requirement(("sbo",), "why"))
+  monkeypatch.setitem(registry.OBJECTIVES, "pairs_only", pairs_only)
+  pipeline.validate(["pairs_only", "nsp"], "nsp_pairs")
+  with pytest.raises(ConfigError, match=r"objective 'pairs_only' needs 'nsp_pairs' \(pairs of the test\)"):
+    pipeline.validate(["pairs_only"], "full_sentences")
+  with pytest.raises(ConfigError, match=r"'pairs_only' cannot be combined with \['sbo'\]: why"):
+    pipeline.validate(["pairs_only", "sbo"], "nsp_pairs", "span")
 
 
 def test_validate_and_bad_inputs(tmp_path, tokenizer, text_file):
