@@ -106,8 +106,9 @@ def p_value(family: TaskFamily, workdir: Path, split: str, metric: str, *, rever
 
 def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Split,
                   after_training: Callable[[], Any] = lambda: None) -> dict[str, Any]:
-  """HF PyTorch fine-tuning of config.init's checkpoint with the same recipe: scores and predictions on `split` (`after_training` is called between training and prediction). Span NER is compared with plain BIO tagging
-  of the same data (the target: within 0.5 F1 of tagging)."""
+  """HF PyTorch fine-tuning of config.init's checkpoint with the same recipe: scores and predictions on `split`
+  (`after_training` is called between training and prediction). Span NER is compared with plain BIO tagging of the
+  same data (the target: within 0.5 F1 of tagging)."""
   from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel  (torch only when asked)
   family, train_examples, split_examples = data.family, data.train.examples, split.examples
   if family.name == "span_ner":

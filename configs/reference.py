@@ -8,8 +8,8 @@ and the comment of the line that assigns it: a trailing `# ...`, else the commen
 up in the experiment's file first, then configs/common.py, then EncoderConfig in encoder/config.py (the `model.*`
 fields); fine-tuning's `task.*` fields in their declarations by the task families first (`tasks.registry.
 field_comments`: tasks/task_fields.py's COMMON and each family's `config_fields`) and an objective's own block
-(`electra.*`) in its module's `CONFIG_FIELDS`, so the page cannot drift from the code; tests/configs/test_reference.py fails when docs/config.md is out of
-date or a field has no comment.
+(`electra.*`) in its module's `CONFIG_FIELDS`, so the page cannot drift from the code; tests/configs/test_reference.py
+fails when docs/config.md is out of date or a field has no comment.
 """
 
 import ast
@@ -33,7 +33,8 @@ BLOCK_NAMES = {"config": "", "opt": "optimizer.", "task": "task."}
 CLASS_BLOCKS = {"EncoderConfig": "model."}  # Dataclasses whose annotated fields are a config block.
 COMMON, MODEL = "configs/common.py", "encoder/config.py"
 TASK_FIELDS = "the task families' fields (tasks/task_fields.py)"  # A source that is the registry, not one file.
-OBJECTIVE_FIELDS = "the objectives' fields (CONFIG_FIELDS in objectives/electra.py)"  # config.electra's fields, as its module declares them.
+# A source that is the objectives' registry: config.electra's fields as objectives/electra.py declares them.
+OBJECTIVE_FIELDS = "the objectives' fields (CONFIG_FIELDS in objectives/electra.py)"
 MODULES = {"configs/pretrain.py": pretrain, "configs/finetune.py": finetune, "configs/demo.py": demo}
 SITE_PACKAGES = re.compile(r"[^\s\"']*/(?:site|dist)-packages/")
 
@@ -138,7 +139,8 @@ def _show(value: object) -> str:
 
 
 EXPERIMENTS = {  # Name -> (config file, its default config, the files its comments come from).
-    "pretrain": ("configs/pretrain.py", pretrain.get_config, [OBJECTIVE_FIELDS, "configs/pretrain.py", COMMON, MODEL]),
+    "pretrain": ("configs/pretrain.py", pretrain.get_config,
+                 [OBJECTIVE_FIELDS, "configs/pretrain.py", COMMON, MODEL]),
     "finetune": ("configs/finetune.py", finetune.get_config, [TASK_FIELDS, "configs/finetune.py", COMMON, MODEL]),
 }
 

@@ -118,7 +118,6 @@ class Anything:
 Rule = Number | Choice | Check | Anything
 
 
-
 class Field(NamedTuple):
   """One field of a config block that a module declares for itself (a task family's `task.*`, ELECTRA's
   `electra.*`): `--config.<block>.<name>=...` sets it."""

@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 
 from configs.checks import is_finetuning
-from encoder import errors, files
+from encoder import files
 from encoder.files import Path
 from launch import checkpointing, input_pipeline, metrics_writer, optimizer, sharding, steps
 from launch.programs import Programs, outputs_program, zero_sums
