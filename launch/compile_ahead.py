@@ -3,8 +3,9 @@
 Fine-tuning pads batches to a few length buckets, so the gradient step (launch.steps.grad_step) compiles once per
 bucket, several seconds each on a CPU. The schedule of batches is known in advance (a pure function of the step),
 so each shape is compiled before it is first needed, using the cores that training and the previous compilation
-leave idle; the loop waits only for a shape still compiling. jit's compilation cache is shared, so the loop's own
-call finds the compiled step. The evaluation's program (`add`) is compiled next, for each shape of the dev and test
+leave idle; the loop waits only for a shape still compiling. The update program (launch.steps.apply_step), the same
+for every shape, compiles once, after the first shape. jit's compilation cache is shared, so the loop's own calls
+find the compiled programs (and a shape the caller traced already, e.g. for the metric sums, is not traced again). The evaluation's program (`add`) is compiled next, for each shape of the dev and test
 batches, so the first evaluation does not stop training to compile; with the persistent compilation cache
 (launch.compilation_cache) a later run loads all of them instead.
 """
@@ -26,21 +27,31 @@ def batch_key(batch: dict[str, Any]) -> tuple:
 
 
 class CompileAhead:
-  """`CompileAhead(step, state, batches)` starts compiling the jitted `step(state, batch)` for each batch shape (in
-  the order given: the order the run first needs them); `wait(batch)` blocks until that batch's shape is compiled."""
+  """`CompileAhead(step, state, batches, update=)` starts compiling the jitted `step(state, batch)` for each batch
+  shape (in the order given: the order the run first needs them) and, after the first, `update` = (the jitted
+  update program, acc) on (state, acc, *that step's outputs): the engine's second program (launch.programs), which
+  every shape shares. `wait(batch)` blocks until both programs of a step on that batch are compiled."""
 
-  def __init__(self, step: Callable, state: Any, batches: Sequence[dict[str, Any]]):
+  def __init__(self, step: Callable, state: Any, batches: Sequence[dict[str, Any]],
+               update: tuple[Callable, Any] | None = None):
     # One thread: compilations in parallel gained little on 2 cores (32 vs 37 s for 5 shapes) and slow training more.
     self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile_ahead")
     state = _abstract(state)
-    self._futures = {batch_key(b): self._pool.submit(lambda b=_abstract(b): step.lower(state, b).compile())
-                     for b in batches}
+    self._futures, self._update = {}, None
+    for batch in map(_abstract, batches):
+      self._futures[batch_key(batch)] = self._pool.submit(lambda b=batch: step.lower(state, b).compile())
+      if update is not None and self._update is None:
+        program, acc = update[0], _abstract(update[1])
+        self._update = self._pool.submit(
+            lambda b=batch: program.lower(state, acc, *step.eval_shape(state, b)).compile())
     self._added: list[concurrent.futures.Future] = []
 
   def wait(self, batch: dict[str, Any]) -> None:
     future = self._futures.pop(batch_key(batch), None)
-    if future is not None:
-      future.result()  # Re-raises a compilation error here, in the training loop.
+    for done in (future, self._update):
+      if done is not None:
+        done.result()  # Re-raises a compilation error here, in the training loop.
+    self._update = None
 
   def add(self, program: Callable, first: Any, batches: Callable[[], Iterable[dict[str, Any]]]) -> None:
     """Compiles the jitted `program(first, batch)` for each batch of `batches()` (one per shape; called on the

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from launch.model import EncoderWithHeads, objective_metrics, weighted_loss
@@ -91,8 +92,10 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
     micro_batches = jax.tree.map(lambda x: jnp.repeat(x, copies, axis=1), micro_batches)
     rows = micro_batches["input_ids"].shape[:2]
     micro_batches["train_copy"] = jnp.broadcast_to(jnp.arange(rows[1], dtype=jnp.int32) % copies, rows)
-  counts = _loss_counts(fns, state.params, micro_batches)
-  if axis_name is not None:
+  # One micro-batch: its loss terms' counts come from its own forward pass (psummed under pmap); several: from the
+  # batch alone, before any of them runs.
+  counts = _loss_counts(fns, state.params, micro_batches) if accum > 1 else None
+  if counts is not None and axis_name is not None:
     counts = jax.lax.psum(counts, axis_name)
   key = jax.random.fold_in(state.rng, state.step)
   if axis_name is not None:
@@ -103,21 +106,26 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
       params = jax.tree.map(lambda p, t: p if t else jax.lax.stop_gradient(p), params, fns.trainable)
     predictions = fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key})
     metrics = objective_metrics(fns.objectives, predictions, micro)
-    share = weighted_loss(fns.weights, {term: metrics[f"{term}_loss"][0] for term in fns.weights}, counts)
+    own = {term: metrics[f"{term}_loss"][1] for term in fns.weights}
+    if counts is None and axis_name is not None:
+      own = jax.lax.psum(own, axis_name)
+    share = weighted_loss(fns.weights, {term: metrics[f"{term}_loss"][0] for term in fns.weights},
+                          own if counts is None else counts)
     return share, _pairs(metrics | _padding(micro))
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
-  def micro_step(carry, xs):
-    micro, index = xs
-    (share, metrics), grads = grad_fn(state.params, micro, jax.random.fold_in(key, index))
-    loss, metric_sums, grad_sums = carry
-    return (loss + share, _add(metric_sums, metrics), keep(jax.tree.map(jnp.add, grad_sums, keep(grads)))), None
-
-  shapes = jax.eval_shape(grad_fn, state.params, jax.tree.map(lambda x: x[0], micro_batches), key)
-  (loss, metrics), grads = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  # The first micro-batch starts the sums (so the gradient is traced once when accum is 1), the rest add to them.
+  (loss, metrics), grads = grad_fn(state.params, jax.tree.map(lambda x: x[0], micro_batches), jax.random.fold_in(key, 0))
   grads = keep(grads)
-  (loss, metrics, grads), _ = jax.lax.scan(micro_step, (loss, metrics, grads), (micro_batches, jnp.arange(accum)))
+  if accum > 1:
+    def micro_step(carry, xs):
+      micro, index = xs
+      (share, metrics), grads = grad_fn(state.params, micro, jax.random.fold_in(key, index))
+      loss, metric_sums, grad_sums = carry
+      return (loss + share, _add(metric_sums, metrics), keep(jax.tree.map(jnp.add, grad_sums, keep(grads)))), None
+
+    rest = jax.tree.map(lambda x: x[1:], micro_batches)
+    (loss, metrics, grads), _ = jax.lax.scan(micro_step, (loss, metrics, grads), (rest, jnp.arange(1, accum)))
   if axis_name is not None:
     loss, metrics, grads = jax.lax.psum((loss, metrics, grads), axis_name)
   return loss, metrics, grads
@@ -152,6 +160,13 @@ def eval_step(fns: StepFns, params: Any, batch: dict[str, jax.Array], acc: dict[
   if axis_name is not None:
     metrics = jax.lax.psum(metrics, axis_name)
   return _add(acc, metrics)
+
+
+def zero_step_sums(metrics: dict[str, Any]) -> dict[str, np.ndarray]:
+  """The all-zero metric sums (`acc`) of train steps whose gradient program returns metric sums shaped like
+  `metrics` (arrays or ShapeDtypeStructs): those, apply_step's grad_norm, and nonfinite_step = NO_STEP."""
+  zeros = {k: np.zeros(s.shape, s.dtype) for k, s in metrics.items()} | {"grad_norm": np.zeros(2, np.float32)}
+  return zeros | {"nonfinite_step": np.asarray(NO_STEP, np.int32)}
 
 
 def zero_metrics(step_fn: Callable, *args) -> dict[str, jax.Array]:

@@ -31,7 +31,7 @@ from encoder.config import AUTO, platform, resolve_attention, resolve_platform
 from encoder.files import Path
 from launch import checkpointing, compile_ahead, flops, metrics_writer, optimizer, sharding, steps, warm_start, workload
 from launch.model import EncoderWithHeads, encoder_config, last_positions, term_weights
-from launch.programs import build_programs, zero_sums
+from launch.programs import build_programs
 from launch.progress import Progress
 from objectives import objective
 from tasks import batching, evaluation, regimes
@@ -152,7 +152,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   programs = build_programs(fns, mesh, state_shardings, parallelism=config.parallelism, accum=accum)
   device_state = programs.to_layout(state)
   micro_batches = lambda batch: {k: np.stack([v] * accum) for k, v in batch.items()} if accum > 1 else batch
-  train_zero = zero_sums(functools.partial(steps.train_step, fns, accum=accum), state, micro_batches(work.example))
+  # Fine-tuning's length buckets: a batch of each shape in order of first use, compiled ahead below.
+  shapes = ([programs.to_device(b, accum=accum) for b in work.batch_shapes(start)]
+            if config.parallelism == "jit" and config.compile_ahead else [])
+  # The metric sums' zeros need the gradient program's outputs: traced by the program itself on the first shape
+  # (compiling it ahead then does not trace again), or as a function on the example batch.
+  grad_outputs = (programs.grad_step.eval_shape(device_state, shapes[0]) if shapes else
+                  jax.eval_shape(functools.partial(steps.grad_step, fns, accum=accum), state,
+                                 micro_batches(work.example)))
+  train_zero = steps.zero_step_sums(grad_outputs[1])
   evaluator = work.evaluation(fns, programs, target)
   writer = metrics_writer.MetricsWriter(workdir)
   last = last_positions(work.objectives, work.example)  # The last block's rows, when the heads name theirs.
@@ -168,12 +176,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   batches = work.train_batches(start)
   eval_every, checkpoint_every = _periods(config, work.steps_per_epoch)
   acc, train_metrics, eval_metrics, best = programs.place(train_zero), {}, {}, None
-  # Fine-tuning's length buckets: each shape's gradient program, then the evaluation's programs, compile on a
-  # background thread before they are first needed.
+  # Fine-tuning's length buckets: each shape's gradient program (the update program after the first), then the
+  # evaluation's programs, compile on a background thread before they are first needed.
   ahead = None
-  if config.parallelism == "jit" and config.compile_ahead:
-    ahead = compile_ahead.CompileAhead(programs.grad_step, device_state,
-                                       [programs.to_device(b, accum=accum) for b in work.batch_shapes(start)])
+  if shapes:
+    ahead = compile_ahead.CompileAhead(programs.grad_step, device_state, shapes, update=(programs.apply_step, acc))
     for program, first, shapes in evaluator.programs(device_state):
       ahead.add(program, first, shapes)
   interval_start, interval_step = time.perf_counter(), start

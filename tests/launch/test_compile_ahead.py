@@ -12,9 +12,12 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from launch import compile_ahead, sharding
 from tasks import finetune_data
 
-COMPILES = collections.Counter()
+COMPILES, TRACES = collections.Counter(), collections.Counter()
 monitoring.register_event_duration_secs_listener(
     lambda event, duration, **_: COMPILES.update([event]) if event.endswith("backend_compile_duration") else None)
+monitoring.register_event_duration_secs_listener(
+    lambda event, duration, fun_name="", **_: TRACES.update([fun_name]) if event.endswith("jaxpr_trace_duration")
+    else None)
 
 
 def _step(state, batch):
@@ -35,6 +38,40 @@ def test_loop_finds_the_steps_compiled_ahead():
   for batch in batches + batches:  # A donated state: the loop's own calls hit the compiled steps.
     state = step(state, batch)
   assert sum(COMPILES.values()) == before and float(state) == 2 * 4 * (3 + 5 + 7)
+  ahead.close()
+
+
+def _grads(state, batch):
+  return batch["x"].sum(), state * batch["x"].mean()
+
+
+def _update(state, acc, loss, grads):
+  return state - grads, acc + loss
+
+
+def test_the_update_program_compiles_once_and_a_shape_traced_first_is_not_traced_again():
+  """The engine's two programs: the gradient program per shape and the update program once (after the first shape,
+  on the gradient program's outputs). A shape the caller traced first (launch.train does, for the metric sums) is
+  lowered without tracing again, and the loop's own calls trace and compile nothing."""
+  mesh = sharding.make_mesh(1)
+  replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+  grads = jax.jit(_grads, in_shardings=(replicated, rows), out_shardings=(replicated, replicated))
+  update = jax.jit(_update, in_shardings=(replicated,) * 4, out_shardings=(replicated, replicated),
+                   donate_argnums=(0, 1))
+  batches = [{"x": jax.device_put(np.ones((4, n), np.float32), rows)} for n in (3, 5)]
+  state, acc = jax.device_put(jnp.ones(()), replicated), jax.device_put(jnp.zeros(()), replicated)
+  grads.eval_shape(state, batches[0])
+  traces, compiles = TRACES["_grads"], sum(COMPILES.values())
+  ahead = compile_ahead.CompileAhead(grads, state, batches, update=(update, acc))
+  for batch in batches:
+    ahead.wait(batch)
+  assert TRACES["_grads"] - traces == 1 and TRACES["_update"] == 1  # The second shape's; the update's.
+  assert sum(COMPILES.values()) - compiles == 3
+  traces, compiles = dict(TRACES), sum(COMPILES.values())
+  for batch in batches + batches:
+    state, acc = update(state, acc, *grads(state, batch))
+  assert dict(TRACES) == traces and sum(COMPILES.values()) == compiles
+  assert float(acc) == 2 * 4 * (3 + 5)
   ahead.close()
 
 

@@ -35,6 +35,10 @@ def test_two_programs_equal_the_fused_step():
   update = jax.jit(functools.partial(steps.apply_step, fns))
   state = steps.init_state(fns, batch, seed=0)
   acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
+  # The engine's zeros, from the gradient program's outputs alone (launch.train), are the fused step's.
+  engine_zeros = steps.zero_step_sums(jax.eval_shape(grads, state, batch)[1])
+  assert jax.tree.map(lambda x: (x.shape, x.dtype, x.tolist()), engine_zeros) == jax.tree.map(
+      lambda x: (x.shape, x.dtype, x.tolist()), {k: np.asarray(v) for k, v in acc.items()})
   one, one_acc, two, two_acc = state, acc, state, acc
   for _ in range(3):
     one, one_acc = fused(one, batch, one_acc)
