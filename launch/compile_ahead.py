@@ -4,10 +4,11 @@ Fine-tuning pads batches to a few length buckets, so the gradient step (launch.s
 bucket, several seconds each on a CPU. The schedule of batches is known in advance (a pure function of the step),
 so each shape is compiled before it is first needed, using the cores that training and the previous compilation
 leave idle; the loop waits only for a shape still compiling. The update program (launch.steps.apply_step), the same
-for every shape, compiles once, after the first shape. jit's compilation cache is shared, so the loop's own calls
-find the compiled programs (and a shape the caller traced already, e.g. for the metric sums, is not traced again). The evaluation's program (`add`) is compiled next, for each shape of the dev and test
-batches, so the first evaluation does not stop training to compile; with the persistent compilation cache
-(launch.compilation_cache) a later run loads all of them instead.
+for every shape, compiles once, after the first shape. jit's caches are shared, so the loop's own calls find the
+compiled programs, and a shape the caller traced already (launch.train does, for the metric sums) is not traced
+again. The evaluation's program (`add`) is compiled next, for each shape of the dev and test batches, so the first
+evaluation does not stop training to compile; with the persistent compilation cache (launch.compilation_cache) a
+later run loads all of them instead.
 """
 
 import concurrent.futures

@@ -1,9 +1,10 @@
 """The train state and the pure train/eval steps: state, batch, metric sums -> new state, new metric sums.
 
 The loss of a step is sum_t w_t * S_t / C_t with S_t, C_t the sum and count of loss term t's per-token losses over
-the whole global batch, all devices and micro-batches together: the counts are computed first (from the batch
-alone), so every device and micro-batch adds its exact share and gradients are summed. Data-parallel jit, pmap and
-gradient accumulation therefore give the large-batch gradient up to float rounding.
+the whole global batch, all devices and micro-batches together. The counts depend on the batch alone (computed before
+any micro-batch runs when there are several; one micro-batch takes them from its own forward pass, psummed over
+devices), so every device and micro-batch adds its exact share and gradients are summed. Data-parallel jit, pmap
+and gradient accumulation therefore give the large-batch gradient up to float rounding.
 Metrics are (sum, count) pairs accumulated on device ([2] float32, `acc`) and fetched every N steps, so no step waits
 for the host. `nonfinite_step` keeps the first step whose loss or gradient norm was NaN/inf.
 """
@@ -106,7 +107,7 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
       params = jax.tree.map(lambda p, t: p if t else jax.lax.stop_gradient(p), params, fns.trainable)
     predictions = fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key})
     metrics = objective_metrics(fns.objectives, predictions, micro)
-    own = {term: metrics[f"{term}_loss"][1] for term in fns.weights}
+    own = {term: jax.lax.stop_gradient(metrics[f"{term}_loss"][1]) for term in fns.weights}  # The batch's.
     if counts is None and axis_name is not None:
       own = jax.lax.psum(own, axis_name)
     share = weighted_loss(fns.weights, {term: metrics[f"{term}_loss"][0] for term in fns.weights},
@@ -115,7 +116,8 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   # The first micro-batch starts the sums (so the gradient is traced once when accum is 1), the rest add to them.
-  (loss, metrics), grads = grad_fn(state.params, jax.tree.map(lambda x: x[0], micro_batches), jax.random.fold_in(key, 0))
+  first = jax.tree.map(lambda x: x[0], micro_batches)
+  (loss, metrics), grads = grad_fn(state.params, first, jax.random.fold_in(key, 0))
   grads = keep(grads)
   if accum > 1:
     def micro_step(carry, xs):
