@@ -4,8 +4,9 @@ Encodes texts, pre-tokenized word lists and pairs into `[CLS] A [SEP] (B [SEP])`
 (subword -> word index within its segment, None for the added specials), truncating pairs longest-first.
 """
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from encoder import errors, pretrained, sentencepiece_tokenizer, wordpiece
@@ -47,11 +48,21 @@ def truncate_pair(a_len: int, b_len: int, max_tokens: int) -> tuple[int, int]:
   return min(a_len, max_tokens - b_keep), b_keep
 
 
+def _key(item: Text):
+  """A text, or a word list as a tuple; None for what `_segment` refuses (its error then names the input)."""
+  if isinstance(item, str):
+    return item
+  if isinstance(item, (list, tuple)) and all(isinstance(word, str) for word in item):
+    return tuple(item)
+  return None
+
+
 class Tokenizer:
   """A WordPiece or SentencePiece tokenizer with uniform specials, pair encoding, truncation and word ids."""
 
   def __init__(self, backend: "wordpiece.WordPieceBackend | sentencepiece_tokenizer.SentencePieceBackend"):
     self.backend = backend
+    self._batch: dict | None = None  # Inside `batched`: {"pending": items not segmented yet, "memo": key -> segments}.
     self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
         backend.token_to_id(token) for token in SPECIAL_TOKENS)
 
@@ -82,8 +93,33 @@ class Tokenizer:
       raise errors.UserError(f"{len(texts)} texts but {len(pairs)} pairs: give one second segment per text")
     return [self._assemble(a, b, max_length, add_special_tokens) for a, b in zip(firsts, self._segments(pairs))]
 
+  @contextlib.contextmanager
+  def batched(self, items: Iterable[Text]) -> Iterator[None]:
+    """Within the block, the first `encode` of one of `items` segments all of them in one native call (one per kind:
+    raw texts, word lists) and later ones reuse it: a split encoded record by record (tasks.finetune_data) otherwise
+    pays a native call per record (~40 us each; SICK's 10k records 0.8 s of 1.2 s on a 2-core Zen 3). A block where
+    no `encode` asks (extractive QA reads offsets) segments nothing. The encodings are the same either way."""
+    self._batch = {"pending": [item for item in items if _key(item) is not None], "memo": {}}
+    try:
+      yield
+    finally:
+      self._batch = None
+
   def _segments(self, items: Sequence[Text]):
     items = list(items)
+    if self._batch is not None:
+      keys = [_key(item) for item in items]
+      if self._batch["pending"] and any(key is not None and key not in self._batch["memo"] for key in keys):
+        pending, self._batch["pending"] = self._batch["pending"], []
+        for kind in (str, tuple):
+          group = list(dict.fromkeys(key for key in map(_key, pending) if isinstance(key, kind)))
+          if group:
+            self._batch["memo"].update(zip(group, self._segment(group)))
+      if all(key in self._batch["memo"] for key in keys):
+        return [self._batch["memo"][key] for key in keys]
+    return self._segment(items)
+
+  def _segment(self, items: list) -> list:
     kinds = {isinstance(item, str) for item in items}
     if len(kinds) > 1:
       raise errors.UserError("a batch mixes raw texts (str) and word lists; encode them separately")

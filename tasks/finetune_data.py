@@ -270,7 +270,9 @@ def encode_records(family: TaskFamily, tokenizer, records: Sequence[dict]) -> li
         raise errors.UserError(f"record {where}: label {label!r} is not in the task's labels {list(labels)[:20]}")
       return index[label]
     return find
-  return [family.encode(tokenizer, record, lookup(i)) for i, record in enumerate(records)]
+  fields = ("words",) if family.word_level else family.text_fields
+  with tokenizer.batched(record[field] for record in records for field in fields if record.get(field)):
+    return [family.encode(tokenizer, record, lookup(i)) for i, record in enumerate(records)]
 
 
 def plan(config: ml_collections.ConfigDict, train: Split

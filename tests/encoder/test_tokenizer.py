@@ -247,3 +247,34 @@ def test_errors_name_the_file_and_problem(tmp_path, minilm):
     minilm.encode_batch(["a b", ["a", "b"]])
   with pytest.raises(ValueError, match="model_type"):
     tok.train_sentencepiece([vocab], 100, model_type="wordpiece")
+
+
+@pytest.mark.parametrize("name", ["minilm", "unigram"])
+def test_batched_segmentation_gives_the_record_by_record_encodings(minilm, trained, name):
+  """`Tokenizer.batched` (how tasks.finetune_data encodes a split): texts, pairs, word lists, truncation and
+  specials give exactly the encodings of one call each; an input it was not given, or a malformed word list, takes
+  the plain path (its error unchanged); nothing is segmented when no encode asks."""
+  tokenizer = minilm if name == "minilm" else trained["unigram"]
+  lines = [line for line in _lines(VALID)[:120] if line.strip()]
+  words = [line.split()[:30] for line in lines]
+  calls = [((line,), {}) for line in lines] + [((a, b), {"max_length": 24}) for a, b in zip(lines, lines[1:])]
+  calls += [((w,), {"max_length": 16}) for w in words] + [((line,), {"add_special_tokens": False}) for line in lines]
+  calls += [(("a text it was not given",), {})]
+  plain = [tokenizer.encode(*args, **options) for args, options in calls]
+  segmented = []
+  original = tokenizer.backend.segments
+  tokenizer.backend.segments = lambda items, pretokenized: segmented.append(len(items)) or original(items,
+                                                                                                    pretokenized)
+  try:
+    with tokenizer.batched(lines + words + [["a", 3]]):
+      assert [tokenizer.encode(*args, **options) for args, options in calls] == plain
+      with pytest.raises(tok.errors.UserError, match="list of str words"):
+        tokenizer.encode(["a", 3])
+    # One native call per kind for the whole block, then one for the text not given (and none for the refused list).
+    assert segmented == [len(set(lines)), len({tuple(w) for w in words}), 1]
+    segmented.clear()
+    with tokenizer.batched(lines):
+      pass
+    assert not segmented
+  finally:
+    tokenizer.backend.segments = original
