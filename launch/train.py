@@ -181,8 +181,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   ahead = None
   if shapes:
     ahead = compile_ahead.CompileAhead(programs.grad_step, device_state, shapes, update=(programs.apply_step, acc))
-    for program, first, shapes in evaluator.programs(device_state):
-      ahead.add(program, first, shapes)
+    for program, first, eval_batches in evaluator.programs(device_state):
+      ahead.add(program, first, eval_batches)
   interval_start, interval_step = time.perf_counter(), start
   try:
     for step in range(start, total_steps):
