@@ -45,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.encoder_speed import cpu_name
+from configs import samples
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_START_S = 20  # A part is not started with less of the section's budget left.
@@ -58,7 +59,7 @@ FINETUNE_TINY = ["--set", "task.train_split=train[:64]", "--set", "task.eval_spl
                  "--set", "task.test_split=test[:32]", "--set", "epochs=1", "--set", "task.max_length=32"]
 
 
-class PartFailed(Exception):
+class PartFailed(Exception):  # noqa: N818  (its name is recorded in results: `type(err).__name__`)
   """A part's process failed or printed no JSON line; the message says how."""
 
 
@@ -158,12 +159,17 @@ LARGE_KEYS = {f"large_{k}": v for k, v in THROUGHPUT_KEYS.items()
               if k not in ("bf16_speedup", "bf16_reference") and not k.startswith("attention_")}
 
 
+def tiny_text(ctx: Context) -> list[str]:
+  """--tiny's text for pretrain_throughput: the corpus sample that ships with the package (no data directory)."""
+  return ["--text", str(samples.sample_file("heldout"))] if ctx.tiny else []
+
+
 def throughput_base(ctx: Context) -> dict:
   """BERT-base, seq 128, batch 256, bf16, every BASE_VARIANTS attention variant and HF under autocast in the same
   rounds; our TF32 step too in --tiny only (bf16_speedup): on the H200 it made the part miss its budget."""
   sizes = ["--size", "tiny", "--seq", "64", "--batch", "8", "--rounds", "2", "--steps", "1"] if ctx.tiny else \
       ["--size", "base", "--seq", "128", "--batch", "256", "--rounds", "3", "--steps", "5", "--no-f32"]
-  measured = ctx.child("throughput_base", "pretrain_throughput", sizes + [
+  measured = ctx.child("throughput_base", "pretrain_throughput", sizes + tiny_text(ctx) + [
       "--precision", "bfloat16", "--no-dense", "--attention", variants(ctx, BASE_VARIANTS)], 180, NO_PREALLOCATION)
   return pick(measured, THROUGHPUT_KEYS)
 
@@ -183,7 +189,7 @@ def xla_flag_sets(ctx: Context) -> dict:
   for flags in XLA_FLAG_SETS:
     env = {"XLA_FLAGS": " ".join(filter(None, [os.environ.get("XLA_FLAGS", ""), flags]))}
     try:
-      result = ctx.child("xla_flags", "pretrain_throughput", sizes + [
+      result = ctx.child("xla_flags", "pretrain_throughput", sizes + tiny_text(ctx) + [
           "--precision", "bfloat16", "--no-dense", "--no-f32", "--no-hf", "--attention",
           variants(ctx, (NEW_ATTENTION,))], 75, env | NO_PREALLOCATION)
       step_s[flags or "defaults"], mfu[flags or "defaults"] = result.get("step_s"), result.get("mfu_peak")
@@ -196,7 +202,7 @@ def throughput_large(ctx: Context) -> dict:
   """BERT-large, seq 512, batch 32, bf16, NEW_ATTENTION, against HF under autocast."""
   sizes = ["--size", "mini", "--seq", "128", "--batch", "4", "--rounds", "1", "--steps", "1"] if ctx.tiny else \
       ["--size", "large", "--seq", "512", "--batch", "32", "--rounds", "3", "--steps", "3"]
-  measured = ctx.child("throughput_large", "pretrain_throughput", sizes + [
+  measured = ctx.child("throughput_large", "pretrain_throughput", sizes + tiny_text(ctx) + [
       "--precision", "bfloat16", "--no-dense", "--no-f32", "--attention", variants(ctx, (NEW_ATTENTION,))], 120,
                        NO_PREALLOCATION)
   return pick(measured, LARGE_KEYS)
@@ -240,7 +246,8 @@ def profile(ctx: Context) -> dict:
   sizes = ["--size", "tiny", "--seq", "64", "--batch", "8", "--steps", "2"] if ctx.tiny else \
       ["--size", "base", "--seq", "128", "--batch", "256", "--steps", "3"]
   measured = ctx.child("profile", "step_profile", sizes + ["--trace-dir", str(ctx.out / "profile"), "--attention",
-                                                           variants(ctx, ctx.profile_variants)], 80 * len(ctx.profile_variants))
+                                                           variants(ctx, ctx.profile_variants)],
+                       80 * len(ctx.profile_variants))
   by_variant = measured.get("variants") or {}
   per_variant = lambda key: {name: v.get(key) for name, v in by_variant.items()} or None
   return pick(measured, {"profile_top": "top", "profile_traced_ms_per_step": "traced_ms_per_step",
@@ -364,7 +371,7 @@ def run_part(part: Part, ctx: Context) -> dict:
   started = time.monotonic()
   try:
     figures = part.run(ctx)
-  except Exception as err:  # pylint: disable=broad-except  (one failing part must not cost the others)
+  except Exception as err:  # noqa: BLE001  (one failing part must not cost the others)
     status = "timeout" if isinstance(err, TimeoutError) else "error"
     return {"status": status, "seconds": round(time.monotonic() - started, 1), "error": f"{type(err).__name__}: {err}"}
   ctx.figures |= figures

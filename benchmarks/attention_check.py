@@ -99,7 +99,7 @@ def main() -> None:
     cfg = base.replace(attention=path, dtype=dtype, activation_dtype=activation)
     try:
       found[variant] = error(results(cfg, params, inputs), reference, outputs)
-    except Exception as err:  # pylint: disable=broad-except  (cuDNN absent or refusing a shape: reported, not fatal)
+    except Exception as err:  # noqa: BLE001  (cuDNN absent or refusing a shape: reported, not fatal)
       skipped[variant], found[variant] = f"{type(err).__name__}: {str(err).splitlines()[0][:200]}", None
     print(f"{variant:16s} " + (f"output {found[variant]['output']:.2e}, gradient {found[variant]['gradient']:.2e}"
                                if found[variant] else f"skipped: {skipped[variant]}"), flush=True)

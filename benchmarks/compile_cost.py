@@ -55,10 +55,10 @@ def measure(lengths: list[int], rows: int, dtype: str, count: int) -> dict:
   for length in lengths:
     batch = jax.device_put(batch_of(rows, length))
     program = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
-    compile_s[length] = min(timed(lambda: program.lower(state, batch).compile(), 1))
+    compile_s[length] = min(timed(lambda: program.lower(state, batch).compile(), 1))  # noqa: B023  (called now)
     compiled = program.lower(state, batch).compile()
     jax.block_until_ready(compiled(state, batch))  # Warm-up.
-    step_s[length] = statistics.median(timed(lambda: jax.block_until_ready(compiled(state, batch)), count))
+    step_s[length] = statistics.median(timed(lambda: jax.block_until_ready(compiled(state, batch)), count))  # noqa: B023  (called now)
   return {"compile_s": compile_s, "step_s": step_s}
 
 

@@ -23,6 +23,7 @@ pipeline_read_ratio, ...).
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -38,10 +39,8 @@ import numpy as np
 import psutil
 
 from configs import paths
-from encoder import pretrained
-from encoder import errors
-from objectives import corpus as corpus_lib
-from objectives import prepare
+from encoder import errors, pretrained
+from objectives import corpus as corpus_lib, prepare
 
 TRAIN = "wikitext-2/raw/wiki.train.raw"
 
@@ -58,10 +57,8 @@ class PeakRss:
     while not self._stop.is_set():
       total = 0
       for process in [me, *me.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.Error):  # A worker that just exited.
           total += process.memory_info().rss
-        except psutil.Error:  # A worker that just exited.
-          pass
       self.peak = max(self.peak, total)
       self._stop.wait(self.interval)
 
@@ -113,11 +110,13 @@ def _timed_rounds(names: Sequence[str], rounds: int, run: Callable[[str, int], f
   return {name: statistics.median(t) for name, t in times.items()}
 
 
-def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: int, train_steps: int) -> dict[str, float]:
+def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: int,
+                train_steps: int) -> dict[str, float]:
   """Pretraining tokens/s with the rows read from the shards and with the same rows in memory, alternating rounds:
   with the training step (`pretrain_read_ratio`) and of the input pipeline alone (`pipeline_read_ratio`)."""
   # pylint: disable=import-outside-toplevel  (JAX and grain only for this part)
   import jax
+
   from configs import pretrain
   from encoder.tokenizer import load_tokenizer
   from launch import input_pipeline, optimizer, steps
@@ -148,7 +147,8 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
 
   objectives = tuple(registry.build(n, config.model) for n in config.objectives.split("+"))
   fns = steps.StepFns(EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), objectives), objectives,
-                      dict(config.objective_weights), optimizer.make_optimizer(config.optimizer, config.num_train_steps))
+                      dict(config.objective_weights),
+                      optimizer.make_optimizer(config.optimizer, config.num_train_steps))
   example = input_pipeline.example_batch(rows["memory"], options)
   state = [jax.jit(functools.partial(steps.init_state, fns, seed=0))(example)]
   acc = [steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state[0], example)]

@@ -15,8 +15,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -56,7 +57,7 @@ def run(workdir: Path, overrides: Sequence[str] = (), *, devices: int = 1, cache
     from tests import faults  # pylint: disable=import-outside-toplevel  (a test harness: only when asked for)
     env = faults.environment(*fault, base=env)
   result = subprocess.run(command(workdir, overrides, cache, config), cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S)
+                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
   if check and result.returncode != 0:
     raise RuntimeError(f"run in {workdir} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
                        f"{result.stderr[-5000:]}")
@@ -91,7 +92,7 @@ def run_multiprocess(workdir: Path, overrides: Sequence[str] = (), *, processes:
         p.kill()
         p.wait()
   if codes != [0] * processes:
-    raise RuntimeError(f"multi-process run failed {codes}:\n" + "\n".join(l.read_text()[-3000:] for l in logs))
+    raise RuntimeError(f"multi-process run failed {codes}:\n" + "\n".join(log.read_text()[-3000:] for log in logs))
 
 
 def logged(workdir: Path, key: str) -> np.ndarray:

@@ -61,7 +61,7 @@ def main() -> None:
   parser.add_argument("--split", choices=("eval", "train"), default="eval", help="the corpus scored (default eval)")
   args = parser.parse_args()
   logits, replaced = discriminator_scores(args.workdir, args.batches, args.split)
-  print(json.dumps({"split": args.split, "tokens": int(len(logits)), "replaced_share": float(replaced.mean()),
+  print(json.dumps({"split": args.split, "tokens": len(logits), "replaced_share": float(replaced.mean()),
                     "auc": auc(logits, replaced), "mean_logit_replaced": float(logits[replaced].mean()),
                     "mean_logit_original": float(logits[~replaced].mean())}))
 

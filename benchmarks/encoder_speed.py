@@ -39,6 +39,7 @@ attention_ms, attention_speedup, cpu, device).
 """
 
 import argparse
+import itertools
 import json
 import platform
 import statistics
@@ -52,8 +53,7 @@ import numpy as np
 from benchmarks import torch_device
 from benchmarks.timing import timed
 from configs import paths
-from encoder import Encoder, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
-from encoder import errors
+from encoder import Encoder, errors, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
 from encoder.config import DTYPE_NAMES, EncoderConfig, resolve_platform
 from launch import flops, host_memory, xla_flags
 
@@ -106,7 +106,7 @@ def text_batch(text: Path, tokenizer, rows: int, length: int) -> dict[str, np.nd
   """`rows` full-length rows: [CLS] paragraph [SEP] next paragraph [SEP], truncated to `length` tokens."""
   paragraphs = [p for p in (line.strip() for line in text.read_text(encoding="utf-8").splitlines())
                 if p and not p.startswith("=")]
-  encodings = (tokenizer.encode(a, b, max_length=length) for a, b in zip(paragraphs, paragraphs[1:]))
+  encodings = (tokenizer.encode(a, b, max_length=length) for a, b in itertools.pairwise(paragraphs))
   full = [e for e in encodings if len(e.input_ids) == length][:rows]
   if len(full) < rows:
     raise errors.UserError(f"{text}: only {len(full)} paragraph pairs fill {length} tokens; {rows} needed")
@@ -252,7 +252,8 @@ def main() -> None:
   variants = attention_variants(args.attention)
   modes = args.modes.split(",")
   if set(modes) - set(MODES):
-    raise errors.UserError(f"--modes {args.modes!r}: unknown {sorted(set(modes) - set(MODES))}; known: {', '.join(MODES)}")
+    raise errors.UserError(f"--modes {args.modes!r}: unknown {sorted(set(modes) - set(MODES))}; "
+                           f"known: {', '.join(MODES)}")
   if args.precision == "float32":
     jax.config.update("jax_default_matmul_precision", "float32")
   repeats = args.repeats or (2 if jax.default_backend() == "cpu" else 20)
@@ -324,7 +325,7 @@ def main() -> None:
                             for name, side in sides.items()}
   result["attention_speedup"] = {name: {mode: round(ms[mode, "ours"] / ms[mode, side], 3) for mode in runners
                                         if (mode, side) in ms} for name, side in sides.items() if side != "ours"}
-  for name, side in sides.items():
+  for side in sides.values():
     if side != "ours":
       print(f"{side}: " + ", ".join(f"{mode} {ms[mode, side]:.1f} ms ({ms[mode, 'ours'] / ms[mode, side]:.3f}x ours)"
                                     for mode in runners if (mode, side) in ms))

@@ -32,15 +32,16 @@ import ast
 import json
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from configs import checks, common, finetune
 from encoder import errors
 from launch import flops, host_memory, metrics_writer, train, xla_flags
 from tasks import evaluation, finetune_data, registry
-from tasks.scoring import bootstrap, kinds
 from tasks.family import TaskFamily
+from tasks.scoring import bootstrap, kinds
 
 
 def _set(config, assignment: str) -> None:

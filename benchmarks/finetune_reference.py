@@ -12,7 +12,8 @@ It runs where JAX runs (benchmarks.torch_device: CUDA beside a GPU, with JAX's f
 
 import re
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -31,14 +31,13 @@ import transformers
 from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
 from configs import paths
-from encoder import Encoder
+from encoder import Encoder, errors
 from encoder.hf import GENERATOR_DIRECTORY
-from objectives.hf_heads import load_hf_checkpoint, save_hf_checkpoint
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
-from encoder import errors
 from launch.model import EncoderWithHeads
 from objectives import electra
+from objectives.hf_heads import load_hf_checkpoint, save_hf_checkpoint
 from tasks.readers.lines import numbered_lines
 
 

@@ -24,8 +24,8 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from configs import paths
 from encoder import errors

@@ -28,6 +28,7 @@ differ in nothing but chance land apart); a NAME of --runs sets that run's overr
 import argparse
 import ast
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -35,8 +36,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import jax
 import ml_collections
@@ -127,7 +129,7 @@ def train_ours(objectives: str, root: Path, args: argparse.Namespace, name: str 
   config.log_every_steps = CALIBRATION_WARMUP  # The first interval holds compilation: only the later ones are timed.
   train.train_and_evaluate(config, calibration_dir)
   records = [r for r in metrics_writer.read_jsonl(calibration_dir / "metrics.jsonl") if "train/loss" in r]
-  seconds = sum((r["step"] - p["step"]) / r["train/steps_per_second"] for p, r in zip(records, records[1:]))
+  seconds = sum((r["step"] - p["step"]) / r["train/steps_per_second"] for p, r in itertools.pairwise(records))
   rate = (records[-1]["step"] - records[0]["step"]) / seconds
   shutil.rmtree(calibration_dir)
   planned = max(1, int(rate * args.minutes * 60))

@@ -8,7 +8,8 @@ tokens and masks step by step.
 """
 
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import ml_collections
 import numpy as np

@@ -70,16 +70,14 @@ from benchmarks import torch_device
 from benchmarks.encoder_speed import attention_variants, variant_config
 from benchmarks.timing import timed
 from configs import common, paths
+from encoder import errors, flops as encoder_flops
 from encoder.config import ARCHITECTURES, PRESETS, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
-from encoder import errors
-from encoder import flops as encoder_flops
 from launch import flops, host_memory, optimizer, steps, xla_flags
 from launch.model import EncoderWithHeads, term_weights
 from objectives import masking, registry
 from tasks.readers.lines import numbered_lines
-
 
 # Dense (no sparsity) datasheet peaks in TFLOP/s by device kind: (bfloat16, JAX's default float32 arithmetic: TF32
 # on NVIDIA GPUs; --precision float32 has no entry).
@@ -89,7 +87,8 @@ PEAK_TFLOPS = {"NVIDIA H100 80GB HBM3": (989.0, 494.0), "NVIDIA H200": (989.0, 4
 
 
 def useful_flops(cfg, rows: int, length: int, masked: int) -> float:
-  """Training FLOPs of one step that do useful work (module docstring): the encoder's (encoder.flops) plus the heads'."""
+  """Training FLOPs of one step that do useful work (module docstring): the encoder's (encoder.flops) plus the
+  heads'."""
   h, v = cfg.hidden_size, cfg.vocab_size
   return (encoder_flops.encoder_train_flops(cfg, rows, length, last_rows=1 + masked / rows)
           + 6.0 * (h * h + h * v) * masked + 6.0 * (h * h + 2 * h) * rows)
@@ -300,7 +299,7 @@ def main() -> None:
     try:
       step = OurStep(variant, batch, total_steps)
       seconds = sum(timed(step, 2))
-    except Exception as err:  # pylint: disable=broad-except  (cuDNN refusing a shape must not cost the other paths)
+    except Exception as err:  # noqa: BLE001  (cuDNN refusing a shape must not cost the other paths)
       attention_errors[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"
       print(f"{name}: failed ({attention_errors[name]})", flush=True)
       continue
@@ -321,7 +320,7 @@ def main() -> None:
     runners["ours_electra"] = OurStep(cfg, batch, total_steps, names=("electra",),
                                       generator_size=args.generator_size)
   if dtype == jnp.bfloat16 and not args.no_f32:
-    choice = dict((name, choice) for name, choice, _ in variants)[next(iter(sides))]
+    choice = {name: choice for name, choice, _ in variants}[next(iter(sides))]
     runners["ours_f32"] = OurStep(variant_config(cfg, choice, "float32", jnp.float32, no_dropout), batch, total_steps)
   if not args.no_dense:
     runners["ours_dense_head"] = OurStep(cfg, dense_head_batch(batch), total_steps)

@@ -7,16 +7,16 @@ import dataclasses
 import difflib
 import importlib.util
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import ml_collections
 
 from configs import paths, rules
-from encoder import config as encoder_config
-from encoder import fields
+from encoder import config as encoder_config, fields
 from encoder.config import DTYPE_NAMES, EncoderConfig
 from encoder.errors import ConfigError
 

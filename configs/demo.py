@@ -14,18 +14,11 @@ String arguments: steps (MLM optimizer steps), pos (the fine-tuning run), runloc
 encoder on slices of the sample, for tests).
 """
 
-from pathlib import Path
-
 import ml_collections
 
 from configs import common, finetune, pretrain
-from encoder import errors
+from configs.samples import sample_file, ud_sample_file
 
-_ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_DIR = _ROOT / "objectives" / "sample_corpus"
-SAMPLE_FILES = {"train": "wiki.train.txt", "heldout": "wiki.heldout.txt"}
-UD_SAMPLE_DIR = _ROOT / "tasks" / "sample_ud"
-UD_SAMPLE_FILES = {"train": "en_ewt-sample-train.conllu", "heldout": "en_ewt-sample-test.conllu"}
 # 9.2% held-out MLM accuracy against the unigram baseline's 6.5% (loss 7.25 vs 7.29); 150 steps, or 200 with lr 3e-3,
 # do not get past the baseline (6.5%).
 DEMO_STEPS = 300
@@ -35,26 +28,6 @@ DEMO_STEPS = 300
 POS_EPOCHS = 4
 POS_BATCH = 16
 POS_LEARNING_RATE = 3e-4
-
-
-def _sample(directory: Path, files: dict[str, str], split: str, package: str) -> Path:
-  if split not in files:
-    raise errors.ConfigError(f"unknown sample split {split!r}; choose one of {sorted(files)}")
-  path = directory / files[split]
-  if not path.is_file():
-    raise FileNotFoundError(f"{path} is missing: the sample ships with the package (the package {package}); "
-                            "reinstall with `pip install -e .`")
-  return path
-
-
-def sample_file(split: str) -> Path:
-  """The packaged sample corpus file of `split` ("train" or "heldout"); a clear error when the install lacks it."""
-  return _sample(SAMPLE_DIR, SAMPLE_FILES, split, "objectives.sample_corpus")
-
-
-def ud_sample_file(split: str) -> Path:
-  """The packaged UD English-EWT sample of `split` ("train" or "heldout"); a clear error when the install lacks it."""
-  return _sample(UD_SAMPLE_DIR, UD_SAMPLE_FILES, split, "tasks.sample_ud")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -1,4 +1,5 @@
-"""Where the shared real datasets live: `$ENCODERLAB_DATA`, else `../shared/data` if present."""
+"""Where the real datasets live: `$ENCODERLAB_DATA`, else `../shared/data` if present, else the folder that
+`python -m tasks.data fetch` fills by default (~/.cache/encoderlab/data, under $XDG_CACHE_HOME when set)."""
 
 import os
 from pathlib import Path
@@ -7,13 +8,22 @@ from encoder import files
 
 DATA_ENV = "ENCODERLAB_DATA"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
+FETCH_HINT = "python -m tasks.data fetch all"  # The one command that lays the presets' data out (docs/data.md).
+
+
+def fetch_dir() -> Path:
+  """Where the data is fetched to and looked for last: $ENCODERLAB_DATA, else ~/.cache/encoderlab/data (the cache
+  folder is $XDG_CACHE_HOME when set)."""
+  if os.environ.get(DATA_ENV):
+    return Path(os.environ[DATA_ENV])
+  return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "encoderlab" / "data"
 
 
 def data_dir() -> Path | None:
-  """The data directory, or None when it is not on this machine (a user's fresh clone)."""
+  """The data directory, or None when it is not on this machine (a user's fresh clone before any fetch)."""
   if os.environ.get(DATA_ENV):
     return Path(os.environ[DATA_ENV])
-  for candidate in (Path.cwd() / ".." / "shared" / "data", _REPO_ROOT / ".." / "shared" / "data"):
+  for candidate in (Path.cwd() / ".." / "shared" / "data", _REPO_ROOT / ".." / "shared" / "data", fetch_dir()):
     if candidate.is_dir():
       return candidate.resolve()
   return None
@@ -24,10 +34,12 @@ def data_file(relative: str) -> Path:
   root = data_dir()
   if root is None:
     raise FileNotFoundError(
-        f"no data directory: set ${DATA_ENV} or place the shared data at ../shared/data (needed: {relative})")
+        f"no data directory (needed: {relative}): run `{FETCH_HINT}` (to {fetch_dir()}), or set ${DATA_ENV} to a "
+        "directory laid out as docs/data.md says")
   path = root / relative
   if not path.exists():
-    raise FileNotFoundError(f"{path} does not exist (data directory {root}, set by ${DATA_ENV} or ../shared/data)")
+    raise FileNotFoundError(f"{path} does not exist (data directory {root}, from ${DATA_ENV}, ../shared/data or "
+                            f"{fetch_dir()}; `{FETCH_HINT}` fetches it)")
   return path
 
 

@@ -9,14 +9,15 @@
 
 String arguments: size (a name from encoder.config.PRESETS), arch (architecture switches set on the size: a name
 from encoder.config.ARCHITECTURES, e.g. rope, geglu, modernbert; default bert, none), objectives ("+"-joined names from
-objectives.registry.OBJECTIVES), steps, runlocal (tiny model, WikiText-2 valid split, 20 steps), init (continue
+objectives.registry.OBJECTIVES), steps, runlocal (tiny model, 20 steps, on the WikiText-2 articles that ship with the
+package, so no data directory is needed), init (continue
 from a checkpoint: "hf:<name or directory>" or "run:<workdir>"; its model config and tokenizer replace size's, and
 its encoder and whichever of the objectives' heads it has are loaded; "" = random init).
 """
 
 import ml_collections
 
-from configs import common
+from configs import common, samples
 from encoder import fields
 from objectives import registry as objective_registry
 
@@ -31,7 +32,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   needed = lambda key, default: next((getattr(o, key).value for o in built if getattr(o, key)), default)
   config = ml_collections.ConfigDict()  # Locked before it is returned.
   config.objectives = arg.objectives  # "+"-joined objective names (objectives.registry.OBJECTIVES).
-  config.objective_weights = ml_collections.ConfigDict({n: 1.0 for n in names})  # Total loss = sum of w * loss.
+  config.objective_weights = ml_collections.ConfigDict(dict.fromkeys(names, 1.0))  # Total loss = sum of w * loss.
   config.task = ""  # Fine-tuning task name (tasks registry); "" for pretraining.
   config.init = arg.init  # "hf:<name|dir>" or "run:<workdir>": continue pretraining from it ("" = random init).
   config.model = common.model_config(arg.size, arch=arg.arch)  # EncoderConfig fields (PRESETS[size] + switches).
@@ -69,11 +70,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.best_metric = "eval/mlm_accuracy" if "mlm" in names else "eval/loss"
   config.best_mode = "max" if "mlm" in names else "min"
 
-  if arg.runlocal:  # A tiny run on the small WikiText-2 validation split: a smoke test in seconds.
+  if arg.runlocal:  # A tiny run on the packaged sample corpus (configs/samples.py): a smoke test in seconds.
     config.model = common.model_config("tiny", arch=arg.arch, num_layers=2, hidden_size=64, num_heads=4,
                                        intermediate_size=256, max_positions=64)
-    config.data.train_files = "wikitext-2/raw/wiki.valid.raw"
-    config.data.eval_files = "wikitext-2/raw/wiki.test.raw"
+    config.data.train_files = str(samples.sample_file("train"))
+    config.data.eval_files = str(samples.sample_file("heldout"))
     config.data.max_length = 32
     config.masking.max_predictions = 4
     config.batch_size = 8

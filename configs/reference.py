@@ -15,11 +15,11 @@ fails when docs/config.md is out of date or a field has no comment.
 import ast
 import io
 import json
-from pathlib import Path
 import re
 import sys
 import textwrap
 import tokenize
+from pathlib import Path
 
 import ml_collections
 

@@ -8,13 +8,19 @@ block's fields (`task.*`) are declared with their rules by the task families (ta
 between fields (max_length within max_positions, heads dividing the width, ...) are `configs.checks`'s.
 """
 
-from encoder import config as encoder_config
-from encoder import fields
-from encoder.fields import NON_NEGATIVE, NON_NEGATIVE_INT, POSITIVE, POSITIVE_INT, PROBABILITY, Anything, Check, \
-    Choice, Number
-from objectives import registry as objective_registry
-from objectives import masking as masking_lib
-from objectives import pipeline
+from encoder import config as encoder_config, fields
+from encoder.fields import (
+    NON_NEGATIVE,
+    NON_NEGATIVE_INT,
+    POSITIVE,
+    POSITIVE_INT,
+    PROBABILITY,
+    Anything,
+    Check,
+    Choice,
+    Number,
+)
+from objectives import masking as masking_lib, pipeline, registry as objective_registry
 from tasks.task_fields import BOOL
 
 OPTIMIZERS = ("adamw", "lamb")

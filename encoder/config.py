@@ -1,7 +1,8 @@
 """Encoder hyperparameters and the size presets (the one place they are defined)."""
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -9,10 +9,10 @@ Like `encoder.errors` it imports only the standard library, so every layer (the 
 the task families, configs/) can state its fields' rules where the fields are defined.
 """
 
-from collections.abc import Callable, Mapping, Sequence
 import dataclasses
 import math
-from typing import Any, Iterable, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from encoder.errors import ConfigError
 

@@ -22,7 +22,8 @@ import shutil
 import socket
 import tempfile
 import threading
-from typing import Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from etils import epath
@@ -83,7 +84,7 @@ def _endpoint() -> tuple[str, int]:
   return parts.hostname or "localhost", parts.port or (443 if parts.scheme == "https" else 80)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bucket_problem(bucket: str, host: str, port: int) -> str | None:
   """What keeps gs://bucket from being used through host:port, or None (asked once per process)."""
   try:  # DNS and TCP first: without a network gcsfs would retry for about a minute.
@@ -97,7 +98,7 @@ def _bucket_problem(bucket: str, host: str, port: int) -> str | None:
       fs, _ = _filesystem(f"gs://{bucket}")
       fs.ls(bucket, detail=False)  # A page of objects: the bucket exists and these credentials may read it.
       outcome.append(None)
-    except BaseException as err:  # pylint: disable=broad-except  (reported in the caller's thread)
+    except BaseException as err:  # noqa: BLE001  (re-raised in the caller's thread)
       outcome.append(err)
 
   worker = threading.Thread(target=ask, daemon=True)
@@ -108,12 +109,12 @@ def _bucket_problem(bucket: str, host: str, port: int) -> str | None:
   if isinstance(outcome[0], FileNotFoundError):
     return f"the bucket gs://{bucket} does not exist (or these credentials cannot see it)"
   if outcome[0] is not None:
-    err = outcome[0]
-    return f"GCS refused to list gs://{bucket} ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+    refusal = outcome[0]
+    return f"GCS refused to list gs://{bucket} ({type(refusal).__name__}: {' '.join(str(refusal).split())[:200]})"
   return None
 
 
-def read_json(p: str | os.PathLike) -> object:
+def read_json(p: str | os.PathLike) -> Any:
   """A JSON file's value; a file that is not JSON is a UserError `path:line: expected JSON, ...`."""
   text = path(p).read_text(encoding="utf-8")
   try:
@@ -143,8 +144,8 @@ def is_remote(p: str | os.PathLike) -> bool:
 
 def absolute(p: str | os.PathLike) -> epath.Path:
   """`p` made absolute against the working directory when local; a URL as it is."""
-  p = path(p)
-  return p if is_remote(p) else p.absolute()
+  resolved = path(p)
+  return resolved if is_remote(resolved) else resolved.absolute()
 
 
 def _filesystem(url: str):
@@ -155,15 +156,15 @@ def _filesystem(url: str):
 
 def move(source: str | os.PathLike, destination: str | os.PathLike) -> None:
   """Moves a file or directory tree (on object storage: copies every object, then deletes the source)."""
-  source, destination = path(source), path(destination)
-  if is_remote(source) != is_remote(destination):
-    raise ValueError(f"move: {source} and {destination} must both be local or both remote")
-  if not is_remote(source):
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(os.fspath(source), os.fspath(destination))
+  origin, goal = path(source), path(destination)
+  if is_remote(origin) != is_remote(goal):
+    raise ValueError(f"move: {origin} and {goal} must both be local or both remote")
+  if not is_remote(origin):
+    goal.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(os.fspath(origin), os.fspath(goal))
     return
-  fs, source_path = _filesystem(os.fspath(source))
-  fs.copy(source_path, _filesystem(os.fspath(destination))[1], recursive=True)
+  fs, source_path = _filesystem(os.fspath(origin))
+  fs.copy(source_path, _filesystem(os.fspath(goal))[1], recursive=True)
   fs.rm(source_path, recursive=True)
 
 
@@ -177,27 +178,27 @@ def upload(local: str | os.PathLike, target: str | os.PathLike) -> None:
 def atomic_path(target: str | os.PathLike) -> Iterator[pathlib.Path]:
   """A local temporary path to write `target`'s content to (by any writer); moved onto `target` (uploaded as one
   object, for a URL) when the block ends, removed if it fails."""
-  target = path(target)
-  if is_remote(target):
+  destination = path(target)
+  if is_remote(destination):
     with tempfile.TemporaryDirectory(prefix="encoderlab-upload-") as folder:
-      temporary = pathlib.Path(folder) / target.name
+      temporary = pathlib.Path(folder) / destination.name
       yield temporary
-      upload(temporary, target)
+      upload(temporary, destination)
     return
-  temporary = pathlib.Path(target.with_name(f"{target.name}.{os.getpid()}.tmp"))
+  temporary = pathlib.Path(destination.with_name(f"{destination.name}.{os.getpid()}.tmp"))
   try:
     yield temporary
-    os.replace(temporary, target)
+    os.replace(temporary, destination)
   finally:
     temporary.unlink(missing_ok=True)
 
 
 def atomic_write(target: str | os.PathLike, data: str | bytes) -> None:
   """Writes `data` (text as UTF-8, or bytes) to `target` atomically."""
-  target = path(target)
+  destination = path(target)
   payload = data.encode("utf-8") if isinstance(data, str) else data
-  if is_remote(target):  # One upload from memory: the object appears complete or not at all.
-    target.write_bytes(payload)
+  if is_remote(destination):  # One upload from memory: the object appears complete or not at all.
+    destination.write_bytes(payload)
     return
-  with atomic_path(target) as temporary:
+  with atomic_path(destination) as temporary:
     temporary.write_bytes(payload)

@@ -13,7 +13,7 @@ at every token). Lookup tables cost no FLOPs; heads are left out (the engine's M
 throughput benchmark adds its heads' FLOPs on top). launch.flops measures the matmul ceiling MFU divides by.
 """
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from encoder.config import EncoderConfig
 

@@ -7,6 +7,7 @@ uncased, whitespace/punctuation split), which gives ids identical to the referen
 import collections
 import functools
 import heapq
+import itertools
 import json
 import re
 import unicodedata
@@ -219,7 +220,7 @@ def learn_vocab(counts: dict[str, int], vocab_size: int, min_frequency: int,
   pair_counts = collections.Counter()
   where = collections.defaultdict(set)
   for index, (symbols, freq) in enumerate(zip(words, freqs)):
-    for pair in zip(symbols, symbols[1:]):
+    for pair in itertools.pairwise(symbols):
       pair_counts[pair] += freq
       where[pair].add(index)
   heap = [(-count, pair) for pair, count in pair_counts.items()]
@@ -240,10 +241,10 @@ def learn_vocab(counts: dict[str, int], vocab_size: int, min_frequency: int,
     fresh = set()
     for index in sorted(where.pop(pair)):
       symbols, freq = words[index], freqs[index]
-      for old in zip(symbols, symbols[1:]):
+      for old in itertools.pairwise(symbols):
         pair_counts[old] -= freq
       words[index] = symbols = _merge(symbols, pair, merged)
-      for new in zip(symbols, symbols[1:]):
+      for new in itertools.pairwise(symbols):
         pair_counts[new] += freq
         if merged in new:  # Only pairs with the new symbol are new to this word (others are indexed already).
           where[new].add(index)

@@ -11,14 +11,14 @@ import time
 from typing import Any
 
 import jax
-from jax.experimental import multihost_utils
 import ml_collections
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 from orbax.checkpoint import checkpoint_managers
 
+from configs import checks
 from encoder import errors, files
 from encoder.files import Path
-from configs import checks
 
 
 def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.CheckpointManager:
@@ -49,7 +49,7 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state: Any, workdir:
   for step in sorted(manager.all_steps(), reverse=True):
     try:
       return manager.restore(step, args=ocp.args.StandardRestore(abstract_state))
-    except Exception as err:  # Orbax raises many types for truncated/missing files; all mean "unreadable".
+    except Exception as err:  # noqa: BLE001  (Orbax raises many types for truncated/missing files: all unreadable)
       moved = workdir / "corrupt_checkpoints" / f"{step}-{int(time.time())}"
       print(f"warning: checkpoint {manager.directory / str(step)} is unreadable ({type(err).__name__}: "
             f"{str(err)[:300]}); moving it to {moved} and trying the previous one", file=sys.stderr, flush=True)

@@ -12,7 +12,8 @@ later run loads all of them instead.
 """
 
 import concurrent.futures
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import jax
 
@@ -44,7 +45,7 @@ class CompileAhead:
       if update is not None and self._update is None:
         program, acc = update[0], _abstract(update[1])
         self._update = self._pool.submit(
-            lambda b=batch: program.lower(state, acc, *step.eval_shape(state, b)).compile())
+            lambda b=batch, program=program, acc=acc: program.lower(state, acc, *step.eval_shape(state, b)).compile())
     self._added: list[concurrent.futures.Future] = []
 
   def wait(self, batch: dict[str, Any]) -> None:

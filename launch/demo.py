@@ -15,14 +15,15 @@ import argparse
 import shutil
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
 
-from configs import demo as demo_config
+from configs import demo as demo_config, samples
 from encoder import errors, init_from
 from encoder.tokenizer import load_tokenizer
 from launch import compilation_cache, host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
@@ -130,7 +131,7 @@ def report_mlm(config: ml_collections.ConfigDict, workdir: Path) -> None:
   step, params = init_from.run_params(workdir)
   evaluation = last_eval(workdir)
   baseline = unigram_baseline(config, Path(config.data.cache_dir or workdir / "cache"))
-  print(f"\nheld-out MLM ({demo_config.sample_file('heldout').name}, 15% of tokens masked, fixed seed) after step "
+  print(f"\nheld-out MLM ({samples.sample_file('heldout').name}, 15% of tokens masked, fixed seed) after step "
         f"{step}:\n  this model:        accuracy {evaluation['eval/mlm_accuracy']:6.1%}  loss "
         f"{evaluation['eval/mlm_loss']:.2f}\n  unigram baseline:  accuracy {baseline['accuracy']:6.1%}  loss "
         f"{baseline['loss']:.2f}  (always {baseline['token']!r}; training-corpus token frequencies)")
@@ -151,7 +152,7 @@ def tagged(workdir: Path, sentence: str) -> list[tuple[str, str]]:
 def report_pos(workdir: Path, results: dict[str, Any], sentence: str) -> None:
   """The run's held-out UPOS accuracy and `sentence` tagged by it."""
   words = sum(1 for line in (workdir / "predictions" / "dev.conll").read_text(encoding="utf-8").splitlines() if line)
-  print(f"\nheld-out UPOS accuracy ({demo_config.ud_sample_file('heldout').name}: {words:,} words of EWT test, never "
+  print(f"\nheld-out UPOS accuracy ({samples.ud_sample_file('heldout').name}: {words:,} words of EWT test, never "
         f"trained on): {results['dev']['accuracy']:.1f}%")
   print("tagged by the fine-tuned model (python -m launch.predict):\n  "
         + " ".join(f"{word}/{tag}" for word, tag in tagged(workdir, sentence)))
@@ -168,14 +169,14 @@ def main(argv: Sequence[str] | None = None) -> None:
   compilation_cache.enable(mlm.compilation_cache)  # Both runs' (the engine's default), before the first compilation.
   m = mlm.model
   print(f"demo 1/2: pretraining a {m.num_layers}-layer, hidden-{m.hidden_size} BERT from scratch with masked language "
-        f"modeling for {mlm.num_train_steps} steps\n  on {demo_config.sample_file('train')}\n  (whole WikiText-2 "
+        f"modeling for {mlm.num_train_steps} steps\n  on {samples.sample_file('train')}\n  (whole WikiText-2 "
         f"articles, CC BY-SA 3.0; see its README.md), MiniLM's uncased WordPiece vocabulary.\n  workdir {workdir}: "
         "rerunning resumes, --fresh starts over, Ctrl-C saves a checkpoint and stops.", flush=True)
   if train_run(mlm, workdir / "mlm") is None:
     return
   report_mlm(mlm, workdir / "mlm")
   print(f"\ndemo 2/2: fine-tuning all-MiniLM-L6-v2 (6 layers, hidden 384, pretrained for days) for part-of-speech "
-        f"tagging (UPOS),\n  {pos.epochs} epochs on {demo_config.ud_sample_file('train')}\n  (sentences of UD "
+        f"tagging (UPOS),\n  {pos.epochs} epochs on {samples.ud_sample_file('train')}\n  (sentences of UD "
         "English-EWT, CC BY-SA 4.0; see its README.md).", flush=True)
   results = train_run(pos, workdir / "pos")
   if results is None:

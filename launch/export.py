@@ -30,8 +30,9 @@ saying what it is, and one line on stderr says so.
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import safetensors.numpy

@@ -9,13 +9,14 @@ by worker processes (config.data.workers: masking is Python per row, about 300 u
 """
 
 import os
-from typing import Any, Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
-from absl import flags
 import grain
 import jax
 import ml_collections
 import numpy as np
+from absl import flags
 
 from configs import paths
 from encoder.errors import ConfigError

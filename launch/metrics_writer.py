@@ -33,7 +33,7 @@ def _import_tensorboardx():
   return tensorboardX
 
 
-tensorboardX = _import_tensorboardx()
+tensorboardX = _import_tensorboardx()  # noqa: N816  (the module's own name)
 
 
 class MetricsWriter:
@@ -49,7 +49,7 @@ class MetricsWriter:
         self._lines = self._path.read_text(encoding="utf-8") if self._path.exists() else ""
         self._staging = tempfile.TemporaryDirectory(prefix="encoderlab-tensorboard-")
       else:
-        self._jsonl = open(self._path, "a", encoding="utf-8")
+        self._jsonl = open(self._path, "a", encoding="utf-8")  # noqa: SIM115  (open until close())
       self._tensorboard = tensorboardX.SummaryWriter(self._staging.name if self._remote else str(self._events))
 
   def write(self, step: int, scalars: dict[str, float]) -> None:

@@ -3,7 +3,8 @@
 Parameters: params/encoder/... (the Encoder tree) and params/<objective name>/... (each head's tree).
 """
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -11,8 +11,9 @@ architecture) whose config differs from the run's in the fewest fields, plus a -
 import json
 import re
 import shlex
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 import ml_collections
 
@@ -220,14 +221,14 @@ def _head_notes(export: Export, config: ml_collections.ConfigDict) -> list[str]:
                  "it splits raw text into words as `launch.predict` does (or takes a word list with "
                  f"`is_split_into_words=True`), cuts at the run's `task.max_length` ({max_length} tokens), passes "
                  "word boundaries and word shapes to the model and returns one entry per word (`ignore_labels=[]` "
-                 "keeps \"O\"), or entity groups with `aggregation_strategy`" + (
+                 'keeps "O"), or entity groups with `aggregation_strategy`' + (
                      f"; span NER keeps the spans whose probability reaches the threshold tuned on dev "
                      f"({threshold:.4g})" if head.get("kind") == "spans" and threshold is not None else "") + ".")
   elif export.pipeline == "token-classification":
     notes.append("The run tags each word at its first token. HF's pipeline cuts at `model_max_length` = "
                  f"{max_length} tokens (the run's `task.max_length`); its token entry that starts at a word's first "
                  "character carries the run's tag (`aggregation_strategy=\"first\"` groups the words of HF's "
-                 "tokenizer, which also splits at punctuation inside a word such as \"U.S.\").")
+                 'tokenizer, which also splits at punctuation inside a word such as "U.S.").')
   if export.pipeline == "question-answering":
     notes.append("The question-answering pipeline is `pipeline_encoderlab.py` (config.json's `custom_pipelines`; "
                  f"transformers 5 has no extractive one): it cuts the question at {head['max_question_length']} "

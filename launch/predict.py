@@ -27,15 +27,17 @@ import functools
 import json
 import re
 import sys
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import jax
 import ml_collections
+
 from encoder import errors, files, init_from
 from encoder.config import AUTO, PLATFORM_FIELDS
 from encoder.files import Path
-from launch import checkpointing, compilation_cache, sharding, xla_flags
 from encoder.tokenizer import load_tokenizer
+from launch import checkpointing, compilation_cache, sharding, xla_flags
 from launch.model import EncoderWithHeads, encoder_config
 from launch.programs import outputs_program
 from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
@@ -306,7 +308,7 @@ def _json_lines(path: str) -> tuple[list[dict], list[int]]:
     except json.JSONDecodeError as err:
       raise ReaderError(path, number, f"a JSON object, found invalid JSON ({err.msg} at column {err.colno})") from None
     if not isinstance(record, dict):
-      raise ReaderError(path, number, f"a JSON object such as {{\"question\": ..., \"context\": ...}}, found a "
+      raise ReaderError(path, number, f'a JSON object such as {{"question": ..., "context": ...}}, found a '
                         f"{type(record).__name__}")
     records.append(record)
     lines.append(number)
@@ -367,8 +369,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                            "by a tab; word tasks: split into words); words: whitespace-separated words per line; tsv: "
                            "the run's TSV columns (header as in its data; QA: question<TAB>context, no header); conll: "
                            "word in the first column, blank line between sentences; conllu: CoNLL-U FORMs; jsonl: one "
-                           "JSON record per line ({\"question\", \"context\"}, {\"text_a\", \"text_b\"} or "
-                           "{\"words\"})")
+                           'JSON record per line ({"question", "context"}, {"text_a", "text_b"} or '
+                           '{"words"})')
   parser.add_argument("--output", choices=("jsonl", "conll"), default="jsonl",
                       help="jsonl: one JSON object per input; conll: `word tag` lines (word tasks), what "
                            "`python -m tasks.scoring.score` reads")

@@ -7,7 +7,8 @@ evaluations use only what `Programs` holds, so neither asks which parallelism ru
 """
 
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np

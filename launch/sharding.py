@@ -12,7 +12,8 @@ weight where it is used and reduce-scatters its gradient. With parallelism="pmap
 
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp

@@ -9,7 +9,8 @@ Metrics are (sum, count) pairs accumulated on device ([2] float32, `acc`) and fe
 for the host. `nonfinite_step` keeps the first step whose loss or gradient norm was NaN/inf.
 """
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import flax.struct
 import jax

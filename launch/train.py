@@ -25,8 +25,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from configs import checks
-from encoder import errors, files
-from encoder import flops as encoder_flops
+from encoder import errors, files, flops as encoder_flops
 from encoder.config import AUTO, platform, resolve_attention, resolve_platform
 from encoder.files import Path
 from launch import checkpointing, compile_ahead, flops, metrics_writer, optimizer, sharding, steps, warm_start, workload

@@ -11,7 +11,8 @@ workload (big_vision: its evaluators) says it is.
 """
 
 import functools
-from typing import Any, Callable, Iterable, Iterator, NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 import jax
 import ml_collections

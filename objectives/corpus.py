@@ -11,7 +11,8 @@ import hashlib
 import itertools
 import logging
 import re
-from typing import Any, Iterable, Iterator, NamedTuple, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -160,7 +161,8 @@ def read_documents(paths: Sequence[str | Path], *, min_document_sentences: int =
       else:
         skipped += 1
   if skipped:
-    logging.info("read_documents: skipped %d documents shorter than %d sentences", skipped, min_document_sentences)
+    logging.info("read_documents: skipped %d documents shorter than %d sentences", skipped,  # noqa: LOG015  (root: where absl puts its handler)
+                 min_document_sentences)
   if not documents:
     raise CorpusError(f"empty corpus: no document with at least {min_document_sentences} sentence(s) in "
                      f"{[str(p) for p in paths]}")

@@ -12,16 +12,17 @@ without embeddings), generator/head (an MLM head as objectives/mlm.py's: Electra
 decoder's bias), discriminator/{dense, dense_prediction} (ElectraDiscriminatorPredictions).
 """
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from encoder import fields
-from encoder.fields import Field
 from encoder.config import EncoderConfig
+from encoder.fields import Field
 from encoder.hf import checkpoint, electra as hf_electra
 from encoder.hf.files import MissingTensorError
 from encoder.hf.tensors import Found, Tensor, dense, state

@@ -1,7 +1,8 @@
 """Pieces shared by the pretraining heads: config lookup, gathering at positions, the dense-GELU-LayerNorm transform."""
 
 import dataclasses
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -5,7 +5,7 @@ and independent of the number of devices or hosts. Predictions are sparse and fi
 `masked_ids`, `masked_weights` [max_predictions], so the vocabulary projection runs only on those positions.
 """
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

@@ -5,7 +5,8 @@ The head gathers the final hidden states at `masked_positions` first, so the voc
 layer_norm/{scale,bias}, output_bias; `HF` is where HF's BERT, ELECTRA and ModernBERT classes keep them.
 """
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -54,7 +55,8 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
 
 # Where HF's classes keep the tied decoder (the word embeddings again; checked equal and dropped) and the embeddings.
 _DECODERS = {"bert": ("cls.predictions.decoder.weight", "generator_lm_head.weight"),
-             "electra": ("cls.predictions.decoder.weight", "generator_lm_head.weight"), "modernbert": ("decoder.weight",)}
+             "electra": ("cls.predictions.decoder.weight", "generator_lm_head.weight"),
+             "modernbert": ("decoder.weight",)}
 _EMBEDDINGS = {"bert": "embeddings.word_embeddings.weight", "electra": "embeddings.word_embeddings.weight",
                "modernbert": "embeddings.tok_embeddings.weight"}
 # Head biases ModernBertForMaskedLM may lack (classifier_bias, norm_bias, decoder_bias off): zeros in our MLM head.

@@ -5,7 +5,8 @@ The spec applies W_NSP to the raw final [CLS] vector; BERT (and HuggingFace chec
 Labels follow HuggingFace: 0 = IsNext (true continuation), 1 = NotNext (random segment).
 """
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -4,8 +4,9 @@ An objective is a head (a linen module applied to the encoder's output and the b
 predictions. Metrics are (sum, count) pairs so they aggregate exactly across devices, steps and hosts.
 """
 
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax

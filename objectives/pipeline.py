@@ -11,15 +11,14 @@ Every row has input_ids, type_ids, positions, attention_segments (0 = pad), word
 """
 
 import bisect
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from encoder import errors
-from objectives import corpus as corpus_lib
-from objectives import masking, pairs
-from objectives import prepared as prepared_lib
+from objectives import corpus as corpus_lib, masking, pairs, prepared as prepared_lib
 
 PACKINGS = ("full_sentences", "nsp_pairs", "segments")
 # Chunks: [C, 4] rows (token start, token end, type id, sequence number in the row 1..k); each chunk is followed

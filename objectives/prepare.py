@@ -31,7 +31,8 @@ import json
 import multiprocessing
 import multiprocessing.pool
 import os
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 from array_record.python import array_record_module
@@ -98,7 +99,7 @@ def tfds_source(spec: str, data_dir: str | None) -> tuple[Any, dict[str, Any]]:
   try:
     builder = tfds.builder(name, data_dir=data_dir)
     source = builder.as_data_source(split=split or "train")
-  except Exception as err:  # tfds raises many types (not found, not prepared, not array_record).
+  except Exception as err:  # noqa: BLE001  (tfds raises many types: not found, not prepared, not array_record)
     raise corpus_lib.CorpusError(
         f"--input {spec!r}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}; expected a tfds "
         f"dataset prepared on disk in array_record format under --tfds-data-dir "
@@ -145,7 +146,7 @@ def _batches(items: Iterator, size: int) -> Iterator[list]:
 def _init_worker(tokenizer: str | Path, single_threaded: bool) -> None:
   if single_threaded:  # N worker processes each tokenizing: HF tokenizers' thread pools would oversubscribe the cores.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-  global _worker_tokenizer  # pylint: disable=global-statement  (one tokenizer per worker process)
+  global _worker_tokenizer  # noqa: PLW0603  (one tokenizer per worker process, set by the pool's initializer)
   _worker_tokenizer = load_tokenizer(tokenizer)
 
 

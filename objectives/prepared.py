@@ -1,26 +1,25 @@
 """A prepared directory (objectives.prepare) as an EncodedCorpus-like view that reads documents on demand.
 
-Opening reads only metadata.json and each shard's small index (sentences per document, token counts per sentence),
-which is what packing needs (each file checked against the size and sha256 metadata.json records; a shard's
-array_record, too large to hash at load, by its size then, by its sha256 when first opened); `tokens[a:b]` and `word_starts[a:b]` read the documents holding that range from the
-array_record shards (random access, recently read documents cached), so a host reads only the documents of its
-rows. Offsets are those of objectives.corpus.load_corpus on the same files and reading options, so the packed rows
-are identical.
+Opening reads only metadata.json and each shard's small index (sentences per document, token counts per sentence), which
+is what packing needs (each file checked against the size and sha256 metadata.json records; a shard's array_record, too
+large to hash at load, by its size then, by its sha256 when first opened); `tokens[a:b]` and `word_starts[a:b]` read the
+documents holding that range from the array_record shards (random access, recently read documents cached), so a host
+reads only the documents of its rows. Offsets are those of objectives.corpus.load_corpus on the same files and reading
+options, so the packed rows are identical.
 """
 
 import collections
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from array_record.python import array_record_module
 
-from encoder import errors
-from encoder import files
+from encoder import errors, files
 from encoder.array_files import load_npy
 from encoder.files import Path
-from objectives import corpus as corpus_lib
-from objectives import prepare
+from objectives import corpus as corpus_lib, prepare
 
 _CACHED_DOCUMENTS = 256
 

@@ -2,7 +2,8 @@
 a module that reads a config block of its own (config.<name>) declares its fields as `CONFIG_FIELDS`."""
 
 import sys
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from encoder import errors
 from encoder.fields import Field

@@ -5,8 +5,8 @@ example (`AlphaMixture`, deterministic per (seed, index)) and the sentences of a
 (`write_sampled_text`), whose output feeds encoder.tokenizer.train_wordpiece / train_sentencepiece.
 """
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

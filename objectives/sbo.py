@@ -5,7 +5,8 @@ The FFN has two dense-GELU-LayerNorm layers (SpanBERT); W_V is the tied input em
 Reads span_left (s-1), span_right (e+1), span_offset (i-s) [batch, P] from `masking.mask_example(mode="span")`.
 """
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -4,7 +4,7 @@ Training labels either every subword with its word's tag ("all") or only the fir
 ("first", the slides' `X`). Decoding always reads the tag at each word's first subword (the spec's rule).
 """
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

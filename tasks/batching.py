@@ -1,7 +1,8 @@
 """Dynamic padding into a few length buckets, so jit compiles a handful of shapes and padding stays small; or
 packing (`pack`): a batch's examples share rows of one length as separate attention segments, one jit shape."""
 
-from typing import Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -164,12 +165,12 @@ def pack_shapes(batches: Sequence[Sequence[int]], length: int, compile_cost: flo
 def pack(examples: Sequence[Mapping[str, np.ndarray]], length: int, shapes: Sequence[PackShape], pad_id: int = 0,
          batch_size: int | None = None, widths: Mapping[str, Callable[[int], int]] | None = None
          ) -> dict[str, np.ndarray]:
-  """The examples as `collate` pads them to `length` (what the heads read, per example), plus the encoder's input
-  packed (best fit decreasing) into the rows of the first of `shapes` that holds them: packed_input_ids, packed_type_ids,
-  packed_positions (restarting at 0 in each example), packed_segments (1..k in a row, 0 pad) [rows, length],
-  packed_cls [rows, segments] (each row's example starts, 0-padded: the positions sentence heads read) and
-  example_row, example_start [batch] (where each example's tokens begin). `launch.model.EncoderWithHeads` runs the
-  encoder on the rows and hands every head its examples' states, as an unpacked batch would give them."""
+  """The examples as `collate` pads them to `length` (what the heads read, per example), plus the encoder's input packed
+  (best fit decreasing) into the rows of the first of `shapes` that holds them: packed_input_ids, packed_type_ids,
+  packed_positions (restarting at 0 in each example), packed_segments (1..k in a row, 0 pad) [rows, length], packed_cls
+  [rows, segments] (each row's example starts, 0-padded: the positions sentence heads read) and example_row,
+  example_start [batch] (where each example's tokens begin). `launch.model.EncoderWithHeads` runs the encoder on the
+  rows and hands every head its examples' states, as an unpacked batch would give them."""
   batch = collate(examples, (length,), pad_id, batch_size, widths)
   rows = batch_size or len(examples)
   layout = pack_rows([len(e["input_ids"]) for e in examples], length)

@@ -6,7 +6,8 @@ The same head can also regress a real-valued score from that vector (`tasks.regr
 auxiliary target of its entailment labels: `score_weight`).
 """
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -7,7 +7,7 @@ lengths); rows of length 0 get log Z = score = 0. Transitions that a tag scheme 
 are set to FORBIDDEN, so decoding never takes them while any allowed path exists.
 """
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax

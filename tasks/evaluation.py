@@ -9,7 +9,8 @@ re-scored independently with `python -m tasks.scoring.score`.
 
 import json
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np

@@ -6,15 +6,16 @@ A family is built from the task's config mapping (`config.task` as a dict, plus 
 "labels"): `tasks.registry.family(task)`. Adding one is its module plus one registry line; see docs/design.md,
 "Adding a task family".
 
-Values that pass between the methods: a *record* is what a reader yields (`tasks.readers`: {"text_a", "text_b",
-"label", "score"} or {"words", "tags"} or {"words", "spans"} or a SQuAD question); an *example* is a record encoded for
-the model (numpy arrays: `input_ids`, `type_ids` and the family's own fields; a record may be several examples); *raw* is one example's row of `outputs` on the host
-(padding cut off by `widths`); a *prediction* is what `decode` makes of it and what `score` and the prediction files
-read (a label, a score, a tag list, a list of (start, end, label) spans).
+Values that pass between the methods: a *record* is what a reader yields (`tasks.readers`: {"text_a", "text_b", "label",
+"score"} or {"words", "tags"} or {"words", "spans"} or a SQuAD question); an *example* is a record encoded for the model
+(numpy arrays: `input_ids`, `type_ids` and the family's own fields; a record may be several examples); *raw* is one
+example's row of `outputs` on the host (padding cut off by `widths`); a *prediction* is what `decode` makes of it and
+what `score` and the prediction files read (a label, a score, a tag list, a list of (start, end, label) spans).
 """
 
 import abc
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np

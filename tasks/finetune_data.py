@@ -19,8 +19,9 @@ Everything that depends on the kind of task goes through its family (`tasks.fami
 
 import difflib
 import functools
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import grain
 import jax

@@ -15,7 +15,8 @@ the least over windows) exceeds the best answer's score by more than a threshold
 """
 
 import json
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax

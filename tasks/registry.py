@@ -2,7 +2,8 @@
 (docs/design.md, "Adding a task family")."""
 
 import difflib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from encoder import errors, fields
 from encoder.fields import Field

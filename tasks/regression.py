@@ -6,7 +6,8 @@ on the raw scale of the data (1-5 for SICK; the output's bias starts at the trai
 and Spearman's rho (`tasks.scoring.metrics`).
 """
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np

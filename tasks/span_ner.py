@@ -15,7 +15,8 @@ the NULL spans' share of the loss.
 """
 
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -28,10 +29,10 @@ from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
 from tasks import tagging, word_shape
-from tasks.family import HfHead, TaskFamily, labels_config, linears
-from tasks.scoring import metrics, tag_schemes
 from tasks.alignment import first_subword_positions
+from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.readers import overlaps, tagging_to_spans
+from tasks.scoring import metrics, tag_schemes
 from tasks.task_fields import BOOL
 
 NULL = 0  # Label index of "no entity"; entity types are 1..K.
@@ -55,10 +56,7 @@ def encode_spans(tokenizer, words: Sequence[str], spans: Sequence[tuple[int, int
   """
   encoding = tokenizer.encode(list(words), max_length=max_length)
   firsts = first_subword_positions(encoding.word_ids)
-  lasts = {}
-  for position, word in enumerate(encoding.word_ids):
-    if word is not None:
-      lasts[word] = position
+  lasts = {word: position for position, word in enumerate(encoding.word_ids) if word is not None}
   gold = {(start, end - 1): label for start, end, label in spans}
   candidates = enumerate_spans(len(firsts), max_width)
   example = {

@@ -1,13 +1,15 @@
 """Sequence labelling (spec, "Sequence Labeling", "BIO Tagging"): a per-token head W_K, greedy or CRF decoding.
 
 y_i = softmax(h_i W_K) for every subword (optionally [h_i; h_last(i)] with the hidden state of the word's last subword,
-so a word read at its first subword also sees its ending: "walk ##ing"); training labels come from `tasks.alignment` (first subword only, or every
-subword). Words are read at their first subword (`word_positions`), so decoding is word-level: argmax per word, or
-Viterbi under a linear-chain CRF whose transitions forbid moves the tag scheme does not allow (e.g. O -> I-X in BIO).
-With a CRF the loss is the word-level sequence negative log-likelihood (forward algorithm).
+so a word read at its first subword also sees its ending: "walk ##ing"); training labels come from `tasks.alignment`
+(first subword only, or every subword). Words are read at their first subword (`word_positions`), so decoding is
+word-level: argmax per word, or Viterbi under a linear-chain CRF whose transitions forbid moves the tag scheme does not
+allow (e.g. O -> I-X in BIO). With a CRF the loss is the word-level sequence negative log-likelihood (forward
+algorithm).
 """
 
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -18,11 +20,10 @@ from encoder.fields import NON_NEGATIVE_INT, Check, Choice, Field
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
-from tasks import alignment, word_shape
+from tasks import alignment, crf as crf_lib, word_shape
 from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.readers import overlaps
 from tasks.scoring import metrics, tag_schemes
-from tasks import crf as crf_lib
 from tasks.task_fields import BOOL
 
 
@@ -113,7 +114,7 @@ def _scheme_problem(value: str) -> str | None:
 # The word-level fields span NER reads as well (tasks/span_ner.py).
 WORD_FIELDS = (
     Field("scheme", "IOB2", Check(_scheme_problem, "a tag scheme name or ''", ("BIOX",)),
-          "trained and scored tag scheme (IOB2, BIOES, IO, ...; \"\" = plain tags)."),
+          'trained and scored tag scheme (IOB2, BIOES, IO, ...; "" = plain tags).'),
     Field("source_scheme", "", Check(_scheme_problem, "a tag scheme name or ''", ("BIOX",)),
           "the data's tag scheme, converted to `scheme` (\"\" = same)."),
     Field("case_features", 0, NON_NEGATIVE_INT, "word-shape embedding width (0 = off)."),
@@ -129,9 +130,9 @@ class Tagging(TaskFamily):
   config_fields = (
       *WORD_FIELDS,
       Field("score_mode", "conlleval", Choice(("conlleval", "strict")),
-            "entity scoring: \"conlleval\" (lenient chunks) or \"strict\"."),
+            'entity scoring: "conlleval" (lenient chunks) or "strict".'),
       Field("alignment", "first", Choice(("first", "all")),
-            "subword training labels: \"first\" (others ignored) or \"all\" (every subword)."),
+            'subword training labels: "first" (others ignored) or "all" (every subword).'),
       Field("crf", False, BOOL, "a linear-chain CRF (Viterbi decoding) instead of greedy argmax."),
       Field("last_subword", False, BOOL, "each subword also sees its word's last subword."),
   )

@@ -7,7 +7,6 @@ their rules (configs/rules.py), `tasks.registry.field_comments` their docs (conf
 
 from encoder.fields import PROBABILITY, Anything, Check, Choice, Field, Number
 
-
 BOOL = Anything("true or false")
 
 
@@ -47,19 +46,19 @@ COMMON: tuple[Field, ...] = (
     Field("name", "", Choice(_registry_names("families")),  # No default: every preset names its family.
           "tasks.registry name: classification, regression, tagging, span_ner, question_answering."),
     Field("dataset", "", Choice(_registry_names("datasets")),
-          "tasks.tfds_builders.PRESETS name (\"\" = the files below)."),
+          'tasks.tfds_builders.PRESETS name ("" = the files below).'),
     Field("format", "tsv", Choice(_formats),
-          "Reader of `files` when dataset is \"\": tsv, conll, conllu, spans or squad."),
+          'Reader of `files` when dataset is "": tsv, conll, conllu, spans or squad.'),
     Field("files", "", Check(_files_problem, "'split:path' items (the files must exist)", ("train.tsv",)),
-          "\"train:a.tsv,validation:b.tsv,test:c.tsv\" (relative to the data dir or absolute)."),
+          '"train:a.tsv,validation:b.tsv,test:c.tsv" (relative to the data dir or absolute).'),
     Field("columns", "", Check(_columns_problem, "'name:value' reader options", ("text_a", "label:-1")),
-          "Reader options for `files`: \"text_a:sentence1,text_b:sentence2,label:label,header:true\"."),
+          'Reader options for `files`: "text_a:sentence1,text_b:sentence2,label:label,header:true".'),
     Field("train_split", "train", Anything("a split name of the data, tfds slicing allowed (checked when read)"),
-          "Split names (tfds slicing allowed, e.g. \"train[:10%]\")."),
+          'Split names (tfds slicing allowed, e.g. "train[:10%]").'),
     Field("eval_split", "validation", Anything("a split name of the data (checked when read)"),
           "The dev split: periodic evaluation, best checkpoint, threshold tuning."),
     Field("test_split", "test", Anything("a split name of the data, or '' (checked when read)"),
-          "Scored with the best-dev parameters (\"\" = none)."),
+          'Scored with the best-dev parameters ("" = none).'),
     Field("labels", (), Anything("any label names, in index order (checked against the data when read)"),
           "Labels / tags / entity types, index order (() = from train)."),
     Field("max_length", 128, Number(3, integer=True),

@@ -8,7 +8,6 @@ one line per split ("prepared sick/train: 4,439 examples in 3.2 s") instead of t
 reads a split's file without tfds (what a check before preparation needs).
 """
 
-from collections.abc import Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
 import difflib
@@ -17,13 +16,15 @@ import hashlib
 import json
 import logging
 import os
-from pathlib import Path
 import sys
 import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
 
-from absl import logging as absl_logging
 import numpy as np
 import tensorflow_datasets as tfds
+from absl import logging as absl_logging
 
 from configs import paths
 from encoder import errors
@@ -99,7 +100,7 @@ PRESETS: dict[str, DatasetConfig] = {c.name: c for c in (
 )}
 
 
-def custom(format: str, files: Mapping[str, str | os.PathLike],  # pylint: disable=redefined-builtin
+def custom(format: str, files: Mapping[str, str | os.PathLike],  # noqa: A002  (DatasetConfig's field name)
            **options) -> DatasetConfig:
   """A config for arbitrary files, e.g. `custom("tsv", {"train": "rte/train.tsv"}, text_a=1, text_b=2, label=3)`.
 
@@ -160,8 +161,9 @@ def _decode(kind: str, example: dict) -> dict:
 class EncoderlabTasks(tfds.core.GeneratorBasedBuilder):
   """Reader records of a `DatasetConfig`'s files, one tfds split per file, in file order (no shuffling)."""
   VERSION = tfds.core.Version("1.1.0")
-  RELEASE_NOTES = {"1.0.0": "First version.", "1.1.0": "Classification records keep a score column (SICK relatedness)."}
-  BUILDER_CONFIGS = list(PRESETS.values())
+  RELEASE_NOTES: ClassVar[dict[str, str]] = {
+      "1.0.0": "First version.", "1.1.0": "Classification records keep a score column (SICK relatedness)."}
+  BUILDER_CONFIGS: ClassVar[list[DatasetConfig]] = list(PRESETS.values())
   # Nothing is downloaded, so no checksums file: without this, tfds 4.9.10 looks for one via `importlib_resources`,
   # which it imports but does not install on Python >= 3.9 (tensorflow/datasets#11212).
   code_path = None
@@ -230,9 +232,12 @@ def _config(dataset: str | DatasetConfig) -> DatasetConfig:
 
 
 def _data_root(config: DatasetConfig, data_dir: str | os.PathLike | None) -> Path | None:
-  """The directory relative file names are read from (None when every file is absolute and no data dir is set)."""
+  """The directory relative file names are read from (None when every file is absolute: the data directory is then
+  not read, and an empty one, such as a new fetch folder, is not handed to tfds, which refuses an empty manual_dir)."""
+  if all(Path(path).is_absolute() for path in config.files.values()):
+    return None
   root = Path(data_dir) if data_dir is not None else paths.data_dir()
-  if root is None and not all(Path(path).is_absolute() for path in config.files.values()):
+  if root is None:
     raise FileNotFoundError(f"dataset {config.name!r} reads {dict(config.files)} under the data directory: set "
                             f"${paths.DATA_ENV} or pass data_dir=")
   return root

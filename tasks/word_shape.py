@@ -5,7 +5,7 @@ the casing back from the original words: each subword carries its word's shape i
 and concatenated to the encoder output before the classifier (task.case_features = embedding width, 0 = off).
 """
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax

@@ -1,8 +1,13 @@
-"""Shared fixtures, the skip rule (data or a reference package that is absent skips locally, fails under CI), and how
-`make test`'s pytest-xdist workers share the files out."""
+"""Shared fixtures, the skip rule (data or a reference package that is absent skips locally, fails under CI), the
+fresh-clone guard (a test sees the data directory only after asking for it), and how `make test`'s pytest-xdist
+workers share the files out."""
 
+import atexit
 import importlib
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import jax
 import pytest
@@ -40,18 +45,46 @@ def require_package(name: str):
     missing(f"the reference package {name!r}", f"{err} (pip install -e '.[test,ref]')")
 
 
-def require_data(relative: str):
-  """Path to a shared data file; skip/fail as in `missing`."""
+# The fresh-clone guard. Every test runs as on a user's fresh clone: $ENCODERLAB_DATA names an empty folder, which
+# its subprocesses inherit, so neither ../shared/data nor the fetch folder is looked up. A test (or a fixture it uses)
+# asks for the data with `require_data`, which skips without it (fails under CI) and otherwise points
+# $ENCODERLAB_DATA at the real directory until that test ends. So a test that reads data without asking fails, on
+# CI too, where the data is beside the clone (tests/test_fresh_clone_guard.py). The real directory is found once, by
+# the first process (`make test`'s pytest), and handed to its xdist workers in REAL_DATA_ENV.
+REAL_DATA_ENV = "ENCODERLAB_TESTS_REAL_DATA"
+NO_DATA_ENV = "ENCODERLAB_TESTS_NO_DATA"
+if NO_DATA_ENV not in os.environ:
+  os.environ[REAL_DATA_ENV] = str(paths.data_dir() or "")
+  os.environ[NO_DATA_ENV] = tempfile.mkdtemp(prefix="encoderlab-tests-no-data-")
+  atexit.register(shutil.rmtree, os.environ[NO_DATA_ENV], ignore_errors=True)
+os.environ[paths.DATA_ENV] = os.environ[NO_DATA_ENV]
+
+
+def require_data(relative: str) -> Path:
+  """Path to a file or folder under the real data directory, which this test's process and subprocesses then see
+  until the test ends; skip/fail as in `missing` when it is absent."""
+  real = os.environ[REAL_DATA_ENV]
+  if not real:
+    missing("the shared data", f"no data directory for {relative!r}: set ${paths.DATA_ENV}, place it at "
+            f"../shared/data or run `{paths.FETCH_HINT}`")
+  os.environ[paths.DATA_ENV] = real
   try:
     return paths.data_file(relative)
   except FileNotFoundError as err:
     missing("the shared data", str(err))
 
 
-@pytest.fixture
-def data(request):
-  """`data("wikitext-2/raw/wiki.valid.raw")` -> Path (skip/fail as in `require_data`)."""
-  return require_data
+@pytest.fixture(autouse=True)
+def fresh_clone():
+  """After each test, the data directory is the empty folder again (the guard above)."""
+  yield
+  os.environ[paths.DATA_ENV] = os.environ[NO_DATA_ENV]
+
+
+def pytest_collection_finish(session):
+  """A `require_data` at import time (collection) does not open the data to the first tests."""
+  del session
+  os.environ[paths.DATA_ENV] = os.environ[NO_DATA_ENV]
 
 
 def conll_tags(relative: str) -> list[list[str]]:

@@ -3,7 +3,8 @@ what sweep files import."""
 
 import itertools
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from configs import finetune
 

@@ -8,13 +8,19 @@ objective's `hf` layout), a task family its fine-tuned head (`TaskFamily.hf_head
 """
 
 # The entry points, so that callers write `from encoder import hf` and `hf.load_hf_checkpoint(...)`.
-from encoder.hf.checkpoint import (Heads, HeadReader, hf_state, load_hf_checkpoint, save_hf_checkpoint,
-                                   without_heads)
+from encoder.hf.checkpoint import HeadReader, Heads, hf_state, load_hf_checkpoint, save_hf_checkpoint, without_heads
 from encoder.hf.config import REMOTE_MODEL_TYPES, checked_config, config_from_hf, config_to_hf, hf_layout
 from encoder.hf.electra import GENERATOR_DIRECTORY
-from encoder.hf.files import (CheckpointError, CorruptCheckpointError, MissingConfigError, MissingTensorError,
-                              PickledCheckpointError, ShapeMismatchError, UnexpectedTensorError,
-                              UnsupportedArchitectureError)
+from encoder.hf.files import (
+    CheckpointError,
+    CorruptCheckpointError,
+    MissingConfigError,
+    MissingTensorError,
+    PickledCheckpointError,
+    ShapeMismatchError,
+    UnexpectedTensorError,
+    UnsupportedArchitectureError,
+)
 from encoder.hf.tensors import linear_to_hf
 
 __all__ = [

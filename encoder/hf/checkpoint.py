@@ -11,8 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from encoder.config import EncoderConfig
-from encoder.hf import bert, config, modernbert
-from encoder.hf import files as hf_files
+from encoder.hf import bert, config, files as hf_files, modernbert
 from encoder.hf.tensors import Found, put, state
 
 # (tensors left once the encoder's are taken, the directory, the encoder's params) -> {head name: tree}, popping what
@@ -68,7 +67,7 @@ def _take_encoder(found: Found, init_missing_pooler: bool) -> dict:
     return modernbert.take_encoder(found)
   tensors = bert.encoder_tensors(cfg)
   pooler = [t for t in tensors if t.path[0] == "pooler"]
-  zero_pooler = found.layout == "electra" or init_missing_pooler and not found.holds(pooler)
+  zero_pooler = found.layout == "electra" or (init_missing_pooler and not found.holds(pooler))
   if zero_pooler:
     tensors = [t for t in tensors if t.path[0] != "pooler"]
   params = found.take(tensors)

@@ -13,13 +13,14 @@ fails or the launcher is interrupted, all are stopped.
 """
 
 import argparse
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from encoder import errors, files
 
@@ -102,10 +103,8 @@ def _wait(procs: list[subprocess.Popen], shown, timeout_s: float | None) -> list
       break
     if deadline is not None and time.monotonic() >= deadline:
       raise errors.UserError(f"the processes did not finish within {timeout_s} s; stopped them")
-    try:  # Wakes as soon as the first unfinished process ends.
+    with contextlib.suppress(subprocess.TimeoutExpired):  # Wakes as soon as the first unfinished process ends.
       procs[codes.index(None)].wait(timeout=POLL_S)
-    except subprocess.TimeoutExpired:
-      pass
   stopped = [p.poll() is None for p in procs]
   for p, stop in zip(procs, stopped):  # A failure stops the others (they would wait for the failed one forever).
     if stop:

@@ -32,8 +32,9 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from encoder import errors
 from launch.experiments import tpu_types
@@ -131,6 +132,7 @@ def step_programs(config: Any, work: Any, accum: int) -> StepPrograms:
   jax's devices with `accum` micro-batches, lowered from abstract inputs and compiled (nothing is allocated)."""
   import jax  # pylint: disable=import-outside-toplevel
   from jax.sharding import NamedSharding, PartitionSpec as P  # pylint: disable=import-outside-toplevel
+
   from launch import optimizer, sharding, steps  # pylint: disable=import-outside-toplevel
   from launch.model import EncoderWithHeads, encoder_config, term_weights  # pylint: disable=import-outside-toplevel
   cfg = encoder_config(config.model, work.vocab_size)
@@ -201,6 +203,7 @@ def masking_rate(work: Any, config: Any, seconds: float = MASKING_SECONDS) -> fl
 def plan(config: Any, slice_: tpu_types.SliceType, mfu: float = 0.5) -> Plan:
   """The memory and input figures of `config` on `slice_` (jax must have slice_.devices devices: `main` sees to it)."""
   import jax  # pylint: disable=import-outside-toplevel
+
   from encoder import flops  # pylint: disable=import-outside-toplevel
   from launch import input_pipeline  # pylint: disable=import-outside-toplevel
   from launch.model import encoder_config, last_positions  # pylint: disable=import-outside-toplevel
@@ -237,6 +240,7 @@ def plan(config: Any, slice_: tpu_types.SliceType, mfu: float = 0.5) -> Plan:
 def parse_main_args(main_args: Sequence[str]) -> Any:
   """launch.main's arguments -> its config (the same parsing and checks: a mistake is one line)."""
   from absl import flags  # pylint: disable=import-outside-toplevel
+
   from launch import main as launch_main  # pylint: disable=import-outside-toplevel
   launch_main.parse_flags(["launch.main", *main_args])
   return flags.FLAGS.config

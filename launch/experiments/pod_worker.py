@@ -40,8 +40,9 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from encoder import errors, files
 
@@ -227,7 +228,7 @@ class Supervisor:
         return 0
       if outcome == "stopped":
         return 0
-      if outcome == "peer" or outcome == "failed" and attempt + 1 >= self.args.max_attempts:
+      if outcome == "peer" or (outcome == "failed" and attempt + 1 >= self.args.max_attempts):
         self.on_end()
         return 1
       if outcome == "failed":

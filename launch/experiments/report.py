@@ -27,8 +27,9 @@ import json
 import math
 import re
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from encoder import errors, files
 from launch.experiments.sweep import LOG_NAME, POINT_FILE
@@ -260,10 +261,10 @@ def page(tables: Sequence[dict[str, Any]], out: Path, images: dict[str, str], un
 
 def plot_curves(runs: Sequence[dict[str, Any]], path: Path) -> None:
   """Training loss and the dev metric over steps, one line per run."""
-  import matplotlib  # pylint: disable=import-outside-toplevel  (only reports draw)
-  matplotlib.use("Agg")
-  from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
-  figure, (loss_axes, dev_axes) = pyplot.subplots(1, 2, figsize=(12, 4.5))
+  import matplotlib as mpl  # pylint: disable=import-outside-toplevel  (only reports draw)
+  mpl.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+  figure, (loss_axes, dev_axes) = plt.subplots(1, 2, figsize=(12, 4.5))
   for run in runs:
     if run["loss_curve"]:
       loss_axes.plot(*zip(*run["loss_curve"]), label=run["name"])
@@ -276,7 +277,7 @@ def plot_curves(runs: Sequence[dict[str, Any]], path: Path) -> None:
   loss_axes.legend(fontsize=7)
   figure.tight_layout()
   figure.savefig(path, dpi=100)
-  pyplot.close(figure)
+  plt.close(figure)
 
 
 def write_report(paths: Sequence[str | Path], out: str | Path, baselines: Sequence[str] = (),

@@ -22,8 +22,9 @@ OUT/suite.md and OUT/suite.json (every number); OUT defaults to PATH/suite_repor
 import argparse
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -40,8 +40,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 from configs import checks
 from configs.sweeps.points import SEED_KEY

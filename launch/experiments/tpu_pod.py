@@ -50,8 +50,8 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from encoder import errors
 from launch.experiments import tpu_slice, tpu_types
@@ -132,7 +132,7 @@ def run_script(args: argparse.Namespace, main_args: Sequence[str], run_id: str) 
     worker += ["--on_end", json.dumps(tpu_slice.delete_command(args))]
   data = f"export ENCODERLAB_DATA=$HOME/{REMOTE_DATA[2:]}\n" if args.data else ""
   return (f"#!/bin/bash\n# Written by launch.experiments.tpu_pod; run by the systemd unit {UNIT}.\n"
-          f"cd \"$HOME/{REMOTE_DIR[2:]}\" || exit 1\n{data}"
+          f'cd "$HOME/{REMOTE_DIR[2:]}" || exit 1\n{data}'
           f"exec .venv/bin/python -m launch.experiments.pod_worker {shlex.join(worker)} -- {shlex.join(main_args)}\n")
 
 
@@ -152,7 +152,7 @@ def start_command(script: str) -> str:
   and (re)start it."""
   b64 = lambda text: base64.b64encode(text.encode()).decode()
   return (f"mkdir -p {REMOTE_LOGS} && echo {b64(script)} | base64 -d > {RUN_SCRIPT} && echo {b64(unit_text())} | "
-          f"base64 -d | sed \"s|@USER@|$(id -un)|; s|@HOME@|$HOME|\" | sudo tee /etc/systemd/system/{UNIT}.service "
+          f'base64 -d | sed "s|@USER@|$(id -un)|; s|@HOME@|$HOME|" | sudo tee /etc/systemd/system/{UNIT}.service '
           f"> /dev/null && sudo systemctl daemon-reload && sudo systemctl enable -q {UNIT} && "
           f"sudo systemctl restart {UNIT} && echo started on $(hostname)")
 
@@ -323,11 +323,14 @@ def pod_main(argv: Sequence[str] | None = None) -> None:
       print("\n".join(summary(args.logs, kind.hosts)), flush=True)
     return
   if args.stop:
-    return run("stop the run on every worker", _on_all(args, stop_command()))
+    run("stop the run on every worker", _on_all(args, stop_command()))
+    return
   if args.delete:
     if args.dry_run:
-      return run("delete", tpu_slice.commands(args)["delete"])
-    return tpu_slice.delete(args, _run)
+      run("delete", tpu_slice.commands(args)["delete"])
+    else:
+      tpu_slice.delete(args, _run)
+    return
   workdir = _workdir(main_args)
   if not workdir or not any(a.startswith("--config") for a in main_args):
     raise errors.UserError("expected launch.main's --config and --workdir after --, e.g. -- --config "

@@ -21,7 +21,7 @@ import argparse
 import shlex
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from encoder import errors
 from launch.experiments import tpu_types

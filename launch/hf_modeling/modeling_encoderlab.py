@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
+from torch.nn import functional as F  # noqa: N812  (torch's own convention)
 from transformers import BertModel, BertPreTrainedModel, ModernBertForMaskedLM, ModernBertModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput
@@ -283,9 +283,7 @@ class WordHead:
     width = self.config.encoderlab_head["max_span_width"]
     firsts, words = first_positions(word_ids)
     lasts = last_positions_of_words(word_ids)
-    rows = []
-    for count in words.sum(1).tolist():
-      rows.append([(i, j) for i in range(count) for j in range(i, min(count, i + width))])
+    rows = [[(i, j) for i in range(count) for j in range(i, min(count, i + width))] for count in words.sum(1).tolist()]
     spans = torch.full((len(rows), max(map(len, rows), default=0), 2), IGNORE, dtype=torch.long,
                        device=word_ids.device)
     for row, pairs in enumerate(rows):

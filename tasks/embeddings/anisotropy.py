@@ -26,8 +26,8 @@ anisotropy_standardized of the last layer listed, everything per layer under by_
 """
 
 import argparse
-from collections.abc import Sequence
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np

@@ -26,7 +26,7 @@ import tqdm
 
 from encoder import errors
 from tasks.embeddings import store
-from tasks.embeddings.extract import Embedder, TRANSFER_DTYPES
+from tasks.embeddings.extract import TRANSFER_DTYPES, Embedder
 from tasks.embeddings.layers import parse_layers
 from tasks.readers.lines import ReaderError, numbered_lines
 
@@ -41,7 +41,7 @@ def scan_input(path: Path) -> tuple[int, str]:
     for block in iter(lambda: handle.read(1 << 20), b""):
       digest.update(block)
   count, usable = 0, False
-  for count, line in numbered_lines(path):
+  for count, line in numbered_lines(path):  # noqa: B007  (`count` is read after the loop)
     usable = usable or bool(line.strip())
   if count == 0:
     raise ReaderError(path, 1, "one text per line, found an empty file")

@@ -20,11 +20,11 @@ PCA by default; UMAP with --projection umap (or auto) when umap-learn is install
 """
 
 import argparse
-from collections.abc import Sequence
 import dataclasses
 import importlib.util
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -153,15 +153,15 @@ def pick_annotations(points: np.ndarray, labels: Sequence[str], count: int) -> l
 def draw(points: np.ndarray, labels: Sequence[str], notes: dict[int, str], path: str | os.PathLike,
          title: str) -> None:
   """Scatter PNG, one colour per label (the MAX_LABELS most frequent; others grey), notes beside their points."""
-  import matplotlib  # pylint: disable=import-outside-toplevel
-  matplotlib.use("Agg")
-  from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+  import matplotlib as mpl  # pylint: disable=import-outside-toplevel
+  mpl.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
   labels = np.asarray(labels)
   names, counts = np.unique(labels, return_counts=True)
   ranked = [names[i] for i in np.argsort(-counts, kind="stable")]
   shown = ranked[:MAX_LABELS]
-  colours = pyplot.get_cmap("tab10")
-  figure, axes = pyplot.subplots(figsize=(11, 7.5), dpi=120)
+  colours = plt.get_cmap("tab10")
+  figure, axes = plt.subplots(figsize=(11, 7.5), dpi=120)
   for rank, name in enumerate(shown):
     members = labels == name
     axes.scatter(points[members, 0], points[members, 1], s=44, alpha=0.8, color=colours(rank % 10),
@@ -187,7 +187,7 @@ def draw(points: np.ndarray, labels: Sequence[str], notes: dict[int, str], path:
   figure.tight_layout()
   Path(path).parent.mkdir(parents=True, exist_ok=True)
   figure.savefig(path)
-  pyplot.close(figure)
+  plt.close(figure)
 
 
 def sense_picture(embedder, occurrences: Occurrences, out: str | os.PathLike, *, word: str, layers: str = "last",
@@ -200,11 +200,11 @@ def sense_picture(embedder, occurrences: Occurrences, out: str | os.PathLike, *,
   vectors = np.stack([arrays[s][i] for s, i in occurrences.positions])
   if vectors.ndim != 2:
     raise errors.UserError(f"layers {layers!r} gives several vectors per word; give one layer or a mix (last4_mean)")
-  points, used = project(vectors, projection, seed)
+  points, method = project(vectors, projection, seed)
   notes = {i: context(occurrences.sentences[occurrences.positions[i][0]], occurrences.positions[i][1])
            for i in pick_annotations(points, occurrences.labels, annotate)}
   title = (f"contextual embeddings of '{word}': {len(points)} occurrences, layers {layers!r}, "
-           f"{used.upper()} to 2-D")
+           f"{method.upper()} to 2-D")
   draw(points, occurrences.labels, notes, out, title)
   counts = {label: occurrences.labels.count(label) for label in sorted(set(occurrences.labels))}
   return {"path": str(out), "word": word, "points": len(points), "projection": used, "layers": layers,

@@ -9,9 +9,9 @@ of its layer) is only centred (divided by 1): z-scoring would blow its noise up 
 has two such dead dimensions (LayerNorm gain ~1e-32).
 """
 
-from collections.abc import Iterable
 import dataclasses
 import os
+from collections.abc import Iterable
 
 import numpy as np
 

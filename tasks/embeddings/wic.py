@@ -26,11 +26,11 @@ one JSON object.
 """
 
 import argparse
-from collections.abc import Callable, Iterable, Sequence
 import dataclasses
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 

@@ -26,15 +26,15 @@ that an instance missing from gold is an error). Scores print as percentages; th
 """
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping, Sequence
 import dataclasses
 import hashlib
 import json
 import os
-from pathlib import Path
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -94,11 +94,11 @@ def accumulate_sense_sums(embedder, sentences: Sequence[dict], *, pooling: str =
             np.asarray([row[key] for token in s["keys"] for key in token], np.int64)) for s in sentences]
   counts = np.bincount(np.concatenate([rows for _, rows in pairs] + [np.zeros(0, np.int64)]), minlength=len(keys))
   sums = np.zeros((len(keys), embedder.num_layers + 1, embedder.hidden_size), np.float32)
-  start, done = time.perf_counter(), 0
-  for index, vectors in embedder.iter_encode_words([s["words"] for s in sentences], layers="all", pooling=pooling):
+  start = time.perf_counter()
+  encoded = embedder.iter_encode_words([s["words"] for s in sentences], layers="all", pooling=pooling)
+  for done, (index, vectors) in enumerate(encoded, start=1):
     positions, rows = pairs[index]
     np.add.at(sums, rows, np.asarray(vectors, np.float32)[positions])
-    done += 1
     if log and done % 2000 == 0:
       log(f"semcor: {done}/{len(sentences)} sentences, {done / (time.perf_counter() - start):.0f}/s")
   meta = {"pooling": pooling, "sentences": str(len(sentences)), "tagged_tokens": str(sum(len(p) for p, _ in pairs))}

@@ -4,8 +4,8 @@ One token per line (`word POS chunk NER` for CoNLL-2003), a blank line between s
 documents. Tags are returned raw (IOB1 or IOB2 as in the file); scheme conversion lives in `tasks.scoring.tag_schemes`.
 """
 
-from collections.abc import Iterator, Sequence
 import os
+from collections.abc import Iterator, Sequence
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines

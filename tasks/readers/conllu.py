@@ -5,9 +5,9 @@ Words are the FORM column of the integer-ID lines; multiword-token ranges (`N-M`
 (Vietnamese-VTB "chủ tịch").
 """
 
-from collections.abc import Iterator, Sequence
 import os
 import re
+from collections.abc import Iterator, Sequence
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines

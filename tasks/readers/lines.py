@@ -1,7 +1,7 @@
 """Numbered lines of a text file and the error that points at one (`path:line: what was expected`)."""
 
-from collections.abc import Iterator
 import os
+from collections.abc import Iterator
 
 from encoder import errors
 

@@ -6,8 +6,8 @@ XML: `<corpus><text id><sentence id>` holding `<wf lemma pos>word</wf>` and `<in
 naming an instance the XML lacks (or missing one) is an error, never a silently different score.
 """
 
-from collections.abc import Sequence
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from xml.parsers import expat
 

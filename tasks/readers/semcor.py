@@ -9,10 +9,10 @@ none either. Multiword units are joined by `_` (`took_place`); words are returne
 subword tokenizer sees the words, not underscores. The counts are in the data's SOURCE.md.
 """
 
-from collections.abc import Iterator
 import os
-from pathlib import Path
 import re
+from collections.abc import Iterator
+from pathlib import Path
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines

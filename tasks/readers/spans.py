@@ -6,12 +6,13 @@ NER); an exact duplicate is an error. Other keys are ignored. With `outermost`, 
 is dropped: the outer entities of nested data, flat unless two spans cross.
 """
 
-from collections.abc import Iterator, Sequence
+import itertools
 import json
 import os
+from collections.abc import Iterator, Sequence
 
-from tasks.scoring import metrics, tag_schemes
 from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.scoring import metrics, tag_schemes
 
 _FORMAT = 'a JSON object {"words": [str, ...], "spans": [{"start": int, "end": int, "label": str}, ...]}'
 
@@ -23,7 +24,7 @@ def _is_int(value) -> bool:
 def overlaps(spans: Sequence[dict]) -> bool:
   """Whether any two of a record's spans share a word (nested or crossing entities)."""
   ordered = sorted((s["start"], s["end"]) for s in spans)
-  return any(start < previous_end for (_, previous_end), (start, _) in zip(ordered, ordered[1:]))
+  return any(start < previous_end for (_, previous_end), (start, _) in itertools.pairwise(ordered))
 
 
 def outermost_spans(spans: Sequence[dict]) -> list[dict]:
@@ -57,7 +58,7 @@ def _check_record(obj, label_names: set[str] | None, flat: bool = False, outermo
     seen.add(key)
   if flat:
     ordered = sorted(outermost_spans(spans) if outermost else spans, key=lambda s: (s["start"], s["end"]))
-    for first, second in zip(ordered, ordered[1:]):
+    for first, second in itertools.pairwise(ordered):
       if second["start"] < first["end"]:
         return ("spans that do not overlap (nested entities: span_ner with config.task.nested=true, or only the "
                 f"outermost with config.task.columns=outermost:true), got {first!r} and {second!r}")

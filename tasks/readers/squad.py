@@ -10,9 +10,9 @@ unanswerable question are errors naming the file, the line of the id and its pla
 ("data[3].paragraphs[0].qas[2]").
 """
 
-from collections.abc import Iterator
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from encoder import errors

@@ -6,9 +6,9 @@ label and an optional real-valued score (SICK relatedness, STS-B similarity) is 
 and stripped, which removes SST-2's trailing spaces; CRLF line ends (SICK test) are removed by `numbered_lines`.
 """
 
-from collections.abc import Iterator, Sequence
 import math
 import os
+from collections.abc import Iterator, Sequence
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines

@@ -6,8 +6,8 @@ the 0-based positions of the target word in each; `{split}.gold.txt`: `T` or `F`
 "line"}.
 """
 
-from collections.abc import Iterator
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from encoder import errors

@@ -7,11 +7,11 @@ noun, verb, adjective, adverb, satellite adjective. Adjectives and satellites sh
 numbering per lemma, so both are part of speech "a" here. Synsets are named `{offset:08d}{pos}` ("01926311v").
 """
 
-from collections.abc import Iterator
 import dataclasses
 import os
-from pathlib import Path
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import NamedTuple
 
 from encoder import errors

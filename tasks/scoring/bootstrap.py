@@ -9,7 +9,7 @@ sample, so a resample is a weighted sum: counts of draws [chunk, N] @ statistics
 """
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

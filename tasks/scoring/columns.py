@@ -8,7 +8,8 @@ is not O or B-, I-, E-, S- + a type (strict mode: a tag of the scheme) is a User
 """
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
@@ -86,7 +87,7 @@ def check_aligned(gold_path: str, gold: Column, pred_path: str, pred: Column, un
   for i, (g, p) in enumerate(zip(gold_lines, pred_lines)):
     if len(g) != len(p):
       j = min(len(g), len(p))
-      at = lambda lines: lines[j] if j < len(lines) else lines[-1] + 1
+      at = lambda lines: lines[j] if j < len(lines) else lines[-1] + 1  # noqa: B023  (used before the loop moves on)
       raise errors.UserError(f"{pred_path}:{at(p)}: sentence {i + 1} has {len(p)} {unit}s but in {gold_path} "
                           f"(line {at(g)}) it has {len(g)}: pred needs the same {unit}s and blank lines as gold")
   if len(gold_tags) != len(pred_tags):

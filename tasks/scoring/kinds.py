@@ -17,8 +17,9 @@ its median-over-seeds form) can test any pair of systems; None where the metric 
 import argparse
 import dataclasses
 import json
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -8,7 +8,8 @@ mode='strict' with the scheme. Scores are fractions in [0, 1] (correlations in [
 scikit-learn do.
 """
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

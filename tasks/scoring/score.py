@@ -28,7 +28,8 @@ on stderr and exit status 1 instead.
 
 import argparse
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from encoder import errors
 from tasks.scoring import kinds, tag_schemes

@@ -12,8 +12,8 @@ import collections
 import json
 import re
 import string
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -89,7 +89,7 @@ def read_gold(path: str | Path) -> tuple[list[str], list[list[str]], bool]:
     answers = [[a["text"] for a in qa["answers"]] for qa in questions]
     version2 = any(qa.get("is_impossible") or not qa["answers"] for qa in questions)
   except (json.JSONDecodeError, KeyError, TypeError) as err:
-    raise errors.UserError(f"{path}: expected SQuAD JSON ({{\"data\": [articles with paragraphs and qas]}}) or JSON "
+    raise errors.UserError(f'{path}: expected SQuAD JSON ({{"data": [articles with paragraphs and qas]}}) or JSON '
                            f"lines of questions with id and answers, found unreadable content ({err})") from None
   if not ids:
     raise errors.UserError(f"{path}: expected SQuAD questions, found none")

@@ -7,7 +7,7 @@ equal to seqeval's `mode="strict"`). Conversions go tags -> spans -> tags and ar
 IOB1, IOB2, IOE and BIOES; IO cannot mark a boundary between adjacent same-type spans (lossy).
 """
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

@@ -11,7 +11,6 @@ from configs import pretrain
 from encoder import pretrained
 from objectives import hf_heads
 from launch import train, warm_start
-from tests.conftest import require_data
 
 
 def _params(workdir) -> dict:
@@ -33,7 +32,6 @@ def _frozen(arg: str):
 
 
 def test_continues_our_run_with_its_encoder_and_heads(tmp_path):
-  require_data("wikitext-2/raw/wiki.valid.raw")
   source, continued = tmp_path / "source", tmp_path / "continued"
   train.train_and_evaluate(pretrain.get_config("runlocal,objectives=mlm+nsp,steps=3"), source)
   train.train_and_evaluate(_frozen(f"runlocal,objectives=mlm+nsp,steps=1,init=run:{source}"), continued)
@@ -43,7 +41,6 @@ def test_continues_our_run_with_its_encoder_and_heads(tmp_path):
 
 
 def test_continues_the_imported_minilm_encoder(tmp_path):
-  require_data("wikitext-2/raw/wiki.valid.raw")
   config = _frozen("runlocal,steps=1,init=hf:all-MiniLM-L6-v2")
   assert (config.model.num_layers, config.model.hidden_size) == (6, 384)
   train.train_and_evaluate(config, tmp_path)

@@ -11,6 +11,7 @@ import pytest
 
 from configs import checks
 from configs import demo as demo_config
+from configs import samples
 from configs import finetune
 from encoder import errors
 from launch import demo, predict
@@ -30,24 +31,24 @@ def test_pos_config_is_the_ud_pos_recipe_on_the_packaged_sample():
   assert config.init == "hf:all-MiniLM-L6-v2" and config.model.num_layers == 6
   dataset = finetune_data.dataset_of(config.task)
   assert dataset.format == "conllu" and dataset.files == {
-      "train": str(demo_config.ud_sample_file("train")), "validation": str(demo_config.ud_sample_file("heldout"))}
+      "train": str(samples.ud_sample_file("train")), "validation": str(samples.ud_sample_file("heldout"))}
   assert config.task.test_split == "" and config.eval_every_steps == 0  # Scored once, at the end: no choice on it.
   assert (config.epochs, config.batch_size, config.optimizer.learning_rate) == (4, 16, 3e-4)
   small = demo_config.get_config("pos,runlocal")
   assert small.init == "" and small.task.files == config.task.files and small.task.train_split == "train[:64]"
   with pytest.raises(ValueError, match="heldout"):
-    demo_config.ud_sample_file("test")
+    samples.ud_sample_file("test")
 
 
 def test_ud_sample_is_small_licensed_and_disjoint():
-  train_file, heldout_file = demo_config.ud_sample_file("train"), demo_config.ud_sample_file("heldout")
-  readme = (demo_config.UD_SAMPLE_DIR / "README.md").read_text(encoding="utf-8")
+  train_file, heldout_file = samples.ud_sample_file("train"), samples.ud_sample_file("heldout")
+  readme = (samples.UD_SAMPLE_DIR / "README.md").read_text(encoding="utf-8")
   for path, sentences in ((train_file, 314), (heldout_file, 208)):
     data = path.read_bytes()
     assert len(data) < 400_000 and hashlib.md5(data).hexdigest() in readme  # The README's checksums are the files'.
     assert f"{len(data):,} B" in readme
     assert len(list(read_conllu(path))) == sentences
-  assert "Attribution-ShareAlike 4.0 International" in (demo_config.UD_SAMPLE_DIR / "LICENSE.txt").read_text()
+  assert "Attribution-ShareAlike 4.0 International" in (samples.UD_SAMPLE_DIR / "LICENSE.txt").read_text()
   assert "CC BY-SA 4.0" in readme and "Silveira" in readme
   texts = lambda path: set(re.findall(r"^# text = (.*)$", path.read_text(encoding="utf-8"), re.MULTILINE))
   assert len(texts(train_file)) > 300 and not texts(train_file) & texts(heldout_file)
@@ -60,7 +61,7 @@ def test_ud_sample_is_every_kth_sentence_of_ewt():
   for split, source, k in (("train", "train", 40), ("heldout", "test", 10)):
     blocks = require_data(f"ud_english_ewt/en_ewt-ud-{source}.conllu").read_text(encoding="utf-8").strip().split("\n\n")
     expected = "".join(block + "\n\n" for block in blocks[::k])
-    assert demo_config.ud_sample_file(split).read_text(encoding="utf-8") == expected
+    assert samples.ud_sample_file(split).read_text(encoding="utf-8") == expected
 
 
 def _main(argv: list[str]) -> str:

@@ -10,6 +10,7 @@ import pytest
 
 from configs import checks, paths
 from configs import demo as demo_config
+from configs import samples
 from encoder.tokenizer import load_tokenizer
 from launch import demo, input_pipeline
 from launch.model import EncoderWithHeads, encoder_config
@@ -37,14 +38,14 @@ def test_config_resolves_and_passes_the_engine_checks(config):
   assert config.objectives == "mlm" and config.num_train_steps == demo_config.DEMO_STEPS
   assert demo_config.get_config("steps=7").num_train_steps == 7
   assert config.data.max_length <= config.model.max_positions
-  assert paths.resolve_files(config.data.train_files, "train_files") == [demo_config.sample_file("train")]
-  assert paths.resolve_files(config.data.eval_files, "eval_files") == [demo_config.sample_file("heldout")]
+  assert paths.resolve_files(config.data.train_files, "train_files") == [samples.sample_file("train")]
+  assert paths.resolve_files(config.data.eval_files, "eval_files") == [samples.sample_file("heldout")]
   # Runnable through the engine CLI too, and the saved config round-trips to JSON.
   assert checks.to_dict(config)["data"]["train_files"].endswith("wiki.train.txt")
 
 
 def test_sample_corpus_is_whole_articles_small_and_licensed():
-  train_file, heldout_file = demo_config.sample_file("train"), demo_config.sample_file("heldout")
+  train_file, heldout_file = samples.sample_file("train"), samples.sample_file("heldout")
   for path in (train_file, heldout_file):
     assert path.stat().st_size < 5_000_000
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -53,16 +54,16 @@ def test_sample_corpus_is_whole_articles_small_and_licensed():
   train_titles, heldout_titles = _titles(train_file), _titles(heldout_file)
   assert train_titles[0] == "Valkyria Chronicles III" and heldout_titles[0] == "2010 Haiti earthquake"
   assert not set(train_titles) & set(heldout_titles)
-  license_text = (demo_config.SAMPLE_DIR / "LICENSE").read_text()
+  license_text = (samples.SAMPLE_DIR / "LICENSE").read_text()
   assert "CC BY-SA 3.0" in license_text and "Merity" in license_text
-  assert "CC BY-SA 3.0" in (demo_config.SAMPLE_DIR / "README.md").read_text()
+  assert "CC BY-SA 3.0" in (samples.SAMPLE_DIR / "README.md").read_text()
   with pytest.raises(ValueError, match="heldout"):
-    demo_config.sample_file("test")
+    samples.sample_file("test")
 
 
 def test_sample_corpus_reads_as_wikitext_documents():
-  train_docs = corpus.read_documents([demo_config.sample_file("train")])
-  heldout_docs = corpus.read_documents([demo_config.sample_file("heldout")])
+  train_docs = corpus.read_documents([samples.sample_file("train")])
+  heldout_docs = corpus.read_documents([samples.sample_file("heldout")])
   assert (len(train_docs), len(heldout_docs)) == (122, 14)
   assert heldout_docs[0][0].startswith("The 2010 Haiti earthquake") and heldout_docs[-1][0].startswith("The Moro River")
   assert not {s for d in train_docs for s in d} & {s for d in heldout_docs for s in d if len(s) > 80}

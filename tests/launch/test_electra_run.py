@@ -24,7 +24,6 @@ FACTORIZED = ("--config.model.embedding_size=32",)  # The runlocal model's hidde
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """(root, cache): root/reference is an uninterrupted 20-step run."""
-  require_data("wikitext-2/raw/wiki.valid.raw")
   root = tmp_path_factory.mktemp("electra")
   determinism.run(root / "reference", FACTORIZED, cache=root / "cache", config=CONFIG)
   return root, root / "cache"

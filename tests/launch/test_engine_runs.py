@@ -14,7 +14,6 @@ from benchmarks import determinism
 from configs import pretrain
 from encoder.config import AUTO, PLATFORM_FIELDS, resolve_platform
 from launch import input_pipeline
-from tests.conftest import require_data
 
 # Losses and gradient norms (relative): the runs sum the same float32 terms (up to ~2e6, the word embeddings' squared
 # gradients) in another order (devices, shards, processes, micro-batches); a pairwise sum's rounding is at most about
@@ -38,8 +37,6 @@ def assert_same_training(diffs: dict[str, float], *names: str) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  require_data("wikitext-2/raw/wiki.valid.raw")
-  require_data("wikitext-2/raw/wiki.test.raw")
   root = tmp_path_factory.mktemp("runs")
   return root, root / "cache"
 

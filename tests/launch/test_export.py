@@ -61,7 +61,6 @@ def expected_class(task: dict) -> str:
 @pytest.fixture(scope="module")
 def pretraining_run(tmp_path_factory):
   """A few steps of configs/pretrain.py:runlocal with MLM, NSP and SBO heads."""
-  require_data("wikitext-2/raw/wiki.valid.raw")
   workdir = tmp_path_factory.mktemp("pretrain")
   train.train_and_evaluate(pretrain.get_config("runlocal,objectives=mlm+nsp+sbo,steps=4"), workdir)
   return workdir
@@ -70,7 +69,6 @@ def pretraining_run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def modernbert_run(tmp_path_factory):
   """Two steps of configs/pretrain.py:runlocal,arch=modernbert with MLM and NSP (a bias-free encoder)."""
-  require_data("wikitext-2/raw/wiki.valid.raw")
   workdir = tmp_path_factory.mktemp("modernbert")
   train.train_and_evaluate(pretrain.get_config("runlocal,arch=modernbert,objectives=mlm+nsp,steps=2"), workdir)
   return workdir

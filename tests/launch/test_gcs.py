@@ -13,6 +13,7 @@ import pytest
 
 from benchmarks import determinism
 from configs import demo as demo_config
+from configs import samples
 from configs import finetune
 from encoder import errors, files
 from encoder.array_files import load_npy
@@ -38,12 +39,12 @@ def corpus(gcs, tmp_path_factory):
   """(local prepared directory, gs:// prepared directory) of the packaged sample corpus, prepared twice."""
   local = tmp_path_factory.mktemp("corpus") / "prepared"
   for out in (local, f"gs://{gcs_emulator.BUCKET}/corpus"):
-    prepare.prepare([str(demo_config.sample_file("train"))], "all-MiniLM-L6-v2", str(out), shard_documents=64)
+    prepare.prepare([str(samples.sample_file("train"))], "all-MiniLM-L6-v2", str(out), shard_documents=64)
   return local, f"gs://{gcs_emulator.BUCKET}/corpus"
 
 
 def _overrides(prepared) -> list[str]:
-  return [f"--config.data.prepared={prepared}", f"--config.data.eval_files={demo_config.sample_file('heldout')}",
+  return [f"--config.data.prepared={prepared}", f"--config.data.eval_files={samples.sample_file('heldout')}",
           *STEPS]
 
 
@@ -188,8 +189,8 @@ def test_finetune_from_a_gs_run_and_predict_from_a_gs_run(gcs, runs):
   from launch import predict  # pylint: disable=import-outside-toplevel
   config = finetune.get_config(f"task=ud_pos,runlocal,init=run:gs://{gcs_emulator.BUCKET}/{RUN}")
   config.task.dataset, config.task.format, config.task.test_split = "", "conllu", ""
-  config.task.files = (f"train:{demo_config.ud_sample_file('train')},"
-                       f"validation:{demo_config.ud_sample_file('heldout')}")
+  config.task.files = (f"train:{samples.ud_sample_file('train')},"
+                       f"validation:{samples.ud_sample_file('heldout')}")
   config.num_train_steps, config.eval_every_steps = 4, 0
   workdir = f"gs://{gcs_emulator.BUCKET}/runs/pos"
   results = train.train_and_evaluate(config, workdir)

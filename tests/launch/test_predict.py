@@ -15,7 +15,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from configs import demo as demo_config
+from configs import samples
 from configs import finetune
 from encoder import errors
 from launch import predict
@@ -53,9 +53,9 @@ def test_split_words_gives_the_treebank_words():
   assert predict.split_words("Al-Zaman: it's 10:30", split_hyphens=True) == ["Al", "-", "Zaman", ":", "it", "'s",
                                                                              "10:30"]
   for split, expected in (("train", 280), ("heldout", 182)):
-    blocks = demo_config.ud_sample_file(split).read_text(encoding="utf-8").strip().split("\n\n")
+    blocks = samples.ud_sample_file(split).read_text(encoding="utf-8").strip().split("\n\n")
     texts = [next(line[9:] for line in block.splitlines() if line.startswith("# text = ")) for block in blocks]
-    words = [record["words"] for record in read_conllu(demo_config.ud_sample_file(split))]
+    words = [record["words"] for record in read_conllu(samples.ud_sample_file(split))]
     assert sum(predict.split_words(text, True) == w for text, w in zip(texts, words)) == expected
 
 

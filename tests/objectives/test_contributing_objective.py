@@ -21,7 +21,6 @@ from encoder.hf.tensors import Found, dense, state
 from launch import export, predict, train
 from objectives import hf_heads, objective, registry
 from objectives.objective import HfHead, Objective
-from tests.conftest import require_data
 
 NAME = "masked_count"
 CLASS = "BertForMaskedLMAndCount"  # Declared below; transformers has no such class (our import reads it back).
@@ -67,7 +66,6 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
 
 
 def test_a_new_objective_pretrains_exports_and_imports_its_head(tmp_path, monkeypatch):
-  require_data("wikitext-2/raw/wiki.valid.raw")
   monkeypatch.setitem(registry.OBJECTIVES, NAME, build)  # The forker's registry line.
   workdir, out = tmp_path / "run", tmp_path / "out"
   train.train_and_evaluate(pretrain.get_config(f"runlocal,objectives=mlm+{NAME},steps=3"), workdir)

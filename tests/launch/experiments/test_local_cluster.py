@@ -13,7 +13,6 @@ import numpy as np
 from benchmarks import determinism
 from launch.experiments import local_cluster
 from tests import faults
-from tests.conftest import require_data
 from tests.launch.test_engine_runs import PARAMS_TOLERANCE, TOLERANCE  # Their reasons are given there.
 
 REPO = Path(__file__).resolve().parents[3]
@@ -44,7 +43,6 @@ def test_commands_and_environment():
 
 
 def test_two_processes_train_like_one_and_resume(tmp_path):
-  require_data("wikitext-2/raw/wiki.valid.raw")
   one = _cluster(1, tmp_path / "one")
   assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]
   # Every process gets SIGTERM as step 3 starts (tests/faults.py): they agree to stop, save step 3 together, and the

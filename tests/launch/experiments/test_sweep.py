@@ -289,7 +289,6 @@ def test_objectives_sweep_gives_electra_the_flops_of_mlm(budget):
 def test_sigterm_stops_the_sweep_after_the_running_point_checkpoints(tmp_path):
   # A preemption or `timeout` signals the sweep: the running point is told too, saves a checkpoint and is recorded as
   # stopped; later points are left for the next run (before, the sweep died and its point lost its output pipe).
-  require_data("wikitext-2/raw/wiki.valid.raw")
   root, sweep_file = tmp_path / "runs", tmp_path / "long_sweep.py"
   sweep_file.write_text('def get_sweep(arg=None):\n  return {"config": "configs/pretrain.py:runlocal", "points": '
                         '[{"seed": 0, "num_train_steps": 100000}, {"seed": 1}]}\n')
