@@ -1,4 +1,5 @@
-# Two commands a user needs: `make demo` (set up + main job) and `make test` (whole suite).
+# Two commands a user needs: `make demo` (set up + main job) and `make test` (lint, types and the whole suite);
+# `make test-quick` is the forker's loop (the suite less the tests marked slow: docs/testing.md).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +12,10 @@ TEST_WORKERS ?= 2
 # (docs/testing.md; tests/test_numerics_lane.py checks that this jaxlib and torch accept these settings).
 NUMERICS_ENV := XLA_FLAGS=--xla_cpu_max_isa=AVX2 ATEN_CPU_CAPABILITY=avx2
 
-.PHONY: demo test install install-test clean
+# What the linter and the type checker read (pyproject.toml's [tool.ruff]; setup.cfg's [mypy] names its own files).
+LINT_PATHS := encoder objectives tasks configs launch benchmarks tests
+
+.PHONY: demo test test-quick lint install install-test clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,7 +36,11 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(PY) -m launch.demo
 
-test: install-test
+lint: install-test
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/mypy
+
+test: lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
 	@if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
 	  echo "numerics lane: the tests marked numerics again under $(NUMERICS_ENV)"; \
@@ -40,6 +48,9 @@ test: install-test
 	else \
 	  echo "numerics lane skipped: no AVX-512 in /proc/cpuinfo, so an AVX2 cap would compute what the suite just did"; \
 	fi
+
+test-quick: lint
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow" tests
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -73,7 +73,8 @@ class Context:
   deadline: float
   plan: bool
   figures: dict = dataclasses.field(default_factory=dict)
-  commands: list = dataclasses.field(default_factory=list)  # (part, command line) in the order run or planned.
+  # (part, command line) in the order run or planned.
+  commands: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
   def child(self, part: str, module: str, args: list[str], cap_s: float, env: dict | None = None) -> dict:
     """Runs `python -m benchmarks.<module> args` for at most cap_s (and the deadline), its output streamed, and
@@ -109,6 +110,7 @@ def run_child(command: list[str], timeout: float, env: dict) -> dict:
   timer = threading.Timer(timeout, os.killpg, (process.pid, signal.SIGKILL))
   timer.start()
   lines = []
+  assert process.stdout is not None  # stdout=PIPE
   try:
     for line in process.stdout:
       print("   " + line, end="", flush=True)
@@ -437,7 +439,7 @@ def main(argv: list[str] | None = None) -> dict:
   records = {part.name: run_part(part, ctx) for part in parts if part.name in args.only}
   figures = {key: ctx.figures.get(key) for part in parts for key in part.keys}
   print(f"\n{'part':24s} {'status':8s} {'seconds':>8s}  command")
-  commands = {}
+  commands: dict[str, list[str]] = {}
   for name, command in ctx.commands:
     commands.setdefault(name, []).append(command)
   for name, record in records.items():

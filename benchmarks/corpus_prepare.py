@@ -76,7 +76,8 @@ def build_corpus(words: int, directory: Path) -> list[Path]:
   lines = paths.data_file(TRAIN).read_text(encoding="utf-8").splitlines(keepends=True)
   counts = np.cumsum([len(line.split()) for line in lines])
   titles = [i for i, line in enumerate(lines) if i > 0 and re.match(r" = [^=]", line)]  # Document titles.
-  files, left = [], words
+  files: list[Path] = []
+  left = words
   while left > 0:
     cut = len(lines)
     if counts[-1] > left:  # The first title after `left` words: the copy ends with whole documents.
@@ -158,16 +159,18 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
   def train_round(name: str, r: int) -> float:
     """The engine's loop: the next batch is read while the dispatched step runs (as launch.train)."""
     iterator = batches_of(name, 100 + r, r * (train_steps + 1))
-    start = None
+    start: float | None = None
     for step in range(train_steps + 1):  # The first step (compilation in round 0) is not timed.
       state[0], acc[0] = apply_step(state[0], acc[0], *grad_step(state[0], next(iterator)))
       if step == 0:
         jax.block_until_ready(state[0])
         start = time.perf_counter()
     jax.block_until_ready(state[0])
+    if start is None:  # No step 0.
+      raise errors.UserError(f"--train-steps {train_steps}: expected 0 or more")
     return time.perf_counter() - start
 
-  result = {}
+  result: dict[str, float] = {}
   for kind, rounds_, run, count in (("pipeline", rounds, pipeline_round, batches),
                                     ("pretrain", train_rounds, train_round, train_steps)):
     if rounds_ <= 0:

@@ -76,14 +76,14 @@ def run_multiprocess(workdir: Path, overrides: Sequence[str] = (), *, processes:
   all of them (killing all on a failure or timeout)."""
   address = f"127.0.0.1:{_free_port()}"
   logs = [workdir.parent / f"{workdir.name}.process{i}.log" for i in range(processes)]
-  procs = []
+  procs: list[subprocess.Popen] = []
   for i in range(processes):
     args = [*command(workdir, overrides, cache), f"--coordinator_address={address}", f"--num_processes={processes}",
             f"--process_id={i}"]
     with open(logs[i], "w") as log:
       procs.append(subprocess.Popen(args, cwd=REPO, env=_env(devices, cache), stdout=log, stderr=subprocess.STDOUT))
   try:
-    codes = [p.wait(timeout=TIMEOUT_S) for p in procs]
+    codes: list[int | str] = [p.wait(timeout=TIMEOUT_S) for p in procs]
   except subprocess.TimeoutExpired:
     codes = ["timeout"]
   finally:
@@ -196,7 +196,7 @@ def kill_and_resume(root: Path, cache: Path) -> dict[str, Any]:
   run sent SIGTERM after step 13 (it saves step 13 and stops) and restarted. What each SIGKILL left in checkpoints/,
   the step each restart resumed from, and whether each run ends bitwise equal to the uninterrupted 1-device run."""
   reference, workdir = baseline(root, cache), root / "killed_in_save"
-  out = {"kill_in_write": _killed_in_save(workdir, 15, "write", cache),
+  out: dict[str, Any] = {"kill_in_write": _killed_in_save(workdir, 15, "write", cache),
          "kill_in_commit": _killed_in_save(workdir, 20, "commit", cache)}
   out["after_kill_in_commit_resumed_from"] = _resumed_from(run(workdir, cache=cache))
   out["resume_bitwise_equal"] = params_equal(final_params(workdir), final_params(reference))

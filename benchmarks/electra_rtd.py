@@ -12,13 +12,14 @@ better there than on held-out text has memorized its corpus.
 import argparse
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import jax
 import ml_collections
 import numpy as np
 import scipy.stats
 
-from encoder import init_from
+from encoder import errors, init_from
 from launch import input_pipeline, workload
 from launch.model import EncoderWithHeads, encoder_config
 from objectives import electra, registry
@@ -41,8 +42,11 @@ def discriminator_scores(workdir: Path, batches: int, split: str = "eval") -> tu
   objectives = tuple(registry.build(name, workload.objective_options(config, name))
                      for name in config.objectives.split("+"))
   model = EncoderWithHeads(encoder_config(config.model, data.tokenizer.vocab_size), objectives)
-  predict = jax.jit(lambda batch: model.apply({"params": params}, batch, train=False)["electra"])
+  predict = jax.jit(lambda batch: cast(dict[str, Any], model.apply({"params": params}, batch, train=False))["electra"])
   rows = data.eval if split == "eval" else data.train
+  if rows is None:
+    raise errors.UserError(f"{workdir}: the run has no held-out corpus (config.data.eval_files is empty): score its "
+                           "training corpus (--split train)")
   _, held_out = input_pipeline.eval_batches(rows, data.mask_options, global_batch=config.batch_size,
                                             seed=config.seed, max_batches=batches)
   logits, replaced = [], []
@@ -50,7 +54,8 @@ def discriminator_scores(workdir: Path, batches: int, split: str = "eval") -> tu
     out = predict(batch)
     tokens = np.asarray(batch["attention_segments"]) > 0
     logits.append(np.asarray(out["discriminator"])[tokens])
-    replaced.append(np.asarray(out["input_ids"] != electra.original_ids(batch))[tokens])
+    original = electra.original_ids(batch)  # type: ignore[arg-type]  # a numpy batch: jnp takes it
+    replaced.append(np.asarray(out["input_ids"] != original)[tokens])
   return np.concatenate(logits), np.concatenate(replaced)
 
 

@@ -58,15 +58,15 @@ def wikitext_sentences(tokenizer, limit: int | None = None, max_length: int = 12
 def padding_efficiency(lengths: Sequence[int], batch_size: int, embedder: Embedder | None = None) -> float:
   """Real tokens over computed tokens: HF's file-order batches padded to their longest (embedder None), or the
   embedder's (rows packed to max_length when it packs, sorted, each batch batch_size rows of a bucket's length)."""
-  lengths = np.asarray(lengths)
+  tokens = np.asarray(lengths)
   if embedder is None:
-    computed = sum(len(b) * b.max() for b in np.split(lengths, range(batch_size, len(lengths), batch_size)))
-    return float(lengths.sum() / computed)
-  rows = pack_rows(lengths.tolist(), embedder.max_length if embedder.pack else 0)
-  filled = np.sort([lengths[row].sum() for row in rows])
+    computed = sum(len(b) * b.max() for b in np.split(tokens, range(batch_size, len(tokens), batch_size)))
+    return float(tokens.sum() / computed)
+  rows = pack_rows(tokens.tolist(), embedder.max_length if embedder.pack else 0)
+  filled = np.sort([tokens[row].sum() for row in rows])
   computed = sum(batch_size * batching.bucket_length(int(filled[i:i + batch_size].max()), embedder.buckets)
                  for i in range(0, len(filled), batch_size))
-  return float(lengths.sum() / computed)
+  return float(tokens.sum() / computed)
 
 
 def _consume(arrays) -> int:
@@ -145,8 +145,12 @@ def wsd_section(embedder: Embedder, cache_dir: Path, init: str, poolings: Sequen
   """WSD ALL F1 of the method chosen on SemEval-2007 and of the most-frequent-sense baseline
   (tasks.embeddings.wsd.evaluate_wsd; SemCor's sense sums cached under cache_dir; every pooling unless given)."""
   from tasks.embeddings import wsd  # pylint: disable=import-outside-toplevel
-  report = wsd.evaluate_wsd(embedder, paths.data_dir(), cache_dir=cache_dir, cache_key=init, log=print,
-                            **({"poolings": poolings} if poolings else {}))
+  data_dir = paths.data_dir()
+  if data_dir is None:
+    raise FileNotFoundError(f"no data directory (WSD needs its semcor, wordnet and wsd_raganato2017): run "
+                            f"`{paths.FETCH_HINT}`, or set ${paths.DATA_ENV}")
+  report = wsd.evaluate_wsd(embedder, data_dir, cache_dir=cache_dir, cache_key=init, log=print,
+                            poolings=poolings or wsd.POOLINGS)
   kept = ("chosen", "scores", "pos", "se07_f1", "mfs", "coverage", "chosen_coverage", "plain_1nn_last_f1")
   return {"wsd_all_f1": report["all_f1"], "wsd_mfs_f1": report["mfs_f1"], "wsd": {k: report[k] for k in kept}}
 
@@ -204,7 +208,12 @@ def main() -> None:  # No launch.host_memory.retain_freed_memory(): one malloc a
                   "picture": None}
   if hf_dir:
     result |= {"hf_wic_dev_accuracy": None, "hf_wsd_all_f1": None, "hf_wsd_mfs_f1": None}
-  hf_embedder = functools.cache(lambda: reference_embedder(hf_dir))
+
+  @functools.cache
+  def hf_embedder():
+    assert hf_dir is not None  # Called only with --reference.
+    return reference_embedder(hf_dir)
+
   sections: dict[str, tuple[str, Callable[[], dict]]] = {
       "throughput": ("", lambda: throughput(embedder, sentences, hf_dir, args.rounds)),
       "anisotropy": ("tasks.embeddings.anisotropy", lambda: anisotropy_section(embedder)),

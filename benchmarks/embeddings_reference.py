@@ -19,7 +19,7 @@ from benchmarks import torch_device
 def load(model_dir) -> tuple:
   """(BertModel in eval mode on benchmarks.torch_device's device, its fast tokenizer)."""
   model = transformers.BertModel.from_pretrained(model_dir).eval()
-  return model.to(torch_device.torch_device()), transformers.BertTokenizerFast.from_pretrained(model_dir)
+  return model.to(torch_device.torch_device()), transformers.BertTokenizer.from_pretrained(model_dir)
 
 
 def iter_encode_words(model, tokenizer, sentences: Sequence[Sequence[str]], *, batch_size: int = 64,

@@ -45,6 +45,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -53,7 +54,7 @@ import numpy as np
 from benchmarks import torch_device
 from benchmarks.timing import timed
 from configs import paths
-from encoder import Encoder, errors, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
+from encoder import Encoder, EncoderOutput, errors, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
 from encoder.config import DTYPE_NAMES, EncoderConfig, resolve_platform
 from launch import flops, host_memory, xla_flags
 
@@ -149,10 +150,11 @@ class Ours:
     key = jax.random.key(0)
 
     def loss(params):
-      out = encoder.apply({"params": params}, *inputs, train=True, rngs={"dropout": key})
+      out = cast(EncoderOutput, encoder.apply({"params": params}, *inputs, train=True, rngs={"dropout": key}))
       return jnp.sum(out.last.astype(jnp.float32))
 
-    self.forward_fn = jax.jit(lambda params: encoder.apply({"params": params}, *inputs).hidden_states)
+    self.forward_fn = jax.jit(
+        lambda params: cast(EncoderOutput, encoder.apply({"params": params}, *inputs)).hidden_states)
     self.train_fn = jax.jit(jax.grad(loss))
 
   def forward(self) -> None:
@@ -279,7 +281,9 @@ def main() -> None:
   runners = {}
   for mode in modes:
     kind, precision = mode.split("_")
-    distinct = {}  # A variant whose config equals an earlier one's in this precision (bf16 activations in f32 modes).
+    # Config -> its first variant: one whose config equals an earlier one's in this precision (bf16 activations in
+    # f32 modes) is not run again.
+    distinct: dict[EncoderConfig, str] = {}
     for name, _, _ in variants:
       distinct.setdefault(configs[name, precision], name)
     runners[mode] = {sides[name]: getattr(ours[name, precision], kind) for name in distinct.values()}
@@ -290,7 +294,7 @@ def main() -> None:
   for mode, pair in runners.items():  # Compilation and first calls outside the timed rounds.
     for side, fn in pair.items():
       warmup[f"{mode}_{side}"] = sum(timed(fn, 2))
-  times = {(mode, side): [] for mode, pair in runners.items() for side in pair}
+  times: dict[tuple[str, str], list[float]] = {(mode, side): [] for mode, pair in runners.items() for side in pair}
   rounds, device = [], torch_device.torch_device()
   for round_index in range(args.rounds):
     for mode, pair in runners.items():
@@ -310,11 +314,11 @@ def main() -> None:
     print(f"{mode:14s} {ms[mode, 'ours']:9.1f} {hf_ms or float('nan'):9.1f} "
           f"{hf_ms / ms[mode, 'ours'] if hf_ms else float('nan'):7.3f} {warmup[f'{mode}_ours']:15.1f}")
   print("ceilings GFLOP/s: " + ", ".join(f"{k} {v}" for k, v in ceiling.items()))
-  result = {}
+  result: dict[str, Any] = {}
   for mode in MODES:
     kind, precision = mode.split("_")
     hf_ms, ours_ms = ms.get((mode, "hf")), ms.get((mode, "ours"))
-    result[f"{kind}_ratio_{precision}"] = round(hf_ms / ours_ms, 3) if hf_ms else None
+    result[f"{kind}_ratio_{precision}"] = round(hf_ms / ours_ms, 3) if hf_ms and ours_ms else None
     result[f"{mode}_ms"] = round(ours_ms, 1) if ours_ms else None
     result[f"{mode}_hf_ms"] = round(hf_ms, 1) if hf_ms else None
   for kind in ("forward", "train"):  # Our bf16 against our float32 (> 1: bf16 faster), where both ran.

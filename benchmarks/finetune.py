@@ -87,21 +87,33 @@ def train_seconds(workdir: Path) -> float:
   return seconds
 
 
+def _columns(kind: kinds.ScoringKind, predictions: Path, split: str) -> tuple[list, list]:
+  """(gold, predicted) per example of the run's `split` in its `predictions` directory, as `kind` reads them."""
+  columns = kind.run_columns(predictions, split) if kind.run_columns else None
+  if columns is None:
+    raise FileNotFoundError(f"{predictions}: no {split} prediction file that scoring kind {kind.name!r} reads")
+  return columns
+
+
 def p_value(family: TaskFamily, workdir: Path, split: str, metric: str, *, reverse: bool = False) -> float | None:
   """Paired bootstrap p-value that ours beats the reference on `metric` (with `reverse`, the reference ours), over
   both runs' prediction files of `split` (WORKDIR/predictions and reference_predictions), read and counted by the
   family's scoring kind (`tasks.scoring.kinds`: entity F1 or accuracy of tag columns, accuracy or the positive label's
   F1, Pearson's r, SQuAD's per-question F1), as `python -m tasks.scoring.score bootstrap` tests two runs; None for a
   metric without additive statistics (macro F1, Spearman's rho)."""
+  if family.scoring is None:
+    raise errors.ConfigError(f"task family {family.name!r} has no scoring kind (TaskFamily.scoring): its runs cannot "
+                             "be compared by a paired bootstrap")
   kind, task = kinds.KINDS[family.scoring], family.task
-  gold, ours = kind.run_columns(workdir / "predictions", split)
-  _, theirs = kind.run_columns(workdir / "reference_predictions", split)
+  gold, ours = _columns(kind, workdir / "predictions", split)
+  _, theirs = _columns(kind, workdir / "reference_predictions", split)
   options = dict(positive=task["positive_label"] or None, mode=task["score_mode"], scheme=task["scheme"],
                  version2=task["unanswerable"])
   counted = [kind.statistics(metric, gold, predicted, **options) for predicted in (ours, theirs)]
-  if counted[0] is None:
+  first, second = counted[::-1] if reverse else counted
+  if first is None or second is None:
     return None
-  (a, measure), (b, _) = counted[::-1] if reverse else counted
+  (a, measure), (b, _) = first, second
   return bootstrap.paired_bootstrap(a, b, measure).p_value
 
 

@@ -35,12 +35,12 @@ def build_model(kind: str, model_dir, num_labels: int, seed: int, score_bias: fl
   (the score, as ours starts)."""
   torch.manual_seed(seed)
   if kind == "span":
-    model = transformers.BertForQuestionAnswering.from_pretrained(model_dir)
-    return model.to(torch_device.torch_device())
+    return transformers.BertForQuestionAnswering.from_pretrained(model_dir).to(torch_device.torch_device())
   cls = (transformers.BertForTokenClassification if kind == "token"
          else transformers.BertForSequenceClassification)
   model = cls.from_pretrained(model_dir, num_labels=1 if kind == "regression" else num_labels)
   if score_bias is not None:
+    assert isinstance(model.classifier, torch.nn.Linear)  # Both heads end in one Linear layer.
     with torch.no_grad():
       model.classifier.bias[-1] = score_bias
   return model.to(torch_device.torch_device())
@@ -84,9 +84,9 @@ def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size
           scores = torch.from_numpy(batch["score"]).float().to(device) if score_weight > 0 else None
           loss = classification_loss(model, inputs, labels, rdrop=rdrop, scores=scores, score_weight=score_weight)
         else:
-          labels = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"],
-                                                                      -100)
-          loss = model(**inputs, labels=torch.from_numpy(labels).long().to(device)).loss
+          targets = batch["label"] if kind == "sequence" else np.where(batch["label_ids"] >= 0, batch["label_ids"],
+                                                                       -100)
+          loss = model(**inputs, labels=torch.from_numpy(targets).long().to(device)).loss
       loss.backward()
       torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
       optimizer.step()
@@ -131,6 +131,8 @@ def classification_loss(model, inputs: dict[str, torch.Tensor], labels: torch.Te
     first, second = log_p[0::2], log_p[1::2]
     total = total + rdrop * 0.5 * ((first.exp() - second.exp()) * (first - second)).sum()
   if score_weight > 0:
+    if scores is None:
+      raise ValueError("classification_loss: score_weight > 0 needs the examples' scores (scores=)")
     total = total + score_weight * torch.square(outputs[:, -1] - scores.repeat_interleave(copies)).sum()
   return total / logits.shape[0]
 

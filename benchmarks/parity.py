@@ -22,6 +22,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -31,7 +32,7 @@ import transformers
 from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
 from configs import paths
-from encoder import Encoder, errors
+from encoder import Encoder, EncoderOutput, errors
 from encoder.hf import GENERATOR_DIRECTORY
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
@@ -70,7 +71,7 @@ def modernbert_parity(directory: Path, sequences: list[list[int]], vocab_size: i
   """(max |ours - ModernBertModel| over every hidden state at real tokens, whether import -> export is bitwise) on a
   random ModernBERT (module docstring) saved in `directory`."""
   torch.manual_seed(0)
-  config = transformers.ModernBertConfig(
+  config = transformers.ModernBertConfig(  # type: ignore[call-arg]  # Typed as a dataclass without its extra **kwargs.
       vocab_size=vocab_size, hidden_size=256, num_hidden_layers=6, num_attention_heads=4, intermediate_size=384,
       pad_token_id=pad_id, bos_token_id=None, eos_token_id=None, cls_token_id=None, sep_token_id=None,
       attn_implementation="sdpa")
@@ -81,7 +82,7 @@ def modernbert_parity(directory: Path, sequences: list[list[int]], vocab_size: i
   original, exported = (safetensors.numpy.load_file(directory / d / "model.safetensors") for d in ("hf", "ours"))
   bitwise = original.keys() == exported.keys() and all(np.array_equal(original[k], exported[k]) for k in original)
   encoder = Encoder(cfg)
-  apply = jax.jit(lambda ids: encoder.apply({"params": params}, ids).hidden_states)
+  apply = jax.jit(lambda ids: cast(EncoderOutput, encoder.apply({"params": params}, ids)).hidden_states)
   diff = 0.0
   for start in range(0, len(sequences), batch):
     ids, mask = pad_batch(sequences[start:start + batch], pad_id)
@@ -98,13 +99,14 @@ def random_electra(directory: Path, vocab_size: int) -> tuple:
   """HF ElectraForPreTraining + ElectraForMaskedLM (in generator/) of ELECTRA-small's shape with random weights
   (std 0.05), the generator's embeddings the discriminator's, saved in `directory`."""
   torch.manual_seed(0)
-  shape = dict(vocab_size=vocab_size, embedding_size=128, hidden_size=256, num_hidden_layers=12, num_attention_heads=4,
-               intermediate_size=1024, max_position_embeddings=512)
+  shape: dict[str, Any] = dict(vocab_size=vocab_size, embedding_size=128, hidden_size=256, num_hidden_layers=12,
+                               num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512)
   models = []
   for cls, config in ((transformers.ElectraForPreTraining, shape),
                       (transformers.ElectraForMaskedLM, shape | dict(hidden_size=64, num_attention_heads=1,
                                                                      intermediate_size=256))):
-    model = cls(transformers.ElectraConfig(**config, attn_implementation="eager")).eval()
+    model = cls(transformers.ElectraConfig(  # type: ignore[call-arg]  # Typed as a dataclass without its extra **kwargs.
+        **config, attn_implementation="eager")).eval()
     with torch.no_grad():
       for param in model.parameters():
         param.normal_(0.0, 0.05)
@@ -141,7 +143,7 @@ def electra_parity(batches: list[tuple[np.ndarray, np.ndarray]], mask_id: int, v
     cfg, params, heads = load_hf_checkpoint(tmp)
   objective = electra.build({"rtd_weight": 50.0})
   model = EncoderWithHeads(cfg, (objective,))
-  apply = jax.jit(lambda p, b: model.apply({"params": p}, b, train=False)["electra"])
+  apply = jax.jit(lambda p, b: cast(dict[str, Any], model.apply({"params": p}, b, train=False))["electra"])
   params = {"encoder": params, **heads}
   diffs = {"generator": 0.0, "discriminator": 0.0, "loss_rel": 0.0}
   for index, (ids, mask) in enumerate(batches):
@@ -161,7 +163,7 @@ def electra_parity(batches: list[tuple[np.ndarray, np.ndarray]], mask_id: int, v
     diffs["discriminator"] = max(diffs["discriminator"],
                                  float(np.abs(predictions["discriminator"] - disc.logits.numpy())[valid].max()))
     reference = gen.loss.item() + 50.0 * disc.loss.item()
-    loss = float(objective.loss(predictions, batch)[0])
+    loss = float(objective.loss(predictions, batch)[0])  # type: ignore[arg-type]  # a numpy batch: the jnp loss takes it
     diffs["loss_rel"] = max(diffs["loss_rel"], abs(loss - reference) / abs(reference))
   return diffs
 
@@ -188,7 +190,8 @@ def main() -> None:
   # Encoder: ours vs transformers.BertModel on the same weights, padded batches of truncated lines.
   cfg, params, _ = load_hf_checkpoint(model_dir)
   encoder = Encoder(cfg)
-  apply = jax.jit(lambda ids, segs: encoder.apply({"params": params}, ids, attention_segments=segs).hidden_states)
+  apply = jax.jit(lambda ids, segs: cast(EncoderOutput, encoder.apply({"params": params}, ids,
+                                                                    attention_segments=segs)).hidden_states)
   reference = transformers.BertModel.from_pretrained(model_dir, attn_implementation="eager").eval()
   truncated = [ours.encode(line, max_length=args.max_length).input_ids for line in lines]
   per_layer = np.zeros(cfg.num_layers + 1)

@@ -43,7 +43,7 @@ def hf_pipeline(num_labels: int, batch_size: int, bf16: bool):
   bf16 = bf16 and torch_device.autocast_skip_reason(device) is None
   model = transformers.BertForTokenClassification.from_pretrained(minilm_path(), num_labels=num_labels).eval()
   model = model.to(device, torch.bfloat16 if bf16 else torch.float32)
-  tokenizer = transformers.BertTokenizerFast.from_pretrained(minilm_path())
+  tokenizer = transformers.BertTokenizer.from_pretrained(minilm_path())
   return (transformers.pipeline("token-classification", model=model, tokenizer=tokenizer, device=device,
                                 batch_size=batch_size), "bfloat16" if bf16 else "float32")
 

@@ -37,6 +37,8 @@ TRAIN = "wikitext-2/raw/wiki.train.raw"
 def bucket(emulator: bool, prepared: str | None) -> Iterator[str]:
   """The gs:// URL to prepare into: --prepared, or a directory of the local emulator's bucket (started here)."""
   if not emulator:
+    if prepared is None:
+      raise errors.UserError("expected --emulator or --prepared gs://bucket/path (one of them)")
     yield prepared
     return
   from tests import gcs_emulator  # pylint: disable=import-outside-toplevel  (a test helper: only with --emulator)

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 import ml_collections
@@ -161,7 +161,7 @@ def our_logits(config: ml_collections.ConfigDict, params: Any, vocab_size: int):
   """The MLM head's logits at masked_positions of our trained encoder (other heads' parameters are not needed)."""
   model = EncoderWithHeads(encoder_config(config.model, vocab_size), (registry.build("mlm", config.model),))
   params = {k: params[k] for k in ("encoder", "mlm")}
-  apply = jax.jit(lambda p, b: model.apply({"params": p}, b)["mlm"])
+  apply = jax.jit(lambda p, b: cast(dict[str, Any], model.apply({"params": p}, b))["mlm"])
   keys = ("input_ids", "type_ids", "positions", "attention_segments", "masked_positions")
   return lambda batch: np.asarray(apply(params, {k: batch[k] for k in keys}))
 
@@ -232,10 +232,11 @@ def main(argv: Sequence[str] | None = None) -> None:
   shared = run_config("mlm", root, batch_size=args.batch_size, steps=1, warmup_steps=args.warmup_steps)
   shared.data.eval_files = EVAL_FILES
   data = input_pipeline.load_data(shared, Path(shared.data.cache_dir))  # Tokenized once, outside every budget.
-  vocab_size = data.tokenizer.vocab_size
-  held_out = lambda: input_pipeline.eval_batches(data.eval, data.mask_options, global_batch=args.batch_size,
+  vocab_size, eval_rows = data.tokenizer.vocab_size, data.eval
+  assert eval_rows is not None  # shared.data.eval_files is set above.
+  held_out = lambda: input_pipeline.eval_batches(eval_rows, data.mask_options, global_batch=args.batch_size,
                                                  seed=shared.seed, max_batches=args.eval_batches)[1]
-  print(f"train rows {len(data.train)}, held-out rows {len(data.eval)} x {shared.data.max_length} tokens; budget "
+  print(f"train rows {len(data.train)}, held-out rows {len(eval_rows)} x {shared.data.max_length} tokens; budget "
         f"{args.minutes:g} min per run, calibration {args.calibration_steps} steps", flush=True)
 
   report: dict[str, dict[str, Any]] = {}

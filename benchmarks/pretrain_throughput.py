@@ -99,7 +99,8 @@ def nsp_batch(text: Path, tokenizer, rows: int, length: int, seed: int) -> dict[
   they have `length` words (rows of 512 tokens need several), A the first half of their sentences, B the second half
   (label 0, IsNext) or another block's second half (label 1, NotNext); no padding."""
   rng = np.random.default_rng(seed)
-  blocks, sentences = [], []
+  blocks: list[list[str]] = []
+  sentences: list[str] = []
   for _, line in numbered_lines(text):  # A non-UTF-8 line is an error naming it.
     line = line.strip()
     if line.startswith("= ") and not line.startswith("= = "):  # A new article: its text is not joined to the last.
@@ -116,7 +117,9 @@ def nsp_batch(text: Path, tokenizer, rows: int, length: int, seed: int) -> dict[
     other = halves[(index + 1 + int(rng.integers(len(halves) - 1))) % len(halves)][1] if label else second
     encoding = tokenizer.encode(first, other, max_length=length)
     if len(encoding) == length and encoding.type_ids.count(0) > 2 and encoding.type_ids.count(1) > 1:
-      ids.append(encoding.input_ids), types.append(encoding.type_ids), labels.append(label)
+      ids.append(encoding.input_ids)
+      types.append(encoding.type_ids)
+      labels.append(label)
     if len(ids) == rows:
       break
   if len(ids) < rows:
@@ -169,6 +172,14 @@ def step_fns(cfg, num_steps: int, names: tuple[str, ...] = ("mlm", "nsp"),
                        weights=term_weights(objectives, dict.fromkeys(names, 1.0)), tx=tx)
 
 
+def hlo_text(compiled: jax.stages.Compiled) -> str:
+  """A compiled program's optimized HLO, as XLA compiled it (an error on a backend that does not give it)."""
+  text = compiled.as_text()
+  if text is None:
+    raise RuntimeError(f"XLA gives no text of compiled programs on this backend ({jax.default_backend()})")
+  return text
+
+
 class OurStep:
   """The engine's jitted train step on one batch; `__call__` runs one step and waits for it."""
 
@@ -188,10 +199,9 @@ class OurStep:
 
   def compiled_text(self) -> list[str]:
     """The optimized HLO of the step's two programs (gradients, update), as XLA compiled them."""
-    grads = self.grad_step.lower(self.state, self.batch)
-    return [grads.compile().as_text(),
-            self.apply_step.lower(self.state, self.acc, *jax.eval_shape(self.grad_step, self.state, self.batch))
-            .compile().as_text()]
+    grads = hlo_text(self.grad_step.lower(self.state, self.batch).compile())
+    update = self.apply_step.lower(self.state, self.acc, *jax.eval_shape(self.grad_step, self.state, self.batch))
+    return [grads, hlo_text(update.compile())]
 
   def mean_losses(self) -> dict[str, float]:
     acc = jax.device_get(self.acc)
@@ -294,7 +304,10 @@ def main() -> None:
 
   if cfg.embedding_width != cfg.hidden_size and not args.no_hf:
     raise SystemExit(f"--size {args.size} has factorized embeddings, which HF's BERT lacks: pass --no-hf")
-  runners, compile_s, sides, attention_errors = {}, {}, {}, {}
+  runners: dict[str, OurStep | HFStep] = {}
+  compile_s: dict[str, float] = {}
+  sides: dict[str, str] = {}
+  attention_errors: dict[str, str] = {}
   for name, variant in configs.items():  # Compiled and warmed up first: one the device refuses is reported, not fatal.
     try:
       step = OurStep(variant, batch, total_steps)
@@ -336,7 +349,7 @@ def main() -> None:
     print(f"{name}: compiled and warmed up in {compile_s[name]:.1f} s", flush=True)
   for name in reversed(runners):  # One untimed alternation: the shared heap settles to every runner's blocks.
     runners[name]()
-  times = {name: [] for name in runners}
+  times: dict[str, list[float]] = {name: [] for name in runners}
   ceilings, f32_ceilings = [], []
   for round_index in range(args.rounds):
     order = list(runners) if round_index % 2 == 0 else list(reversed(runners))
@@ -402,9 +415,11 @@ def main() -> None:
   for name in runners:
     print(f"{name:16s} {step_s[name]:8.3f} {per_s[name]:9.1f} {min(times[name]):7.3f} {max(times[name]):7.3f} "
           f"{compile_s[name]:9.1f}")
-  losses = runners["ours"].mean_losses()
-  if "hf_torch" in runners:
-    losses["hf_torch_loss"] = runners["hf_torch"].loss
+  first, reference = runners["ours"], runners.get("hf_torch")
+  assert isinstance(first, OurStep)  # The first variant's step.
+  losses = first.mean_losses()
+  if isinstance(reference, HFStep):
+    losses["hf_torch_loss"] = reference.loss
   print(f"useful GFLOP/step {work / 1e9:.1f}, ceiling {ceiling / 1e9:.0f} GFLOP/s, losses "
         + ", ".join(f"{k} {v:.3f}" for k, v in losses.items()))
   print(json.dumps(result))

@@ -29,6 +29,7 @@ import argparse
 import functools
 import json
 import statistics
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -61,6 +62,8 @@ def step_bytes(fns: steps.StepFns, state_shape, batch: dict[str, np.ndarray]) ->
   """Device bytes of the compiled grad_step on `batch`'s shapes: arguments + outputs - aliased + temporaries."""
   grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
   stats = grad_step.lower(state_shape, abstract(batch)).compile().memory_analysis()
+  if stats is None:
+    raise RuntimeError(f"XLA gives no memory analysis of compiled programs on this backend ({jax.default_backend()})")
   return (stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes
           + stats.temp_size_in_bytes)
 
@@ -71,7 +74,7 @@ def largest_batch(fns, state_shape, sample: dict[str, np.ndarray], probe: int, l
   low, high = step_bytes(fns, state_shape, tiled(sample, probe)), step_bytes(fns, state_shape, tiled(sample, 2 * probe))
   per_row = (high - low) / probe
   fixed = low - per_row * probe
-  found = {"bytes_per_row": round(per_row), "fixed_bytes": round(fixed), "probe_bytes": [low, high],
+  found: dict[str, Any] = {"bytes_per_row": round(per_row), "fixed_bytes": round(fixed), "probe_bytes": [low, high],
            "compiles": 2, "max_batch": None}
   if low > limit:
     return found | {"max_batch_note": f"{probe} rows already need {low} bytes of {limit}"}

@@ -32,6 +32,7 @@ def timed_start(repo: Path, config: str, cache: Path, steps: int) -> dict[str, f
     env = {**os.environ, "ENCODERLAB_COMPILATION_CACHE": str(cache), "PYTHONPATH": str(repo)}
     with subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as run:
+      assert run.stdout is not None  # stdout=PIPE
       for line in run.stdout:
         now = time.perf_counter() - start
         if line.startswith("starting"):
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
   for repo in repos:
     if not (repo / "launch" / "main.py").is_file():
       raise SystemExit(f"error: --repo {repo}: not a checkout of this repository (no launch/main.py)")
-  times = {str(repo): {"cold": [], "warm": []} for repo in repos}
+  times: dict[str, dict[str, list[dict[str, float]]]] = {str(repo): {"cold": [], "warm": []} for repo in repos}
   for round_ in range(args.rounds):
     for repo in repos:
       with tempfile.TemporaryDirectory(prefix="startup-cache-") as cache:

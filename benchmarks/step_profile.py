@@ -84,14 +84,15 @@ def top_ops(trace: Path, count: int, steps: int, sources: dict[tuple[str, str], 
   """From the newest .xplane.pb under `trace`: the `count` operations with the most time per step ([name, ms, share
   of the traced time, source]), the `count` sources with the most ([source, ms, share]) and the traced ms per step."""
   path = max(trace.rglob("*.xplane.pb"), key=lambda p: p.stat().st_mtime)
-  totals, source_of = collections.Counter(), {}
+  totals: collections.Counter[str] = collections.Counter()  # Operation name -> nanoseconds.
+  source_of: dict[str, str] = {}
   for line in op_lines(ProfileData.from_file(str(path))):
     for event in line.events:
       if event.duration_ns > 0 and not event.name.startswith(IGNORED_PREFIXES):
         totals[event.name] += event.duration_ns
         module = dict(event.stats).get("hlo_module", "")
         source_of[event.name] = (sources or {}).get((module, event.name), "")
-  by_source = collections.Counter()
+  by_source: collections.Counter[str] = collections.Counter()
   for name, ns in totals.items():
     by_source[source_of[name] or "(no source)"] += ns
   traced = sum(totals.values()) or 1.0

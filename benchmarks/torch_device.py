@@ -14,7 +14,8 @@ FULL_FLOAT32 = ("highest", "float32", "F32_F32_F32")
 
 def jax_full_float32() -> bool:
   """Whether JAX computes float32 matmuls in full precision here (always on CPU; on GPU only when asked to)."""
-  return jax.default_backend() == "cpu" or jax.config.jax_default_matmul_precision in FULL_FLOAT32
+  precision = jax.config.jax_default_matmul_precision  # type: ignore[attr-defined]  # JAX adds options at run time
+  return jax.default_backend() == "cpu" or precision in FULL_FLOAT32
 
 
 def torch_device():

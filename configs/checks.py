@@ -34,6 +34,8 @@ def load_python_file(path: str, module_name: str) -> ModuleType:
   """The module of a config or sweep file; a syntax error in it is a ConfigError `path:line: message`, not a
   traceback."""
   module_spec = importlib.util.spec_from_file_location(module_name, path)
+  if module_spec is None or module_spec.loader is None:  # A name Python does not import, e.g. no .py suffix.
+    raise ConfigError(f"{path}: not a Python file that can be imported; config and sweep files are .py files")
   module = importlib.util.module_from_spec(module_spec)
   try:
     module_spec.loader.exec_module(module)

@@ -32,8 +32,8 @@ POS_LEARNING_RATE = 3e-4
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The MLM pretraining run (default) or, with `pos`, the POS fine-tuning run of the demo."""
-  arg = common.parse_arg(arg, steps=DEMO_STEPS, pos=False, runlocal=False)
-  return pos_config(arg.runlocal) if arg.pos else mlm_config(arg.steps)
+  args = common.parse_arg(arg, steps=DEMO_STEPS, pos=False, runlocal=False)
+  return pos_config(args.runlocal) if args.pos else mlm_config(args.steps)
 
 
 def mlm_config(steps: int = DEMO_STEPS) -> ml_collections.ConfigDict:

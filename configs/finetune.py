@@ -73,18 +73,18 @@ def task_block(name: str, **preset) -> ml_collections.ConfigDict:
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The fine-tuning config for `arg` ('task=conll2003,init=hf:all-MiniLM-L6-v2,runlocal')."""
   explicit_init = any(key == "init" for key, _, _ in common.arg_items(arg))
-  arg = common.parse_arg(arg, task="sick", init="hf:all-MiniLM-L6-v2", runlocal=False)
-  if arg.task not in TASK_PRESETS:
-    close = difflib.get_close_matches(arg.task, TASK_PRESETS, n=1)
-    raise ConfigError(f"task={arg.task!r} is not a task{f'; did you mean {close[0]!r}?' if close else ''} (known: "
+  args = common.parse_arg(arg, task="sick", init="hf:all-MiniLM-L6-v2", runlocal=False)
+  if args.task not in TASK_PRESETS:
+    close = difflib.get_close_matches(args.task, TASK_PRESETS, n=1)
+    raise ConfigError(f"task={args.task!r} is not a task{f'; did you mean {close[0]!r}?' if close else ''} (known: "
                       f"{', '.join(sorted(TASK_PRESETS))}; configs/finetune.py TASK_PRESETS)")
-  preset = TASK_PRESETS[arg.task]
+  preset = TASK_PRESETS[args.task]
   config = ml_collections.ConfigDict()  # Locked before it is returned.
   config.objectives = ""  # Unused by fine-tuning (the task is the only objective).
   config.objective_weights = ml_collections.ConfigDict()  # Unused by fine-tuning.
   config.task = task_block(**{k: v for k, v in preset.items() if k not in RECIPE_KEYS})  # The task (above).
   # "hf:<name|dir>", "run:<workdir>" or "" (random init); runlocal starts from random init unless init= is given.
-  config.init = "" if arg.runlocal and not explicit_init else arg.init
+  config.init = "" if args.runlocal and not explicit_init else args.init
   if config.init:
     config.model, tokenizer = common.model_from_init(config.init)  # EncoderConfig fields of the checkpoint.
   else:
@@ -125,7 +125,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.best_mode = "max"
   config.measure_mfu = False
 
-  if arg.runlocal:  # A tiny model (random init, or init='s own) on slices of the splits: a smoke test in seconds.
+  if args.runlocal:  # A tiny model (random init, or init='s own) on slices of the splits: a smoke test in seconds.
     if not config.init:
       config.model = common.model_config("tiny", num_layers=2, hidden_size=64, num_heads=4, intermediate_size=128,
                                          max_positions=64)

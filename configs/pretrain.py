@@ -24,18 +24,18 @@ from objectives import registry as objective_registry
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The pretraining config for `arg` ('size=base,objectives=mlm+sbo,steps=100000,runlocal')."""
-  arg = common.parse_arg(arg, size="base", arch="bert", objectives="mlm", steps=100_000, runlocal=False, init="")
-  names = arg.objectives.split("+")
+  args = common.parse_arg(arg, size="base", arch="bert", objectives="mlm", steps=100_000, runlocal=False, init="")
+  names = args.objectives.split("+")
   # What the objectives need of the data (Objective.packing, .masking: NSP pairs, SBO's spans), else the defaults below;
   # an unknown name is left to config.objectives' rule.
-  built = [objective_registry.OBJECTIVES[name]() for name in names if name in objective_registry.OBJECTIVES]
+  built = [objective_registry.build(name) for name in names if name in objective_registry.OBJECTIVES]
   needed = lambda key, default: next((getattr(o, key).value for o in built if getattr(o, key)), default)
   config = ml_collections.ConfigDict()  # Locked before it is returned.
-  config.objectives = arg.objectives  # "+"-joined objective names (objectives.registry.OBJECTIVES).
+  config.objectives = args.objectives  # "+"-joined objective names (objectives.registry.OBJECTIVES).
   config.objective_weights = ml_collections.ConfigDict(dict.fromkeys(names, 1.0))  # Total loss = sum of w * loss.
   config.task = ""  # Fine-tuning task name (tasks registry); "" for pretraining.
-  config.init = arg.init  # "hf:<name|dir>" or "run:<workdir>": continue pretraining from it ("" = random init).
-  config.model = common.model_config(arg.size, arch=arg.arch)  # EncoderConfig fields (PRESETS[size] + switches).
+  config.init = args.init  # "hf:<name|dir>" or "run:<workdir>": continue pretraining from it ("" = random init).
+  config.model = common.model_config(args.size, arch=args.arch)  # EncoderConfig fields (PRESETS[size] + switches).
 
   config.data = ml_collections.ConfigDict()  # Corpus files, tokenizer and row layout.
   config.data.train_files = "wikitext-2/raw/wiki.train.raw"  # Comma-separated; relative to the data dir or absolute.
@@ -66,25 +66,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config[name] = ml_collections.ConfigDict(fields.defaults(declared))
 
   config.optimizer = common.optimizer_config()  # AdamW/LAMB, warmup + linear decay (configs/common.py).
-  common.engine_config(config, steps=arg.steps)
+  common.engine_config(config, steps=args.steps)
   config.best_metric = "eval/mlm_accuracy" if "mlm" in names else "eval/loss"
   config.best_mode = "max" if "mlm" in names else "min"
 
-  if arg.runlocal:  # A tiny run on the packaged sample corpus (configs/samples.py): a smoke test in seconds.
-    config.model = common.model_config("tiny", arch=arg.arch, num_layers=2, hidden_size=64, num_heads=4,
+  if args.runlocal:  # A tiny run on the packaged sample corpus (configs/samples.py): a smoke test in seconds.
+    config.model = common.model_config("tiny", arch=args.arch, num_layers=2, hidden_size=64, num_heads=4,
                                        intermediate_size=256, max_positions=64)
     config.data.train_files = str(samples.sample_file("train"))
     config.data.eval_files = str(samples.sample_file("heldout"))
     config.data.max_length = 32
     config.masking.max_predictions = 4
     config.batch_size = 8
-    config.num_train_steps = 20 if arg.steps == 100_000 else arg.steps
+    config.num_train_steps = 20 if args.steps == 100_000 else args.steps
     config.optimizer.warmup_steps = 4
     config.optimizer.learning_rate = 1e-3
     config.log_every_steps = 5
     config.eval_every_steps = 10
     config.eval_steps = 2
     config.checkpoint_every_steps = 10
-  if arg.init:  # The checkpoint's architecture and vocabulary (after runlocal: a tiny run can continue a real one).
-    config.model, config.data.tokenizer = common.model_from_init(arg.init)
+  if args.init:  # The checkpoint's architecture and vocabulary (after runlocal: a tiny run can continue a real one).
+    config.model, config.data.tokenizer = common.model_from_init(args.init)
   return config.lock()

@@ -19,11 +19,13 @@ import re
 import sys
 import textwrap
 import tokenize
+from collections.abc import Mapping
 from pathlib import Path
 
 import ml_collections
 
 from configs import demo, finetune, pretrain, rules
+from encoder.fields import Rule
 from objectives import registry as objective_registry
 from tasks import registry
 
@@ -62,7 +64,7 @@ def _dotted(target: ast.expr) -> str | None:
 
 def _assigned_fields(tree: ast.Module) -> list[tuple[str, ast.stmt]]:
   """(dotted field, statement) for every config-block assignment and config dataclass field, in source order."""
-  fields = []
+  fields: list[tuple[str, ast.stmt]] = []
   for node in ast.walk(tree):
     if isinstance(node, ast.Assign) and len(node.targets) == 1 and (name := _dotted(node.targets[0])):
       fields.append((name, node))
@@ -74,10 +76,11 @@ def _assigned_fields(tree: ast.Module) -> list[tuple[str, ast.stmt]]:
 
 def _comment_of(statement: ast.stmt, comments: dict[int, tuple[str, bool]]) -> str:
   """The statement's trailing comment, else the comment lines directly above it, else ""."""
-  for row in range(statement.lineno, statement.end_lineno + 1):
+  for row in range(statement.lineno, (statement.end_lineno or statement.lineno) + 1):  # Parsed: end_lineno is set.
     if row in comments and not comments[row][1]:
       return comments[row][0]
-  above, row = [], statement.lineno - 1
+  above: list[str] = []
+  row = statement.lineno - 1
   while row in comments and comments[row][1]:
     above.insert(0, comments[row][0])
     row -= 1
@@ -87,7 +90,8 @@ def _comment_of(statement: ast.stmt, comments: dict[int, tuple[str, bool]]) -> s
 def comments_in(source: str) -> dict[str, str]:
   """Dotted field -> comment in one config file's source; the first commented assignment of a field wins (later ones
   are usually runlocal's overrides), and a field assigned only without one maps to ""."""
-  comments, found = _comments(source), {}
+  comments = _comments(source)
+  found: dict[str, str] = {}
   for name, statement in _assigned_fields(ast.parse(source)):
     if not found.get(name):
       found[name] = _comment_of(statement, comments)
@@ -161,7 +165,8 @@ def missing_comments() -> list[str]:
   return missing
 
 
-def _field_table(leaves: dict[str, object], comments: dict[str, str], accepts: dict[str, object]) -> list[str]:
+def _field_table(leaves: dict[str, object], comments: dict[str, str], accepts: Mapping[str, Rule]
+                 ) -> list[str]:
   rows = ["| field | default | accepts | meaning |", "|---|---|---|---|"]
   return rows + [f"| `{name}` | {_show(value)} | {_cell(accepts[name].describe())} | {_cell(comments[name])} |"
                  for name, value in leaves.items()]
@@ -184,7 +189,8 @@ def argument_defaults(path: str) -> dict[str, object]:
   module_globals = vars(MODULES[path])
   for node in ast.walk(ast.parse((REPO / path).read_text(encoding="utf-8"))):
     if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "parse_arg":
-      return {keyword.arg: _constant(keyword.value, module_globals) for keyword in node.keywords}
+      return {keyword.arg: _constant(keyword.value, module_globals) for keyword in node.keywords
+              if keyword.arg is not None}  # None: a **mapping, whose names the source does not spell.
   raise ValueError(f"{path} has no common.parse_arg call")
 
 
@@ -206,7 +212,7 @@ def _experiment_section(name: str) -> list[str]:
 def _preset_section() -> list[str]:
   """Each fine-tuning task preset against the default one."""
   comments = _lookup(EXPERIMENTS["finetune"][2])
-  default_task = argument_defaults("configs/finetune.py")["task"]
+  default_task = str(argument_defaults("configs/finetune.py")["task"])
   base = _leaves(finetune.get_config(), comments)
   lines = ["## Fine-tuning task presets", "",
            f"`configs/finetune.py:task=NAME` (TASK_PRESETS): the fields each preset sets differently from the default "

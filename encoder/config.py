@@ -2,7 +2,7 @@
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -74,7 +74,7 @@ class EncoderConfig:
   # jax.nn.dot_product_attention on [batch, length, heads, dim] with that implementation (no attention dropout; cudnn:
   # bf16/f16 on NVIDIA GPUs). Configs default to "auto": chosen once at start-up for the platform (`auto_attention`;
   # attention dropout > 0 keeps "matmul") and recorded in the run's config.json; runs saved before the field: "matmul".
-  attention: str = "matmul"
+  attention: Literal["matmul", "xla", "cudnn"] = "matmul"
   # dtype of the activations between matmuls (dense outputs, bias, GELU, dropout, residuals, LayerNorm outputs):
   # bfloat16 halves their memory and traffic; LayerNorm statistics, softmax, the returned hidden states and the
   # loss stay float32. Needs dtype bfloat16 (configs: "float32" or "bfloat16").
@@ -260,10 +260,10 @@ def resolve_platform(model: Mapping[str, Any], where: str | None = None) -> dict
   choices = {name: model.get(name, AUTO) for name in ("kernels", "bf16_dots")}
   if AUTO in choices.values() or model.get("attention") == AUTO:
     where = where or platform()
-  if choices["kernels"] == AUTO:
-    choices["kernels"] = auto_kernels(where)
-  if choices["bf16_dots"] == AUTO:
-    choices["bf16_dots"] = auto_bf16_dots(where)
+    if choices["kernels"] == AUTO:
+      choices["kernels"] = auto_kernels(where)
+    if choices["bf16_dots"] == AUTO:
+      choices["bf16_dots"] = auto_bf16_dots(where)
   return choices | ({"attention": resolve_attention(model, where)} if "attention" in model else {})
 
 

@@ -24,7 +24,7 @@ def encoder_train_flops(cfg: EncoderConfig, rows: int, length: int, last_rows: f
   h = cfg.hidden_size
   feed_forward = (3 if cfg.gated_feed_forward else 2) * h * cfg.intermediate_size
   per_token = 4 * h * h + feed_forward + 2 * h * length  # Multiply-adds per token and layer.
-  per_sequence = cfg.num_layers * per_token * length
+  per_sequence: float = cfg.num_layers * per_token * length
   if last_rows is not None:  # Keys and values (2 H^2) stay at every token.
     per_sequence -= (per_token - 2 * h * h) * (length - last_rows)
   return 6.0 * per_sequence * rows

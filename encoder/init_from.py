@@ -64,8 +64,8 @@ def parameters(init: str, heads: hf.HeadReader | None = None) -> dict[str, Any]:
   run's newest checkpoint (the caller picks the ones it wants)."""
   kind, where = parse(init)
   if kind == "hf":
-    _, params, heads = hf.load_hf_checkpoint(_hf_directory(init, where), heads=heads)
-    return {"encoder": params, **heads}
+    _, params, head_trees = hf.load_hf_checkpoint(_hf_directory(init, where), heads=heads)
+    return {"encoder": params, **head_trees}
   step, params = run_params(where)
   if "encoder" not in params:
     raise ConfigError(f"init={init!r}: checkpoint {files.absolute(where) / 'checkpoints' / str(step)} has no "
@@ -98,7 +98,7 @@ def run_params(workdir: str | Path, step: int | None = None, *, evaluation: bool
   ema = isinstance(opt_state, dict) and "ema" in opt_state  # launch.optimizer.EmaState, saved as a dict.
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                        opt_state["ema"] if ema else metadata["params"])
+                        metadata["opt_state"]["ema"] if ema else metadata["params"])
   target = {"opt_state": {"ema": target}} if ema else {"params": target}
   restore_args = jax.tree.map(lambda _: ocp.ArrayRestoreArgs(sharding=device), target)
   restored = reader.restore(step, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args,

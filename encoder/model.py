@@ -19,7 +19,7 @@ natural [batch, length, heads, head_dim] layout (no attention dropout). All thre
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import flax.linen as nn
 import flax.struct
@@ -253,7 +253,8 @@ def blocked_attend(q: Array, k: Array, v: Array, bias: Array, dtype, dots: matmu
   return jnp.moveaxis(out, 0, 2).reshape(q.shape[:2] + (-1, q.shape[3]))[:, :, :length]
 
 
-def fused_attend(q: Array, k: Array, v: Array, mask: Array, implementation: str, even: bool | None = None) -> Array:
+def fused_attend(q: Array, k: Array, v: Array, mask: Array, implementation: Literal["xla", "cudnn"],
+                 even: bool | None = None) -> Array:
   """jax.nn.dot_product_attention(q, k, v, mask) with `implementation` on q [batch, R, heads, d], k and v [batch,
   length, heads, d], mask [batch, 1, R, length] bool: [batch, R, heads, d], scaled by 1/sqrt(d).
 
@@ -298,11 +299,13 @@ class SelfAttention(nn.Module):
     qkv = per_token(_dense(cfg, (3, cfg.num_heads, cfg.head_dim), "qkv"), x)  # [batch, length, 3, heads, head_dim]
     q, k, v = rows(qkv[:, :, 0], query_positions), qkv[:, :, 1], qkv[:, :, 2]  # [batch, length or R, heads, d]
     if angles is not None:
-      q, k = rotate(q, tuple(rows(a, query_positions) for a in angles)), rotate(k, angles)
+      cos, sin = angles
+      q, k = rotate(q, (rows(cos, query_positions), rows(sin, query_positions))), rotate(k, angles)
     mask = rows(mask, query_positions, 2)
     output = _dense(cfg, cfg.hidden_size, "output", axis=(-2, -1))
     if cfg.attention != "matmul":
-      context = fused_attend(*(y.astype(cfg.dtype) for y in (q, k, v)), mask, cfg.attention)  # [batch, R, heads, d]
+      q, k, v = (y.astype(cfg.dtype) for y in (q, k, v))
+      context = fused_attend(q, k, v, mask, cfg.attention)  # [batch, R, heads, d]
       return per_token(output, context)
     heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), cfg.dots, (0, 2, 1, 3))  # Moves bf16, not f32.
     q = heads_first(q * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, head_dim]
@@ -415,7 +418,7 @@ class Encoder(nn.Module):
     masks = {True: attention_mask(attention_segments)}  # By whether a block attends globally.
     if not all(map(cfg.is_global, range(cfg.num_layers))):
       masks[False] = attention_mask(attention_segments, cfg.local_attention_window)
-    angles = {True: None, False: None}
+    angles: dict[bool, tuple[Array, Array] | None] = {True: None, False: None}
     if cfg.position_embedding == "rotary":
       angles = {True: rotary_angles(positions, cfg.head_dim, cfg.rope_theta),
                 False: rotary_angles(positions, cfg.head_dim, cfg.rope_local_theta)}

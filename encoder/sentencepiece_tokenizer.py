@@ -61,9 +61,11 @@ class SentencePieceBackend:
     if not pretokenized:
       return [(ids, self._word_ids(ids)) for ids in self.sp.encode(items)]
     flat = self.sp.encode([word for words in items for word in words])
-    out, position = [], 0
+    out: list[tuple[list[int], list[int | None]]] = []
+    position = 0
     for words in items:
-      ids, word_ids = [], []
+      ids: list[int] = []
+      word_ids: list[int | None] = []
       for word, pieces in enumerate(flat[position:position + len(words)]):
         pieces = pieces or [self.unk_id]
         ids += pieces
@@ -73,7 +75,8 @@ class SentencePieceBackend:
     return out
 
   def _word_ids(self, ids: list[int]) -> list[int | None]:
-    word_ids, word = [], -1
+    word_ids: list[int | None] = []
+    word = -1
     for position, index in enumerate(ids):
       if self._starts_word[index] or position == 0:
         word += 1

@@ -57,6 +57,14 @@ def _key(item: Text):
   return None
 
 
+def _special_id(backend: "wordpiece.WordPieceBackend | sentencepiece_tokenizer.SentencePieceBackend", token: str
+                ) -> int:
+  """The id of one of SPECIAL_TOKENS, which every backend has (both refuse a vocabulary that lacks one)."""
+  token_id = backend.token_to_id(token)
+  assert token_id is not None, f"{backend.source}: no {token} (the backend checks its special tokens)"
+  return token_id
+
+
 class Tokenizer:
   """A WordPiece or SentencePiece tokenizer with uniform specials, pair encoding, truncation and word ids."""
 
@@ -64,7 +72,7 @@ class Tokenizer:
     self.backend = backend
     self._batch: dict | None = None  # Inside `batched`: {"pending": items not segmented yet, "memo": key -> segments}.
     self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-        backend.token_to_id(token) for token in SPECIAL_TOKENS)
+        _special_id(backend, token) for token in SPECIAL_TOKENS)
 
   @property
   def vocab_size(self) -> int:
@@ -164,7 +172,15 @@ class Tokenizer:
     return self.backend.tokenize(text)
 
   def ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
-    return [self.backend.id_to_token(int(i)) for i in ids]
+    """The vocabulary entry of each id; an id with none is an error (a WordPiece vocabulary's gap, or past its end)."""
+    tokens = []
+    for i in ids:
+      token = self.backend.id_to_token(int(i))
+      if token is None:
+        raise errors.UserError(f"{self.backend.source}: token id {int(i)} has no vocabulary entry (of "
+                               f"{self.vocab_size}; a vocab.txt listing a token twice leaves a gap)")
+      tokens.append(token)
+    return tokens
 
   def token_to_id(self, token: str) -> int | None:
     """The id of a vocabulary entry, None if absent."""

@@ -36,7 +36,9 @@ class WordPieceBackend:
     tokenizer.add_special_tokens(list(specials))  # Already in the vocabulary: only marks them as unsplittable.
     self.hf = tokenizer
     self.source = source
-    self.unk_id = tokenizer.token_to_id(specials[1])
+    unk_id = tokenizer.token_to_id(specials[1])
+    assert unk_id is not None, "the specials are checked above"
+    self.unk_id = unk_id
 
   @property
   def vocab_size(self) -> int:
@@ -45,7 +47,8 @@ class WordPieceBackend:
   def token_to_id(self, token: str) -> int | None:
     return self.hf.token_to_id(token)
 
-  def id_to_token(self, token_id: int) -> str:
+  def id_to_token(self, token_id: int) -> str | None:
+    """The entry of `token_id`; None for an id no entry has (a vocab.txt's repeated line leaves such a gap)."""
     return self.hf.id_to_token(token_id)
 
   def tokenize(self, text: str) -> list[str]:
@@ -100,11 +103,14 @@ class WordPieceBackend:
       self.hf.model.save(str(directory))  # vocab.txt, for tools that read only that.
 
 
-def _unk_for_empty_words(ids, word_ids, num_words, unk_id):
+def _unk_for_empty_words(ids: list[int], word_ids: list[int | None], num_words: int, unk_id: int
+                         ) -> tuple[list[int], list[int | None]]:
   """Insert [UNK] for words that produced no subword (e.g. only control characters) so each word maps somewhere."""
   if len(set(word_ids)) == num_words:
     return ids, word_ids
-  new_ids, new_words, position = [], [], 0
+  new_ids: list[int] = []
+  new_words: list[int | None] = []
+  position = 0
   for word in range(num_words):
     start = position
     while position < len(ids) and word_ids[position] == word:
@@ -162,7 +168,7 @@ def load_vocab_txt(path: Path, specials: Sequence[str], lowercase: bool | None =
     lowercase, strip_accents = settings.get("do_lower_case"), settings.get("strip_accents")
   if lowercase is None:  # Uncased vocabularies (e.g. bert-base-uncased, MiniLM) have no uppercase entries.
     lowercase = not any(t != t.lower() for t in tokens if not (t.startswith("[") and t.endswith("]")))
-  vocab = {}
+  vocab: dict[str, int] = {}
   for index, token in enumerate(tokens):
     vocab.setdefault(token, index)
   model = models.WordPiece(vocab, unk_token=specials[1], max_input_chars_per_word=100)
@@ -188,12 +194,12 @@ def _is_punctuation(char: str) -> bool:
       unicodedata.category(char).startswith("P"))
 
 
-def _count_words(files: Sequence[Path], normalizer: normalizers.Normalizer) -> collections.Counter:
+def _count_words(files: Sequence[Path], normalizer: normalizers.Normalizer) -> collections.Counter[str]:
   """Word counts after BERT normalization and pre-tokenization (whitespace split, punctuation isolated).
 
   The split is a regex equal to BertPreTokenizer on normalized text; it runs far faster than pre_tokenize_str.
   """
-  counts = collections.Counter()
+  counts: collections.Counter[str] = collections.Counter()
   for path in files:
     with open(path, encoding="utf-8") as handle:
       while chunk := handle.readlines(1 << 20):
@@ -217,8 +223,8 @@ def learn_vocab(counts: dict[str, int], vocab_size: int, min_frequency: int,
   alphabet = sorted({c for word in counts for c in word}) + sorted({s for w in words for s in w[1:]})
   vocab = list(specials) + [s for s in alphabet if s not in specials]
   known = set(vocab)
-  pair_counts = collections.Counter()
-  where = collections.defaultdict(set)
+  pair_counts: collections.Counter[tuple[str, str]] = collections.Counter()
+  where: collections.defaultdict[tuple[str, str], set[int]] = collections.defaultdict(set)
   for index, (symbols, freq) in enumerate(zip(words, freqs)):
     for pair in itertools.pairwise(symbols):
       pair_counts[pair] += freq

@@ -13,9 +13,21 @@ later run loads all of them instead.
 
 import concurrent.futures
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
+
+
+class Jitted(Protocol):
+  """What jax.jit returns (jax's own name for its type is private): called, lowered for given arguments
+  (`lower(...).compile()` compiles ahead), or traced for its outputs' shapes (`eval_shape`). jax.pmap's functions
+  lower too, but have no eval_shape (the loop asks for it under jit only)."""
+
+  def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+  def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered: ...
+
+  def eval_shape(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def _abstract(tree: Any) -> Any:
@@ -34,18 +46,20 @@ class CompileAhead:
   update program, acc) on (state, acc, *that step's outputs): the engine's second program (launch.programs), which
   every shape shares. `wait(batch)` blocks until both programs of a step on that batch are compiled."""
 
-  def __init__(self, step: Callable, state: Any, batches: Sequence[dict[str, Any]],
-               update: tuple[Callable, Any] | None = None):
+  def __init__(self, step: Jitted, state: Any, batches: Sequence[dict[str, Any]],
+               update: tuple[Jitted, Any] | None = None):
     # One thread: compilations in parallel gained little on 2 cores (32 vs 37 s for 5 shapes) and slow training more.
     self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile_ahead")
     state = _abstract(state)
     self._futures, self._update = {}, None
     for batch in map(_abstract, batches):
-      self._futures[batch_key(batch)] = self._pool.submit(lambda b=batch: step.lower(state, b).compile())
+      self._futures[batch_key(batch)] = self._pool.submit(
+          lambda b=batch: step.lower(state, b).compile())  # type: ignore[misc]  # mypy infers no lambda with defaults
       if update is not None and self._update is None:
         program, acc = update[0], _abstract(update[1])
         self._update = self._pool.submit(
-            lambda b=batch, program=program, acc=acc: program.lower(state, acc, *step.eval_shape(state, b)).compile())
+            lambda b=batch, program=program, acc=acc:  # type: ignore[misc]  # mypy infers no lambda with defaults
+            program.lower(state, acc, *step.eval_shape(state, b)).compile())
     self._added: list[concurrent.futures.Future] = []
 
   def wait(self, batch: dict[str, Any]) -> None:
@@ -55,7 +69,7 @@ class CompileAhead:
         done.result()  # Re-raises a compilation error here, in the training loop.
     self._update = None
 
-  def add(self, program: Callable, first: Any, batches: Callable[[], Iterable[dict[str, Any]]]) -> None:
+  def add(self, program: Jitted, first: Any, batches: Callable[[], Iterable[dict[str, Any]]]) -> None:
     """Compiles the jitted `program(first, batch)` for each batch of `batches()` (one per shape; called on the
     thread, as collating a whole split takes a while) after everything submitted before."""
     first = _abstract(first)

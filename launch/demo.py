@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 import ml_collections
@@ -60,7 +60,9 @@ def fill_mask(config: ml_collections.ConfigDict, params: Any, tokenizer: Any, se
               k: int = 5) -> list[list[tuple[str, float]]]:
   """The k most probable tokens (softmax of the MLM head) at the [MASK] of each sentence, with probabilities."""
   model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (registry.build("mlm", config.model),))
-  logits = np.asarray(model.apply({"params": params}, masked_batch(sentences, tokenizer))["mlm"][:, 0], np.float64)
+  # Without mutable=, apply returns the module's output alone (not an (output, variables) pair).
+  predictions = cast(dict[str, Any], model.apply({"params": params}, masked_batch(sentences, tokenizer)))
+  logits = np.asarray(predictions["mlm"][:, 0], np.float64)
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)
   top = np.argsort(-probs, axis=-1)[:, :k]
@@ -71,6 +73,9 @@ def unigram_baseline(config: ml_collections.ConfigDict, cache_dir: Path) -> dict
   """Accuracy and loss on the engine's held-out rows and masks of a model that ignores the context: always the most
   frequent training token, probabilities = the training corpus's add-one smoothed token frequencies."""
   data = input_pipeline.load_data(config, cache_dir)
+  if data.eval is None:
+    raise errors.ConfigError("config.data.eval_files names no files: the unigram baseline is measured on the "
+                             "held-out split; set it to the held-out corpus")
   unigram = np.bincount(data.train.corpus.tokens, minlength=data.tokenizer.vocab_size) + 1.0
   unigram[list(data.tokenizer.special_ids)] = 0.0  # Never a masked target.
   unigram /= unigram.sum()

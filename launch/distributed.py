@@ -6,6 +6,7 @@ on a TPU pod or a SLURM cluster `--distributed` alone lets JAX detect them.
 """
 
 import os
+from typing import Any
 
 import jax
 
@@ -18,7 +19,9 @@ ENV = {"coordinator_address": "JAX_COORDINATOR_ADDRESS", "num_processes": "JAX_N
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
                process_id: int | None = None, auto_detect: bool = False) -> bool:
   """Connects this process to the others; returns whether it did (False: a single-process run)."""
-  given = {"coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}
+  # jax.distributed.initialize's keyword arguments: the address a str, the others ints; None while not given.
+  given: dict[str, Any] = {"coordinator_address": coordinator_address, "num_processes": num_processes,
+                           "process_id": process_id}
   for key, variable in ENV.items():
     if given[key] is None and os.environ.get(variable):
       given[key] = os.environ[variable] if key == "coordinator_address" else int(os.environ[variable])

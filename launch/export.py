@@ -101,7 +101,7 @@ def checked_out(out: Path) -> Path:
 
 def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
   """A parameter tree as {"a/b/leaf": array} (safetensors names)."""
-  arrays = {}
+  arrays: dict[str, np.ndarray] = {}
   for key, value in tree.items():
     name = f"{prefix}{key}"
     arrays |= flat(value, name + "/") if isinstance(value, dict) else {name: np.asarray(value)}

@@ -9,8 +9,8 @@ by worker processes (config.data.workers: masking is Python per row, about 300 u
 """
 
 import os
-from collections.abc import Iterator, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple, Protocol
 
 import grain
 import jax
@@ -67,7 +67,15 @@ def _masker(options: dict[str, Any], seed: int):
   return mask
 
 
-def example_batch(rows: Sequence, options: dict[str, Any]) -> dict[str, np.ndarray]:
+class Rows(Protocol):
+  """Random-access example rows: a list, objectives.pipeline.PackedExamples, or rows read from prepared shards."""
+
+  def __len__(self) -> int: ...
+
+  def __getitem__(self, index: int) -> Mapping[str, Any]: ...
+
+
+def example_batch(rows: Rows, options: dict[str, Any]) -> dict[str, np.ndarray]:
   """A batch of one masked row: the shapes and dtypes the model is initialized and traced with."""
   return {k: np.asarray(v)[None] for k, v in _masker(options, 0)(0, rows[0]).items()}
 
@@ -99,7 +107,7 @@ def worker_count(configured: int, backend: str | None = None, cores: int | None 
   return max(1, min(MAX_TPU_WORKERS, cores // CORES_PER_TPU_WORKER))
 
 
-def train_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int, seed: int, start_step: int,
+def train_batches(rows: Rows, options: dict[str, Any], *, global_batch: int, seed: int, start_step: int,
                   prefetch: int, workers: int = 0) -> Iterator[dict[str, np.ndarray]]:
   """This process's rows of the batches of steps start_step, start_step + 1, ... (endless). workers > 0: that many
   processes mask and batch (grain's mp_prefetch; the same batches in the same order); -1: `worker_count`'s choice."""
@@ -120,7 +128,7 @@ def train_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int,
   return iter(dataset)
 
 
-def eval_batches(rows: Sequence, options: dict[str, Any], *, global_batch: int, seed: int,
+def eval_batches(rows: Rows, options: dict[str, Any], *, global_batch: int, seed: int,
                  max_batches: int) -> tuple[int, Iterator[dict[str, np.ndarray]]]:
   """(number of batches, iterator) over the first whole batches of the split (in order, fixed masks)."""
   count = len(rows) // global_batch

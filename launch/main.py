@@ -43,7 +43,9 @@ def main(argv: list[str]) -> None:
   logging.set_verbosity(logging.WARNING)  # Orbax and grain log every save/read at INFO.
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value)
   from launch import train  # pylint: disable=import-outside-toplevel  (after jax.distributed is set up)
-  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  workdir = _WORKDIR.value
+  assert workdir is not None  # A required flag: absl refuses a command line without it.
+  train.train_and_evaluate(_CONFIG.value, workdir)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import math
 import pathlib
 import sys
 import tempfile
+import types
 
 import jax
 import numpy as np
@@ -19,12 +20,13 @@ from encoder import files
 from encoder.files import Path
 
 
-def _import_tensorboardx():
+def _import_tensorboardx() -> types.ModuleType:
   """tensorboardX, imported with torch hidden: where torch is installed tensorboardX imports it only to accept its
   tensors (2.2 s of every run's start on a 2-core Zen 3 VM), and this writer passes floats."""
   hidden = "torch" not in sys.modules
   if hidden:
-    sys.modules["torch"] = None  # `import torch` raises ImportError, which tensorboardX expects without torch.
+    # `import torch` raises ImportError, which tensorboardX expects without torch.
+    sys.modules["torch"] = None  # type: ignore[assignment]  # None blocks an import (typeshed allows modules only)
   try:
     import tensorboardX  # pylint: disable=import-outside-toplevel
   finally:

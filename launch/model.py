@@ -37,13 +37,15 @@ class EncoderWithHeads(nn.Module):
       if o.replaces_inputs:  # ELECTRA: the generator's samples replace the masked tokens.
         batch = heads[o.name].replace_inputs(batch, encoder, train)
     if "packed_input_ids" in batch:  # Packed fine-tuning (tasks.batching.pack): the heads read unpacked examples.
-      outputs = encoder(*(batch[f"packed_{k}"] for k in PACKED_INPUTS), train=train,
+      packed = (batch[f"packed_{k}"] for k in PACKED_INPUTS)
+      outputs = encoder(*packed, train=train,  # type: ignore[misc,arg-type]  # mypy cannot count a generator's 4 items
                         last_positions=batch["packed_cls"] if all(_cls_only(o, batch) for o in self.objectives)
                         else None)
       outputs = unpacked(outputs, batch, encoder.pool)
     else:
-      outputs = encoder(*(batch.get(k) for k in ENCODER_INPUTS), train=train, last_positions=last_positions(
-          self.objectives, batch))
+      inputs = (batch.get(k) for k in ENCODER_INPUTS)  # input_ids always there; a missing other: None, its default.
+      outputs = encoder(*inputs, train=train,  # type: ignore[misc,arg-type]  # mypy cannot count a generator's 4 items
+                        last_positions=last_positions(self.objectives, batch))
     return {name: head(outputs, batch, encoder.attend, train) for name, head in heads.items()}
 
 
@@ -78,7 +80,7 @@ def last_positions(objectives: Sequence[Objective], batch: dict[str, jax.Array])
     return None
   ids = batch["input_ids"]
   positions = jnp.concatenate([jnp.zeros((ids.shape[0], 1), jnp.int32)]
-                              + [o.reads(batch).astype(jnp.int32) for o in objectives], axis=1)
+                              + [o.reads(batch).astype(jnp.int32) for o in objectives if o.reads is not None], axis=1)
   return positions if positions.shape[1] < ids.shape[1] else None
 
 

@@ -15,15 +15,16 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from launch import sharding, steps
+from launch.compile_ahead import Jitted
 from launch.model import EncoderWithHeads
 from tasks import evaluation
 from tasks.family import TaskFamily
 
 
 class Programs(NamedTuple):
-  grad_step: Callable  # (state, batch) -> (loss, metric sums, summed gradients); compiled per batch shape.
-  apply_step: Callable  # (state, acc, loss, metrics, grads) -> (state, acc); the state and acc are donated.
-  eval_step: Callable  # (params, batch, acc) -> acc: the objectives' metric sums of a held-out batch added.
+  grad_step: Jitted  # (state, batch) -> (loss, metric sums, summed gradients); compiled per batch shape.
+  apply_step: Jitted  # (state, acc, loss, metrics, grads) -> (state, acc); the state and acc are donated.
+  eval_step: Jitted  # (params, batch, acc) -> acc: the objectives' metric sums of a held-out batch added.
   to_device: Callable  # (this process's rows, accum=) -> the global batch in the steps' layout.
   place: Callable  # host tree (metric sums) -> a fresh device copy in the steps' layout.
   fetch: Callable  # device metric sums -> host numpy (the first copy under pmap).

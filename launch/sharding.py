@@ -55,7 +55,7 @@ def partition_spec(path: str, shape: tuple[int, ...], model_size: int, fsdp_size
   """The spec of one leaf ('.../layer_0/attention/qkv/kernel'): its PARAM_RULES entry of its rank when the model axis
   is used, plus the data axis on its largest free dimension that `fsdp_size` divides (FSDP; leaves of FSDP_MIN_SIZE
   entries or more). A rule's dimension that the model axis does not divide is an error naming the leaf."""
-  spec = [None] * len(shape)
+  spec: list[str | None] = [None] * len(shape)  # A mesh axis name or None per dimension.
   for pattern, rule in PARAM_RULES if model_size > 1 else ():
     if re.search(pattern, path) and len(rule) == len(shape):
       axis = list(rule).index("model")

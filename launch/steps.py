@@ -10,7 +10,7 @@ for the host. `nonfinite_step` keeps the first step whose loss or gradient norm 
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import flax.struct
 import jax
@@ -50,8 +50,9 @@ def init_state(fns: StepFns, example_batch: dict[str, jax.Array], pretrained: di
   `pretrained` ({"encoder": tree, head name: tree, ...}) replaces the random trees the model also has."""
   init_key, dropout_key = jax.random.split(jax.random.PRNGKey(seed))
   params = fns.model.init(init_key, example_batch, train=False)["params"]
-  for name in (pretrained or {}).keys() & params.keys():
-    params = {**params, name: jax.tree.map(lambda p, q: jnp.asarray(q, p.dtype), params[name], pretrained[name])}
+  trees = pretrained or {}
+  for name in trees.keys() & params.keys():
+    params = {**params, name: jax.tree.map(lambda p, q: jnp.asarray(q, p.dtype), params[name], trees[name])}
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=fns.tx.init(params), rng=dropout_key)
 
 
@@ -106,7 +107,9 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
   def loss_fn(params, micro, micro_key):
     if fns.trainable is not None:  # Frozen parameters get a zero gradient: XLA drops the backward work for them.
       params = jax.tree.map(lambda p, t: p if t else jax.lax.stop_gradient(p), params, fns.trainable)
-    predictions = fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key})
+    # Without mutable=, apply returns the module's output alone (not an (output, variables) pair).
+    predictions = cast(dict[str, Any],
+                       fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key}))
     metrics = objective_metrics(fns.objectives, predictions, micro)
     own = {term: jax.lax.stop_gradient(metrics[f"{term}_loss"][1]) for term in fns.weights}  # The batch's.
     if counts is None and axis_name is not None:
@@ -140,8 +143,8 @@ def apply_step(fns: StepFns, state: TrainState, acc: dict[str, jax.Array], loss:
   with several length buckets compiles it once (on a CPU ~1.5 s of the fused step's ~6 s per bucket)."""
   grad_norm = optax.tree.norm(grads)
   updates, opt_state = fns.tx.update(grads, state.opt_state, state.params)
-  new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                            opt_state=opt_state)
+  new_state = state.replace(  # type: ignore[attr-defined]  # flax.struct.dataclass adds .replace at run time
+      step=state.step + 1, params=optax.apply_updates(state.params, updates), opt_state=opt_state)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   metrics = metrics | _pairs({"grad_norm": (grad_norm, 1)})
   acc = _add(acc, metrics) | {
@@ -158,7 +161,8 @@ def train_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], acc
 def eval_step(fns: StepFns, params: Any, batch: dict[str, jax.Array], acc: dict[str, jax.Array], *,
               axis_name: str | None = None) -> dict[str, jax.Array]:
   """Adds one evaluation batch's (sum, count) metrics to `acc`."""
-  predictions = fns.model.apply({"params": params}, batch, train=False)
+  # Without mutable=, apply returns the module's output alone (not an (output, variables) pair).
+  predictions = cast(dict[str, Any], fns.model.apply({"params": params}, batch, train=False))
   metrics = _pairs(objective_metrics(fns.objectives, predictions, batch) | _padding(batch))
   if axis_name is not None:
     metrics = jax.lax.psum(metrics, axis_name)

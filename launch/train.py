@@ -91,20 +91,21 @@ def compile_cost(config: ml_collections.ConfigDict, workdir: Path) -> float:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains config.num_train_steps steps in workdir (resuming if it holds checkpoints); returns the final results."""
-  workdir = files.reachable(workdir)  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b).
-  if workdir.exists() and not workdir.is_dir():
-    raise errors.UserError(f"--workdir {workdir}: expected a run directory, found a file")
+  # Local or gs:// (never through pathlib, which would make gs://b a folder gs:/b); typed apart from `workdir`.
+  run_dir = files.reachable(workdir)
+  if run_dir.exists() and not run_dir.is_dir():
+    raise errors.UserError(f"--workdir {run_dir}: expected a run directory, found a file")
   lead = jax.process_index() == 0
   # Nothing is written before the config, the run it resumes and the data are checked: a refused command leaves the
   # workdir as it was.
   checks.check_config(config)
-  config.model.attention = attention_path(config, workdir)
-  config.model.update(dot_paths(config, workdir))
+  config.model.attention = attention_path(config, run_dir)
+  config.model.update(dot_paths(config, run_dir))
   if "compile_cost" in config.data:  # Fine-tuning's length buckets.
-    config.data.compile_cost = compile_cost(config, workdir)
-  checkpointing.check_compatible(workdir, config)
-  work = workload.build(config, workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
+    config.data.compile_cost = compile_cost(config, run_dir)
+  checkpointing.check_compatible(run_dir, config)
+  work = workload.build(config, run_dir)
+  run_dir.mkdir(parents=True, exist_ok=True)
 
   # Setup: the model, its step functions and the train state (restored, or initialized on the mesh).
   cfg = encoder_config(config.model, work.vocab_size)
@@ -121,18 +122,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   if pretrained is not None:
     warm_start.check_matches(config.init, pretrained, abstract.params)
   state_shardings = sharding.state_shardings(abstract, mesh, fsdp=config.fsdp)
-  manager = checkpointing.create_manager(workdir, config)
+  manager = checkpointing.create_manager(run_dir, config)
   target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_shardings)
-  state = checkpointing.restore_latest(manager, target, workdir)
+  state = checkpointing.restore_latest(manager, target, run_dir)
   if state is None:
     state = jax.jit(init, out_shardings=state_shardings)(work.example, pretrained)
   start = int(jax.device_get(state.step))
   progress = Progress(start, total_steps, enabled=lead)
-  if start >= total_steps and (workdir / "results.json").is_file():  # A finished run: keep what it wrote.
+  if start >= total_steps and (run_dir / "results.json").is_file():  # A finished run: keep what it wrote.
     manager.close()
-    progress.message(f"already trained {start} steps; results in {workdir / 'results.json'}")
-    return files.read_json(workdir / "results.json")
-  checkpointing.write_config(workdir, config)  # What this run trains with (a finished run keeps its own).
+    progress.message(f"already trained {start} steps; results in {run_dir / 'results.json'}")
+    return files.read_json(run_dir / "results.json")
+  checkpointing.write_config(run_dir, config)  # What this run trains with (a finished run keeps its own).
   progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
                    f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "
                    f"{config.parallelism}{', fsdp' if config.fsdp else ''}; model {cfg.num_layers}x{cfg.hidden_size}"
@@ -161,8 +162,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                                  micro_batches(work.example)))
   train_zero = steps.zero_step_sums(grad_outputs[1])
   evaluator = work.evaluation(fns, programs, target)
-  writer = metrics_writer.MetricsWriter(workdir)
-  last = last_positions(work.objectives, work.example)  # The last block's rows, when the heads name theirs.
+  writer = metrics_writer.MetricsWriter(run_dir)
+  # The last block's rows, when the heads name theirs (read from the host example: numpy, which jnp and `reads` take).
+  last = last_positions(work.objectives, work.example)  # type: ignore[arg-type]  # numpy batch, annotated jax.Array
   flops_per_step = encoder_flops.step_flops(cfg, config.batch_size, work.tokens_per_example,
                                             None if last is None else last.shape[1],
                                             objective.extra_encoders(work.objectives, cfg))
@@ -203,7 +205,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
         raise NonFiniteLossError(
             f"loss or gradient norm is NaN/inf at step {int(sums['nonfinite_step']) + 1} (the step that ran with "
             f"state step {int(sums['nonfinite_step'])}); stopping. The last good checkpoint, step "
-            f"{manager.latest_step()}, in {workdir / 'checkpoints'} is intact: lower the learning rate or check the "
+            f"{manager.latest_step()}, in {run_dir / 'checkpoints'} is intact: lower the learning rate or check the "
             "data, then run again")
       elapsed = time.perf_counter() - interval_start
       rate = (done - interval_step) / elapsed
@@ -212,6 +214,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           "train/examples_per_second": rate * config.batch_size,
           "train/tokens_per_second": rate * config.batch_size * work.tokens_per_example}
       if config.measure_mfu:
+        assert ceiling is not None  # Measured above when config.measure_mfu.
         train_metrics["train/mfu"] = rate * flops_per_step / ceiling
       writer.write(done, train_metrics)
       progress.update(done, {k.split("/")[1]: v for k, v in train_metrics.items()
@@ -233,7 +236,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
                            eval_metrics if eval_due and config.best_metric in eval_metrics else None)
       interval_start, interval_step = time.perf_counter(), done
       if stop:
-        progress.message(f"SIGTERM: saved step {done} in {workdir / 'checkpoints'}; run again to resume")
+        progress.message(f"SIGTERM: saved step {done} in {run_dir / 'checkpoints'}; run again to resume")
         break
     manager.wait_until_finished()
   finally:
@@ -252,6 +255,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
              "stopped_early": bool(stop_requested.is_set())}
   if not results["stopped_early"]:
     results |= evaluator.final(final_state)
-  evaluation.write_results(workdir, results)
+  evaluation.write_results(run_dir, results)
   return results
 

@@ -22,6 +22,7 @@ from configs.checks import is_finetuning
 from encoder import files
 from encoder.files import Path
 from launch import checkpointing, input_pipeline, metrics_writer, optimizer, sharding, steps
+from launch.compile_ahead import Jitted
 from launch.programs import Programs, outputs_program, zero_sums
 from objectives import registry
 from objectives.objective import Objective
@@ -32,7 +33,7 @@ class Evaluation(NamedTuple):
   """What the loop asks of a workload once its programs exist."""
   evaluate: Callable[[Any], dict[str, float]]  # State in the steps' layout -> {"eval/<metric>": value} ({}: none).
   # State in the steps' layout -> (jitted program, its first argument, () -> a batch of each shape) to compile ahead.
-  programs: Callable[[Any], list[tuple[Callable, Any, Callable[[], Iterable[dict[str, jax.Array]]]]]]
+  programs: Callable[[Any], list[tuple[Jitted, Any, Callable[[], Iterable[dict[str, jax.Array]]]]]]
   final: Callable[[Any], dict[str, Any]]  # The final state (canonical) -> results.json's fields beyond the loop's.
 
 

@@ -98,9 +98,9 @@ def paragraph_documents(lines: Iterable[str]) -> Iterator[tuple[int, list[str]]]
   split_sentences of the paragraphs gives the document's sentences."""
   lines = iter(lines)
   leading = []
-  for line in lines:
-    leading.append(line)
-    if line.strip():
+  for text in lines:
+    leading.append(text)
+    if text.strip():
       break
   wikitext = bool(leading) and bool(_TITLE.match(leading[-1]))
   stream = itertools.chain(leading, lines)

@@ -47,7 +47,7 @@ def layout_of(cfg: EncoderConfig, names: Iterable[str]) -> str:
   """The HF layout an encoder with these heads exports to: the one a head's class puts it in (ELECTRA's), else
   `hf_layout(cfg)`."""
   hf = layouts()
-  forced = {hf[name].layout for name in names if name in hf and hf[name].layout}
+  forced = {head.layout for head in (hf[name] for name in names if name in hf) if head.layout}
   return forced.pop() if len(forced) == 1 else config.hf_layout(cfg)
 
 
@@ -78,7 +78,11 @@ def held(names: Iterable[str], layout: str) -> tuple[str, ...]:
 def exact(cfg: EncoderConfig, layout: str, heads: Mapping) -> bool:
   """Whether HF's own classes hold every head exactly (`HfHead.exact`)."""
   hf = layouts()
-  return all(hf[name].exact is None or hf[name].exact(cfg, layout, tree) for name, tree in heads.items())
+  for name, tree in heads.items():
+    holds = hf[name].exact
+    if holds is not None and not holds(cfg, layout, tree):
+      return False
+  return True
 
 
 def heads(cfg: EncoderConfig, trees: Mapping, architecture: str | None = None, remote: bool = False
@@ -92,10 +96,11 @@ def heads(cfg: EncoderConfig, trees: Mapping, architecture: str | None = None, r
   if unknown:
     exportable = tuple(sorted({name for (where, names) in classes() if where == layout for name in names}))
     raise UnexpectedTensorError(f"heads has unknown entries {unknown}; only {exportable} export")
-  tensors, fields = {}, {}
-  for out in written.values():
-    tensors |= out[0]
-    fields |= out[1]
+  tensors: dict[str, np.ndarray] = {}
+  fields: dict[str, Any] = {}
+  for head_tensors, head_fields in (out for out in written.values() if out is not None):
+    tensors |= head_tensors
+    fields |= head_fields
   pooler = layout == "bert" or any(hf[name].pooler for name in trees)
   return checkpoint.Heads(architecture or architecture_of(trees, layout), tensors, fields, pooler)
 
@@ -125,7 +130,8 @@ def save_hf_checkpoint(directory: str | os.PathLike, cfg: EncoderConfig, params:
   held_ = heads(cfg, trees, config_fields.get("architectures", [None])[0], remote)
   hf = layouts()
   for name, tree in trees.items():
-    if hf[name].beside is not None:
-      hf[name].beside(Path(directory), cfg, params, tree, tokenizer_files)
+    beside = hf[name].beside
+    if beside is not None:
+      beside(Path(directory), cfg, params, tree, tokenizer_files)
   return checkpoint.save_hf_checkpoint(directory, cfg, params, held_, tokenizer_files, config_fields=config_fields,
                                        files=files)

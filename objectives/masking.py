@@ -94,8 +94,8 @@ def _select_whole_words(rng, begins, ends, budget):
       total += size
     if total >= budget:
       break
-  chosen = np.sort(np.asarray(chosen, np.int64))
-  return begins[chosen], ends[chosen]
+  words = np.sort(np.asarray(chosen, np.int64))
+  return begins[words], ends[words]
 
 
 def _select_spans(rng, begins, ends, length, budget, span_probs, max_attempts=200):

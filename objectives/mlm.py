@@ -81,8 +81,8 @@ def read_hf(found: Found, directory=None, params=None) -> dict | None:
   ModernBERT's switched-off biases come back as zeros."""
   for name in _DECODERS[found.layout]:
     where = found.origin.get(name)
-    weight = found.pop(name)
-    if weight is not None and not np.array_equal(weight, found.taken.get(_EMBEDDINGS[found.layout])):
+    weight, embeddings = found.pop(name), found.taken.get(_EMBEDDINGS[found.layout])
+    if weight is not None and (embeddings is None or not np.array_equal(weight, embeddings)):
       raise UnsupportedArchitectureError(
           f"tensor {where} differs from the word embeddings: an untied MLM decoder is not supported (our MLM head "
           "reuses the input embeddings)")

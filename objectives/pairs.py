@@ -10,7 +10,7 @@ time from the longer side, from its front or back at random. Each A and B is a c
 import numpy as np
 
 from encoder import errors
-from objectives.corpus import EncodedCorpus
+from objectives.prepared import Corpus
 
 IS_NEXT, NOT_NEXT = 0, 1
 
@@ -25,7 +25,7 @@ def _truncate_pair(a: list[int], b: list[int], max_tokens: int, rng: np.random.G
       longer[1] -= 1
 
 
-def nsp_layout(corpus: EncodedCorpus, max_length: int, rng: np.random.Generator, *, short_seq_prob: float = 0.1,
+def nsp_layout(corpus: Corpus, max_length: int, rng: np.random.Generator, *, short_seq_prob: float = 0.1,
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Chunks [C, 4] (start, end, type id, sequence 1), row offsets [R+1] and nsp labels [R] of BERT's NSP pairs."""
   num_documents = len(corpus.document_offsets) - 1

@@ -27,9 +27,9 @@ START, END, TYPE, SEQUENCE = range(4)
 
 
 class PackedExamples:
-  """Random-access rows (len, getitem -> dict of numpy [max_length]) over an EncodedCorpus and a chunk layout."""
+  """Random-access rows (len, getitem -> dict of numpy [max_length]) over a corpus and a chunk layout."""
 
-  def __init__(self, corpus: corpus_lib.EncodedCorpus, chunks: np.ndarray, row_offsets: np.ndarray,
+  def __init__(self, corpus: prepared_lib.Corpus, chunks: np.ndarray, row_offsets: np.ndarray,
                max_length: int, cls_id: int, sep_id: int, pad_id: int, nsp_labels: np.ndarray | None = None):
     self.corpus, self.chunks, self.row_offsets = corpus, chunks, row_offsets
     self.max_length, self.cls_id, self.sep_id, self.pad_id = max_length, cls_id, sep_id, pad_id
@@ -38,7 +38,8 @@ class PackedExamples:
   def __len__(self) -> int:
     return len(self.row_offsets) - 1
 
-  def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+  def __getitem__(self, index: int) -> dict[str, np.ndarray | np.int32]:
+    """Row `index`: [max_length] arrays, and with NSP pairs the scalar "nsp_label"."""
     if not -len(self) <= index < len(self):
       raise IndexError(f"row {index} out of range for {len(self)} rows")
     index %= len(self)
@@ -60,8 +61,8 @@ class PackedExamples:
       segments[at:at + n + 1] = number
       at += n + 1
       positions[sequence_start:at] = np.arange(at - sequence_start)
-    row = {"input_ids": ids, "type_ids": types, "positions": positions, "attention_segments": segments,
-           "word_starts": word_starts}
+    row: dict[str, np.ndarray | np.int32] = {"input_ids": ids, "type_ids": types, "positions": positions,
+                                             "attention_segments": segments, "word_starts": word_starts}
     if self.nsp_labels is not None:
       row["nsp_label"] = np.int32(self.nsp_labels[index])
     return row
@@ -75,7 +76,7 @@ class PackedExamples:
     return float(1 - real / (len(self) * self.max_length))
 
 
-def sentence_pieces(corpus: corpus_lib.EncodedCorpus, max_tokens: int) -> np.ndarray:
+def sentence_pieces(corpus: prepared_lib.Corpus, max_tokens: int) -> np.ndarray:
   """[N, 3] (token start, token end, document) of every non-empty sentence; a sentence longer than max_tokens is
   cut into pieces of <= max_tokens, at word starts where possible (so no row begins inside a word)."""
   offsets = corpus.sentence_offsets
@@ -92,10 +93,11 @@ def sentence_pieces(corpus: corpus_lib.EncodedCorpus, max_tokens: int) -> np.nda
   return np.asarray(pieces, np.int64).reshape(-1, 3)
 
 
-def full_sentence_layout(corpus: corpus_lib.EncodedCorpus, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+def full_sentence_layout(corpus: prepared_lib.Corpus, max_length: int) -> tuple[np.ndarray, np.ndarray]:
   """RoBERTa FULL-SENTENCES (spec, "Training Regimes"): greedy fill; a new document in a row adds a [SEP]."""
   pieces = sentence_pieces(corpus, max_length - 2)
-  chunks, row_offsets = [], [0]
+  chunks: list[list[int]] = []
+  row_offsets = [0]
   used = max_length  # Forces a new row at the first piece.
   for start, end, document in pieces:
     continues = len(chunks) > row_offsets[-1] and chunks[-1][4] == document and chunks[-1][1] == start
@@ -112,7 +114,7 @@ def full_sentence_layout(corpus: corpus_lib.EncodedCorpus, max_length: int) -> t
   return np.asarray(chunks, np.int64).reshape(-1, 5)[:, :4], np.asarray(row_offsets[1:], np.int64)
 
 
-def segment_layout(corpus: corpus_lib.EncodedCorpus, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+def segment_layout(corpus: prepared_lib.Corpus, max_length: int) -> tuple[np.ndarray, np.ndarray]:
   """Each sentence piece is a sequence [CLS] s [SEP]; rows are filled by best-fit decreasing (few pad tokens)."""
   pieces = sentence_pieces(corpus, max_length - 2)
   sizes = pieces[:, 1] - pieces[:, 0] + 2
@@ -152,6 +154,7 @@ def pretraining_examples(*, files: Sequence[str | Path], tokenizer: Any, max_len
     raise errors.ConfigError(f"max_length {max_length} is too small for pretraining rows (at least 8)")
   minimum = 2 if packing == "nsp_pairs" else 1
   short = short_documents if packing == "nsp_pairs" else "skip"
+  corpus: prepared_lib.Corpus
   if prepared:  # A prepared directory (objectives.prepare): offsets in memory, tokens read from its shards.
     corpus = prepared_lib.open_prepared(prepared, tokenizer, min_document_sentences=minimum, short_documents=short)
     files = [prepared]
@@ -201,10 +204,11 @@ def validate(objectives: Sequence[str], packing: str, masking_mode: str | None =
     raise errors.ConfigError(f"packing {packing!r} is not one of {PACKINGS}")
   for objective in built:
     name = objective.name
-    clash = sorted(set(objective.excludes.value) & set(objectives)) if objective.excludes else []
-    if clash:
-      raise errors.ConfigError(f"config.objectives: {name!r} cannot be combined with {clash}: "
-                               f"{objective.excludes.why}; drop {clash}")
+    if objective.excludes:
+      clash = sorted(set(objective.excludes.value) & set(objectives))
+      if clash:
+        raise errors.ConfigError(f"config.objectives: {name!r} cannot be combined with {clash}: "
+                                 f"{objective.excludes.why}; drop {clash}")
     if objective.packing and packing != objective.packing.value:
       needed = objective.packing.value
       raise errors.ConfigError(f"config.data.packing={packing!r}: objective {name!r} needs {needed!r} "

@@ -311,7 +311,7 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
       if stop_after_shards is not None and written >= stop_after_shards:
         stopped = True
         break
-      shard = _finished(directory, index, settings)
+      shard: dict[str, Any] | multiprocessing.pool.AsyncResult | None = _finished(directory, index, settings)
       if shard is None:
         written += 1
         shard = (pool.apply_async(_write_shard, (str(directory), index, documents)) if pool

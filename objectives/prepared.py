@@ -113,6 +113,10 @@ class PreparedCorpus:
     return counts / total
 
 
+# What packing reads (objectives.pipeline, objectives.pairs): a corpus in memory, or a prepared directory's view.
+Corpus = corpus_lib.EncodedCorpus | PreparedCorpus
+
+
 def checked_file(directory: Path, shard: dict[str, Any], suffix: str, *, digest: bool = True) -> Path:
   """One file of a shard, checked against metadata.json before it is read: its size (when recorded) and, unless
   digest=False, its sha256; a missing, truncated or damaged file is a CorpusError naming it."""
@@ -168,28 +172,31 @@ def open_prepared(directory: str | Path, tokenizer: Any = None, *, min_document_
   if tokenizer is not None and corpus_lib.tokenizer_fingerprint(tokenizer) != metadata["tokenizer_fingerprint"]:
     raise corpus_lib.CorpusError(f"{meta_path}: prepared with the tokenizer {metadata['tokenizer']!r}, whose "
                                  f"vocabulary differs from {tokenizer!r}; prepare it again with the config's tokenizer")
-  sentence_counts, inputs, lines, lengths, records = [], [], [], [], []
+  shard_counts, shard_inputs, shard_lines, shard_lengths, shard_records = [], [], [], [], []
   for number, shard in enumerate(metadata["shards"]):
     counts, file_numbers, first_lines, sentence_lengths = _shard_index(directory, shard)
-    sentence_counts.append(counts)
-    inputs.append(file_numbers)
-    lines.append(first_lines)
-    lengths.append(sentence_lengths)
-    records.append(np.stack([np.full(len(counts), number), np.arange(len(counts))], 1))
-  sentence_counts, inputs, lines = (np.concatenate(x) for x in (sentence_counts, inputs, lines))
+    shard_counts.append(counts)
+    shard_inputs.append(file_numbers)
+    shard_lines.append(first_lines)
+    shard_lengths.append(sentence_lengths)
+    shard_records.append(np.stack([np.full(len(counts), number), np.arange(len(counts))], 1))
+  sentence_counts, inputs, lines = (np.concatenate(x) for x in (shard_counts, shard_inputs, shard_lines))
   keep = sentence_counts >= min_document_sentences
   if not keep.all() and short_documents == "error":
     d = int(np.flatnonzero(~keep)[0])
     raise corpus_lib.CorpusError(
         f"{metadata['inputs'][inputs[d]]['path']}:{lines[d]}: document has {sentence_counts[d]} sentence(s), fewer "
         f"than min_document_sentences={min_document_sentences}; remove it or pass short_documents='skip'")
-  records = np.concatenate(records)
-  token_counts = sum(load_npy(checked_file(directory, s, ".counts.npy")) for s in metadata["shards"])
+  records = np.concatenate(shard_records)
+  first, *rest = metadata["shards"]  # At least one: np.concatenate above refuses none.
+  token_counts = load_npy(checked_file(directory, first, ".counts.npy"))
+  for shard in rest:
+    token_counts = token_counts + load_npy(checked_file(directory, shard, ".counts.npy"))
   for shard, record in records[~keep]:  # Dropped documents' tokens leave the unigram law (only they are read).
     record_bytes = _reader(directory, metadata["shards"][int(shard)]).read([int(record)])[0]
     tokens = prepare.decode_document(record_bytes, np.dtype(metadata["token_dtype"]))[1]
     token_counts = token_counts - np.bincount(tokens, minlength=len(token_counts))
-  lengths = np.concatenate(lengths)[np.repeat(keep, sentence_counts)]
+  lengths = np.concatenate(shard_lengths)[np.repeat(keep, sentence_counts)]
   corpus = PreparedCorpus(directory, metadata, records[keep], lengths, sentence_counts[keep], token_counts)
   if len(corpus.document_offsets) < 2:
     raise corpus_lib.CorpusError(f"empty corpus: no document with at least {min_document_sentences} sentence(s) in "

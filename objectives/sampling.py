@@ -15,12 +15,12 @@ from encoder import errors
 
 def language_probs(sizes: Sequence[float], alpha: float = 0.3) -> np.ndarray:
   """q [N] from corpus sizes n_i (sentences) by the spec's α-smoothing; α = 1 keeps the data proportions."""
-  sizes = np.asarray(sizes, np.float64)
-  if sizes.ndim != 1 or len(sizes) == 0 or (sizes < 0).any() or sizes.sum() <= 0:
-    raise errors.ConfigError(f"language sizes must be non-negative counts with a positive total, got {sizes.tolist()}")
+  counts = np.asarray(sizes, np.float64)
+  if counts.ndim != 1 or len(counts) == 0 or (counts < 0).any() or counts.sum() <= 0:
+    raise errors.ConfigError(f"language sizes must be non-negative counts with a positive total, got {counts.tolist()}")
   if alpha < 0:
     raise errors.ConfigError(f"alpha must be >= 0 (0.3 in XLM-R; 1 keeps the data proportions), got {alpha}")
-  p = sizes / sizes.sum()
+  p = counts / counts.sum()
   weights = np.where(p > 0, p ** alpha, 0.0)  # An empty corpus keeps probability 0, also at α = 0.
   return weights / weights.sum()
 

@@ -78,7 +78,7 @@ def lengths_of(examples: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
   return np.asarray([len(e["input_ids"]) for e in examples])
 
 
-def length_bucketed_batches(lengths: Sequence[int], batch_size: int, *, seed: int, epoch: int,
+def length_bucketed_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, *, seed: int, epoch: int,
                             shuffle: bool = True, pool: int = 50) -> list[list[int]]:
   """Example indices grouped into batches of similar length: a pure function of (lengths, seed, epoch).
 
@@ -111,7 +111,7 @@ def prune_buckets(batch_lengths: Sequence[int], buckets: Sequence[int], compile_
   # best[j]: (cost, kept) covering every batch up to bucket j with bucket j kept (batches padded up to a kept one).
   best: list[tuple[float, tuple[int, ...]]] = []
   for j, bucket in enumerate(buckets):
-    options = [(compile_cost + bucket * counts[:j + 1].sum(), (bucket,))]
+    options: list[tuple[float, tuple[int, ...]]] = [(compile_cost + bucket * counts[:j + 1].sum(), (bucket,))]
     for i in range(j):
       cost, kept = best[i]
       options.append((cost + compile_cost + bucket * counts[i + 1:j + 1].sum(), kept + (bucket,)))
@@ -146,7 +146,7 @@ class PackShape(NamedTuple):
   segments: int
 
 
-def pack_shapes(batches: Sequence[Sequence[int]], length: int, compile_cost: float, batch_size: int
+def pack_shapes(batches: Sequence[Sequence[int] | np.ndarray], length: int, compile_cost: float, batch_size: int
                 ) -> tuple[PackShape, ...]:
   """One or two PackShapes (fewest rows first) that hold every batch (its examples' token lengths) packed into rows
   of `length`: the rows the fullest batch needs, and below it the row count that minimises the rows computed over

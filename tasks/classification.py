@@ -6,6 +6,7 @@ The same head can also regress a real-valued score from that vector (`tasks.regr
 auxiliary target of its entailment labels: `score_weight`).
 """
 
+import abc
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -153,9 +154,17 @@ class SentenceFamily(TaskFamily):
   """What sentence(-pair) families share: [CLS] A [SEP] (B [SEP]) examples, one row of outputs per example, scores
   from real-valued `score` columns, `.labels` prediction files (one prediction a line)."""
   formats = ("tsv",)
-  config_fields = (Field("pooling", "cls", Choice(POOLINGS),
-                         "the sentence vector: the final [CLS] (cls), BERT's pooled [CLS] (pooled) or the tokens' mean "
-                         "(mean)."),)
+  config_fields: tuple[Field, ...] = (
+      Field("pooling", "cls", Choice(POOLINGS),
+            "the sentence vector: the final [CLS] (cls), BERT's pooled [CLS] (pooled) or the tokens' mean (mean)."),)
+
+  @abc.abstractmethod
+  def uses_scores(self) -> bool:
+    """Whether the task trains on the records' real-valued scores."""
+
+  @abc.abstractmethod
+  def hf_output(self) -> tuple[str, dict[str, Any]]:
+    """(the head's output layer that is BertForSequenceClassification's classifier, that class's config fields)."""
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
     """score_mean (the score output's initial bias) when the task trains on scores; an error when a record has none."""

@@ -30,7 +30,10 @@ def constrain(transitions: Array, start: Array, end: Array,
   """Sets forbidden transitions/starts/ends (from `tag_schemes.allowed_transitions`) to FORBIDDEN."""
   if allowed is None:
     return transitions, start, end
-  return tuple(jnp.where(jnp.asarray(ok), x, FORBIDDEN) for x, ok in zip((transitions, start, end), allowed))
+  transitions_ok, start_ok, end_ok = allowed
+  return (jnp.where(jnp.asarray(transitions_ok), transitions, FORBIDDEN),
+          jnp.where(jnp.asarray(start_ok), start, FORBIDDEN),
+          jnp.where(jnp.asarray(end_ok), end, FORBIDDEN))
 
 
 def _time_major(x: Array) -> Array:

@@ -241,7 +241,7 @@ def read_members(archive: Path, names: set[str]) -> dict[str, bytes]:
     with tarfile.open(archive) as tf:
       for member in tf:
         if member.name in names and member.isfile():
-          found[member.name] = tf.extractfile(member).read()  # type: ignore[union-attr]
+          found[member.name] = tf.extractfile(member).read()  # type: ignore[union-attr]  # None only if not isfile()
   if missing := sorted(names - found.keys()):
     raise FetchError(f"{archive}: no member {missing[0]} (of {len(missing)} missing)")
   return found
@@ -314,7 +314,7 @@ def fetch_dataset(dataset: Dataset, root: Path, mirror: str | None = None, strea
     dest = root / entry.path
     dest.parent.mkdir(parents=True, exist_ok=True)
     if mirror or isinstance(entry.step, Plain):
-      url = mirror_url(mirror, entry.path) if mirror else entry.step.url  # type: ignore[union-attr]
+      url = mirror_url(mirror, entry.path) if mirror else entry.step.url  # type: ignore[union-attr]  # a Plain here
       how = download(url, dest, entry.size, entry.sha256, label=entry.path, stream=stream)
     elif is_present(dest, entry.size, entry.sha256):
       how = "present"

@@ -53,11 +53,18 @@ def labels_config(labels: Sequence[str]) -> dict[str, Any]:
 
 def linears(head_params: Mapping[str, Any], names: Sequence[str]) -> dict[str, np.ndarray]:
   """Those of the linen Dense layers `names` that the head has, as torch nn.Linear tensors of the same names."""
-  tensors = {}
+  tensors: dict[str, np.ndarray] = {}
   for name in names:
     if name in head_params:
       tensors |= hf.linear_to_hf(name, head_params[name])
   return tensors
+
+
+# One record's example and raw outputs as `tune`, `decode` and `output` get them: the example dict and the array of
+# its outputs, or the lists of them when `encode` made several examples of the record (QA windows); each family's
+# overrides state the form its `encode` makes.
+RecordExample = Any
+RecordRaw = Any
 
 
 class TaskFamily(abc.ABC):
@@ -132,12 +139,13 @@ class TaskFamily(abc.ABC):
   def outputs(self, predictions: Any, batch: dict[str, jax.Array]) -> jax.Array:
     """The head's predictions -> what `decode` reads, per row (runs on device, inside jit)."""
 
-  def tune(self, records: Sequence[dict], examples: Sequence[dict], raw: Sequence[np.ndarray]) -> float | None:
+  def tune(self, records: Sequence[dict], examples: Sequence[RecordExample], raw: Sequence[RecordRaw]
+           ) -> float | None:
     """A decoding threshold chosen on dev (span NER, SQuAD 2.0's null-score threshold), or None (default)."""
     return None
 
   @abc.abstractmethod
-  def decode(self, raw: np.ndarray, example: dict, threshold: float | None) -> Any:
+  def decode(self, raw: RecordRaw, example: RecordExample, threshold: float | None) -> Any:
     """One record's raw outputs and example (lists of them when `encode` gave several) -> its prediction."""
 
   def has_labels(self, records: Sequence[dict]) -> bool:
@@ -162,7 +170,7 @@ class TaskFamily(abc.ABC):
     """A record to predict (no gold) completed with placeholder gold, so `encode` takes it."""
 
   @abc.abstractmethod
-  def output(self, record: dict, example: dict, raw: np.ndarray, prediction: Any) -> dict:
+  def output(self, record: dict, example: RecordExample, raw: RecordRaw, prediction: Any) -> dict:
     """What `launch.predict` returns for one input (example and raw: lists when `encode` gave several)."""
 
   def conll(self, output: dict) -> str:

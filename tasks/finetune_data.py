@@ -19,7 +19,7 @@ Everything that depends on the kind of task goes through its family (`tasks.fami
 
 import difflib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -81,7 +81,8 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   family = family_of(config.task, records["train"])
   check(family, dataset, splits, records)
   tokenizer = load_tokenizer(config.data.tokenizer)
-  train, dev, test = (split_of(role, family, tokenizer, records[role]) if role in records else None for role in ROLES)
+  train, dev = (split_of(role, family, tokenizer, records[role]) for role in ("train", "dev"))  # Always read.
+  test = split_of("test", family, tokenizer, records["test"]) if "test" in records else None
   schedule, buckets, pack = plan(config, train)
   return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths(), schedule, pack)
 
@@ -123,7 +124,7 @@ def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetCo
 
 def reader_options(columns: str) -> dict[str, Any]:
   """'text_a:sentence1,label:3,header:false' -> reader options (integers are column indices)."""
-  options = {}
+  options: dict[str, Any] = {}
   for item in filter(None, columns.split(",")):
     key, _, value = item.partition(":")
     if value.lower() in ("true", "false"):
@@ -161,7 +162,7 @@ def check_files(task: ml_collections.ConfigDict, dataset, splits: dict[str, str]
   """Parses each split's files once, before tfds prepares them: a malformed line or a split without examples fails
   naming the file (and line), then the records go through `check` (with the labels of config.task.labels, else of
   the training files)."""
-  records = {}
+  records: dict[str, list[dict]] = {}
   for role, split in splits.items():
     records[role] = []
     for name in tfds_builders.split_names(split):
@@ -198,7 +199,7 @@ def label_vocabulary(task: ml_collections.ConfigDict, train_records: Sequence[di
   return list(task.labels) or registry.family(task_mapping(task, ())).label_vocabulary(train_records)
 
 
-def check(family: TaskFamily, dataset, splits: dict[str, str], records: dict[str, Sequence[dict]]) -> None:
+def check(family: TaskFamily, dataset, splits: dict[str, str], records: Mapping[str, Sequence[dict]]) -> None:
   """Every role's records against the task: a record its family cannot use (`TaskFamily.usable`) or a label outside
   its labels (`TaskFamily.file_labels`, as the files write them) fails at its line. Prepared splits are checked too:
   the task may differ from the one that prepared them."""
@@ -245,9 +246,11 @@ def _labels_of(record: dict) -> list[str]:
 def split_of(name: str, family: TaskFamily, tokenizer, records: Sequence[dict]) -> Split:
   """A split's records and examples (a record the family encodes as several examples: every one, grouped)."""
   encoded = encode_records(family, tokenizer, records)
-  if all(isinstance(e, dict) for e in encoded):
-    return Split(name, list(records), encoded)
-  examples, groups = [], []
+  singles = [e for e in encoded if isinstance(e, dict)]
+  if len(singles) == len(encoded):
+    return Split(name, list(records), singles)
+  examples: list[dict] = []
+  groups: list[list[int]] = []
   for windows in encoded:
     groups.append(list(range(len(examples), len(examples) + len(windows))))
     examples += windows
@@ -346,7 +349,8 @@ def first_batch_of_each_shape(data: TaskData, *, start_step: int) -> list[dict[s
   the order the run first needs them (what `launch.compile_ahead` compiles; a rarer shape compiles when met); packed
   batches: of each packed shape."""
   batch, schedule = batch_schedule(data), data.schedule
-  first_epoch, first = start_step // schedule.steps_per_epoch, {}
+  first_epoch = start_step // schedule.steps_per_epoch
+  first: dict[tuple[int, ...] | int, int] = {}  # A batch shape (packed) or length bucket -> its first step.
   for step, longest in _longest_per_batch(data.train, schedule, range(first_epoch, first_epoch + 2)):
     if start_step <= step < schedule.total_steps:
       first.setdefault(batch(step)["packed_input_ids"].shape if data.pack else

@@ -94,7 +94,8 @@ def span_endpoints_loss(predictions: dict[str, jax.Array], batch: dict[str, jax.
   """(start cross-entropy + end cross-entropy) / 2 over real windows, padding tokens excluded from the softmax."""
   weights = batch.get("example_mask", jnp.ones(batch["start_position"].shape)).astype(jnp.float32)
   padding = batch["attention_segments"] == 0
-  mean, metrics = 0.0, {}
+  mean = 0.0
+  metrics: dict[str, tuple[jax.Array, jax.Array]] = {}  # (sum, count) per metric.
   for side in ("start", "end"):
     logits = jnp.where(padding, -1e9, predictions[f"{side}_logits"])
     side_mean, side_metrics = layers.cross_entropy(logits, batch[f"{side}_position"], weights, f"qa_{side}")
@@ -133,8 +134,8 @@ def answer_text(record: dict, prediction: dict) -> str:
   return record["context"][prediction["start"]:prediction["end"]]
 
 
-def choose_null_threshold(null_margins: Sequence[float], answer_f1: Sequence[float], null_f1: Sequence[float]
-                          ) -> float:
+def choose_null_threshold(null_margins: Sequence[float], answer_f1: Sequence[float] | np.ndarray,
+                          null_f1: Sequence[float] | np.ndarray) -> float:
   """The threshold t with the best mean F1 when a question is answered "" iff its margin (null score - best answer
   score) > t: answer_f1 / null_f1 are each question's F1 with its best answer / with "". Candidates are the margins
   themselves (and below the least one: every question null); ties: the lowest threshold."""

@@ -64,8 +64,9 @@ def field_rules() -> dict[str, fields.Rule]:
   rules = {}
   for name, declarations in declared_fields().items():
     distinct = list(dict.fromkeys(field.rule for _, field in declarations))
-    if len(distinct) > 1 and all(isinstance(rule, fields.Choice) for rule in distinct):
-      distinct = [fields.Choice(tuple(dict.fromkeys(c for rule in distinct for c in rule.options())))]
+    choices = [rule for rule in distinct if isinstance(rule, fields.Choice)]
+    if len(distinct) > 1 and len(choices) == len(distinct):
+      distinct = [fields.Choice(tuple(dict.fromkeys(c for rule in choices for c in rule.options())))]
     if len(distinct) > 1:
       raise ValueError(f"config.task.{name}: declared with different rules by "
                        f"{', '.join(who for who, _ in declarations)}")

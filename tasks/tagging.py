@@ -49,7 +49,7 @@ class TaggingHead(nn.Module):
     classifier = nn.Dense(len(self.tags), kernel_init=nn.initializers.normal(self.initializer_range),
                           name="classifier")
     logits = per_token(classifier, hidden).astype(jnp.float32)
-    predictions = {"logits": logits, "word_logits": layers.gather(logits, batch["word_positions"])}
+    predictions: dict[str, Any] = {"logits": logits, "word_logits": layers.gather(logits, batch["word_positions"])}
     if self.use_crf:
       predictions["crf"] = crf_lib.LinearChainCRF(tuple(self.tags), self.scheme, name="crf").constrained()
     return predictions

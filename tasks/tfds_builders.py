@@ -109,11 +109,11 @@ def custom(format: str, files: Mapping[str, str | os.PathLike],  # noqa: A002  (
   """
   if format not in readers.READERS:
     raise errors.ConfigError(f"format {format!r} is not one of {sorted(readers.READERS)}")
-  files = {split: str(Path(path).expanduser().resolve()) for split, path in files.items()}
-  stamp = {split: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for split, path in files.items()}
-  key = json.dumps([format, files, options, stamp], sort_keys=True, default=str)
-  return DatasetConfig(name=f"custom_{hashlib.sha1(key.encode()).hexdigest()[:16]}", format=format, files=files,
-                       options=options, description=f"{format} files {files}")
+  absolute = {split: str(Path(path).expanduser().resolve()) for split, path in files.items()}
+  stamp = {split: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for split, path in absolute.items()}
+  key = json.dumps([format, absolute, options, stamp], sort_keys=True, default=str)
+  return DatasetConfig(name=f"custom_{hashlib.sha1(key.encode()).hexdigest()[:16]}", format=format, files=absolute,
+                       options=options, description=f"{format} files {absolute}")
 
 
 def _features(kind: str) -> tfds.features.FeaturesDict:

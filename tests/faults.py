@@ -35,7 +35,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 ENV = "ENCODERLAB_TEST_FAULTS"  # The fault, as JSON; read by tests/fault_hook/sitecustomize.py.
 HOOK = pathlib.Path(__file__).resolve().parent / "fault_hook"
@@ -90,6 +91,7 @@ def _wrap(fault: str, step: int, pattern: str) -> None:
   import jax
   import jax.numpy as jnp
   import orbax.checkpoint as ocp
+
   from launch import checkpointing, steps, workload
   state = {"armed": False, "manager": None}
 

@@ -16,8 +16,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import gcsfs
 
@@ -97,7 +97,7 @@ def _serve() -> None:
     download(request, response, storage, *args, **kwargs)
     try:
       found = storage.get_file_obj(request.params["bucket_name"], request.params["object_id"])
-    except Exception:  # pylint: disable=broad-except  (a 404, already answered)
+    except Exception:  # noqa: BLE001  (a 404, already answered)
       return
     response["x-goog-generation"] = found["generation"]
     response["x-goog-metageneration"] = found["metageneration"]

@@ -21,6 +21,8 @@ points differ from MLM only by their heads and train the same steps. Fine-tuning
 the presets' top_k=6 assumes MiniLM's 6 layers.
 """
 
+from typing import Any
+
 from configs import common, pretrain
 from configs.sweeps import suite
 from configs.sweeps.points import available_presets, seeds
@@ -33,7 +35,7 @@ OBJECTIVES = ("mlm", "mlm+nsp", "mlm+sbo", "mlm+nsp+sbo", "electra")
 TASKS = suite.TASKS  # Its squad: SpanBERT's headline task.
 SEEDS = (0, 1)
 # Pretraining: the config-file size and the engine fields shared by the objectives (the same steps and batch).
-PRETRAIN = {
+PRETRAIN: dict[str, tuple[str, dict[str, Any]]] = {
     "tiny": ("tiny", {"num_train_steps": 20, "batch_size": 8, "optimizer.learning_rate": 1e-3,
                       "optimizer.warmup_steps": 4, "log_every_steps": 5, "eval_every_steps": 10, "eval_steps": 2,
                       "checkpoint_every_steps": 10, "measure_mfu": False}),
@@ -65,10 +67,10 @@ SQUAD_WINDOWS = {"task.max_length": 128, "task.max_question_length": 32, "task.d
 # Fields of one task's runs at one budget, over FINETUNE's. Small: SQuAD's 3 epochs would take ~45 min a run on 2
 # cores and SST-2's are 6,300 steps, so both train 300 steps of batch 32 (the suite's small budget). Tiny: windows of
 # 32 hold 17 context subwords; SST-2 has no labelled test split.
-TASK_FIELDS = {"tiny": {"squad": {"task.max_question_length": 12, "task.doc_stride": 8},
-                        "sst2": {"task.test_split": ""}},
-               "small": {"squad": {"num_train_steps": 300, **SQUAD_WINDOWS}, "sst2": {"num_train_steps": 300}},
-               "gpu": {"squad": SQUAD_WINDOWS}, "base": {"squad": SQUAD_WINDOWS}}
+TASK_FIELDS: dict[str, dict[str, dict[str, Any]]] = {
+    "tiny": {"squad": {"task.max_question_length": 12, "task.doc_stride": 8}, "sst2": {"task.test_split": ""}},
+    "small": {"squad": {"num_train_steps": 300, **SQUAD_WINDOWS}, "sst2": {"num_train_steps": 300}},
+    "gpu": {"squad": SQUAD_WINDOWS}, "base": {"squad": SQUAD_WINDOWS}}
 
 
 def finetuning(budget: str, tasks: tuple[str, ...], sweep_file: str) -> dict:

@@ -10,10 +10,13 @@ benchmark adds the HF reference). The table's task-adaptive row needs a pretrain
 (docs/results.md gives its commands) and is not a point here.
 """
 
+from typing import Any
+
 from configs.sweeps.points import seeds
 
-FULL = {"regime": "full"}  # Every parameter trains (the preset freezes the embeddings: regime top_k, top_k 6).
-RECIPES = [
+# Every parameter trains (the preset freezes the embeddings: regime top_k, top_k 6).
+FULL: dict[str, Any] = {"regime": "full"}
+RECIPES: list[dict[str, Any]] = [
     {},  # The preset.
     FULL,
     FULL | {"task.score_weight": 0.5},  # Relatedness as an auxiliary target.

@@ -27,11 +27,11 @@ BUDGETS = {
 
 def get_sweep(arg: str | None = None) -> dict:
   """Every available task x the budget's seeds, fine-tuned from `init` (points `task-<preset>_seed-<n>`)."""
-  arg = common.parse_arg(arg, init="hf:all-MiniLM-L6-v2", budget="small")
-  if arg.budget not in BUDGETS:
-    raise ConfigError(f"configs/sweeps/suite.py: budget={arg.budget!r}; expected one of {', '.join(BUDGETS)}")
-  seed_values, fields = BUDGETS[arg.budget]
+  args = common.parse_arg(arg, init="hf:all-MiniLM-L6-v2", budget="small")
+  if args.budget not in BUDGETS:
+    raise ConfigError(f"configs/sweeps/suite.py: budget={args.budget!r}; expected one of {', '.join(BUDGETS)}")
+  seed_values, fields = BUDGETS[args.budget]
   tasks = available_presets(TASKS, "configs/sweeps/suite.py")
-  return {"config": f"configs/finetune.py:init={arg.init}", "common": fields,
+  return {"config": f"configs/finetune.py:init={args.init}", "common": fields,
           "points": seeds(grid(**{":task": tasks}), seed_values)}
 

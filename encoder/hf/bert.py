@@ -79,7 +79,8 @@ def config_from_hf(hf_config: dict, source: str, unsupported) -> EncoderConfig:
     values["embedding_size"] = 0  # Not factorized: no projection.
   try:
     return EncoderConfig(
-        **values, layer_norm_eps=float(hf_config.get("layer_norm_eps", 1e-12)),
+        **values,  # type: ignore[arg-type]  # mypy checks **dict ints against every field; its keys are int fields
+        layer_norm_eps=float(hf_config.get("layer_norm_eps", 1e-12)),
         hidden_dropout=float(hf_config.get("hidden_dropout_prob", 0.1)),
         attention_dropout=float(hf_config.get("attention_probs_dropout_prob", 0.1)),
         hidden_act=ACTIVATIONS[hf_config.get("hidden_act", "gelu")],

@@ -44,8 +44,9 @@ def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
     return UnsupportedArchitectureError(f"{source}: field {field!r} = {hf_config.get(field)!r}: {why}; only BERT "
                                         "encoders (model_type 'bert', e.g. BertModel/BertForPreTraining), ELECTRA "
                                         "('electra') and ModernBERT ('modernbert') import")
-  hf_config = hf_config | {"model_type": REMOTE_MODEL_TYPES.get(hf_config.get("model_type"),
-                                                                hf_config.get("model_type"))}
+  model_type = hf_config.get("model_type")
+  if isinstance(model_type, str):
+    hf_config = hf_config | {"model_type": REMOTE_MODEL_TYPES.get(model_type, model_type)}
   if hf_config.get("model_type") == "modernbert":
     return modernbert.config_from_hf(hf_config, source)
   if hf_config.get("model_type") not in ("bert", "electra"):

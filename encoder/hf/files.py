@@ -114,7 +114,8 @@ def source_of(directory: Path, files: list[Path]) -> str:
 
 def read_tensors(files: list[Path]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
   """{canonical name: array} and {canonical name: 'original name' in file} over all files."""
-  found, origin = {}, {}
+  found: dict[str, np.ndarray] = {}
+  origin: dict[str, str] = {}
   for path in files:
     try:
       tensors = safetensors.numpy.load_file(path)
@@ -148,17 +149,17 @@ def write(directory: Path, state: Mapping[str, np.ndarray], hf_config: Mapping[s
           tokenizer_files: Iterable[str | os.PathLike] | None, files: Mapping[str, str]) -> Path:
   """config.json, model.safetensors, copies of tokenizer_files and {name: text} files, each written to a temporary
   name first and renamed into place only once all are complete."""
-  tokenizer_files = [Path(source) for source in tokenizer_files or ()]
+  sources = [Path(source) for source in tokenizer_files or ()]
   own = (CONFIG_FILE, WEIGHTS_FILE, INDEX_FILE)
-  clashes = [str(name) for name in [*(source.name for source in tokenizer_files), *files] if name in own]
+  clashes = [str(name) for name in [*(source.name for source in sources), *files] if name in own]
   if clashes:
     raise CheckpointError(f"tokenizer_files/files {clashes} would overwrite the checkpoint's own files; pass only "
                           "tokenizer files (vocab.txt, tokenizer.json, ...) and files beside them")
   directory.mkdir(parents=True, exist_ok=True)
-  names = dict.fromkeys([CONFIG_FILE, WEIGHTS_FILE, *(source.name for source in tokenizer_files), *files])
+  names = dict.fromkeys([CONFIG_FILE, WEIGHTS_FILE, *(source.name for source in sources), *files])
   with contextlib.ExitStack() as stack:  # Leaving it swaps the complete files in, config.json (entered first) last.
     staged = {name: stack.enter_context(atomic_path(directory / name)) for name in names}
-    for source in tokenizer_files:
+    for source in sources:
       if source.name not in files:
         shutil.copyfile(source, staged[source.name])
     for name, text in files.items():

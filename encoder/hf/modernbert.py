@@ -12,8 +12,8 @@ from encoder.hf.files import CheckpointError, UnsupportedArchitectureError
 from encoder.hf.tensors import Found, Tensor, embed, linear, norm
 
 # The switches that make our encoder a ModernBERT.
-SWITCHES = dict(position_embedding="rotary", gated_feed_forward=True, pre_layer_norm=True, embedding_norm=True,
-                type_vocab_size=0)
+SWITCHES: dict[str, Any] = dict(position_embedding="rotary", gated_feed_forward=True, pre_layer_norm=True,
+                                embedding_norm=True, type_vocab_size=0)
 _ACTIVATIONS = dict(ACTIVATIONS, silu="silu", swish="silu")
 HF_ACTIVATIONS = dict(HF_ACTIVATION, silu="silu")
 
@@ -104,7 +104,8 @@ def config_from_hf(hf_config: dict, source: str) -> EncoderConfig:
     values["local_attention_window"] = 0
   try:
     return EncoderConfig(
-        **values, **SWITCHES, use_bias=biases["norm_bias"], global_attention_every=every or 1,
+        **values,  # type: ignore[arg-type]  # mypy checks **dict ints against every field; its keys are int fields
+        **SWITCHES, use_bias=biases["norm_bias"], global_attention_every=every or 1,
         rope_theta=thetas["full_attention"], rope_local_theta=thetas["sliding_attention"],
         hidden_act=_ACTIVATIONS[activation], layer_norm_eps=float(hf_config.get("norm_eps", 1e-5)),
         hidden_dropout=float(hf_config.get("embedding_dropout", 0.0)),

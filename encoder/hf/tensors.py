@@ -5,7 +5,7 @@ both ways, bit for bit. `Found` holds a checkpoint's tensors while the encoder's
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -151,7 +151,7 @@ class Found:
               if any(name.startswith("pooler.") for name in missing) else "")
       raise MissingTensorError(f"{self.source}: missing tensor(s) {', '.join(missing[:5])}{more} needed for the "
                                f"config in {CONFIG_FILE} (num_hidden_layers={cfg.num_layers}){hint}")
-    tree = {}
+    tree: dict[str, Any] = {}
     for t in tensors:
       for name in t.hf_names:
         if self.tensors[name].shape != t.hf_shape:

@@ -61,7 +61,7 @@ def find_workdirs(paths: Sequence[str | Path]) -> list[Path]:
 def unfinished_points(paths: Sequence[str | Path]) -> dict[str, str]:
   """{point: its last sweep status and error} of the sweep roots' points whose last attempt did not finish (from
   ROOT/sweep.jsonl: failed, stopped, blocked; a point that failed before writing config.json is only there)."""
-  last = {}
+  last: dict[str, dict[str, Any]] = {}  # {point: its last sweep record}.
   for path in map(Path, paths):
     log = path / LOG_NAME
     if log.is_file():
@@ -124,7 +124,8 @@ def prediction_files(run: dict[str, Any], split: str) -> tuple[str, Path, Path] 
   """(tasks.scoring.score bootstrap --task, prediction file, the split's gold source: the prediction file itself or
   the split's jsonl) of a run, or None without files or a kind its task can be bootstrapped with."""
   directory = Path(run["workdir"]) / "predictions"
-  family = registry.FAMILIES.get((run["task"] or {}).get("name"))
+  name = (run["task"] or {}).get("name")
+  family = registry.FAMILIES.get(name) if name is not None else None
   kind = kinds.KINDS[family.scoring] if family is not None and family.scoring else None
   if kind is None or kind.bootstrap is None or not kind.tested(run["task"] or {}):
     return None
@@ -136,7 +137,9 @@ def prediction_files(run: dict[str, Any], split: str) -> tuple[str, Path, Path] 
 def gold_text(task: str, source: Path) -> str:
   """The gold file of a split in tasks.scoring.score's format (for bootstrap --task `task`), from a run's prediction
   files."""
-  return kinds.KINDS[task].gold_text(source)
+  make = kinds.KINDS[task].gold_text
+  assert make is not None, f"scoring kind {task!r} bootstraps but has no gold_text"  # Every bootstrap kind has one.
+  return make(source)
 
 
 def bootstrap_p(task: str, gold: Path, pred_a: Path, pred_b: Path, samples: int) -> dict[str, Any]:
@@ -151,7 +154,7 @@ def significance(runs: Sequence[dict[str, Any]], baseline: str, out: Path, slug:
                  samples: int) -> dict[str, list[dict[str, Any]]]:
   """{group: [bootstrap result per seed shared with the baseline]} for every other group of a table."""
   base_runs = {r["seed"]: r for r in runs if r["group"] == baseline and r["finished"]}
-  tests = {}
+  tests: dict[str, list[dict[str, Any]]] = {}
   for group in dict.fromkeys(r["group"] for r in runs if r["group"] != baseline):
     for run in (r for r in runs if r["group"] == group and r["finished"] and r["seed"] in base_runs):
       base = base_runs[run["seed"]]
@@ -190,8 +193,8 @@ def build_table(runs: Sequence[dict[str, Any]], baseline: str | None, out: Path,
     done = [r for r in members if r["finished"]]
     cells = {}
     for key in columns + ["steps", "wall_s", "tokens_per_second"]:
-      values = [r["scores"][key] if key in r["scores"] else r.get(key) for r in done]
-      values = [v for v in values if isinstance(v, (int, float))]
+      found = [r["scores"][key] if key in r["scores"] else r.get(key) for r in done]
+      values = [v for v in found if isinstance(v, (int, float))]
       mean, std = mean_std(values) if values else (None, None)
       cells[key] = {"values": values, "mean": mean, "std": std, "text": format_cell(values)}
     groups[group] = {"runs": [r["name"] for r in members], "finished": len(done), "cells": cells}

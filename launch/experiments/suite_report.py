@@ -24,7 +24,7 @@ import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -110,7 +110,7 @@ def run_statistics(run: dict[str, Any], split: str) -> tuple[Any, np.ndarray, bo
   family = registry.FAMILIES.get(task["name"])
   kind = kinds.KINDS[family.scoring] if family is not None and family.scoring else None
   columns = kind.run_columns(Path(run["workdir"]) / "predictions", split) if kind and kind.run_columns else None
-  if columns is None:
+  if kind is None or columns is None:
     return None
   gold, pred = columns
   found = kind.statistics(task["metric"], gold, pred, positive=task["positive_label"] or None,
@@ -131,11 +131,12 @@ def compare_task(runs_a: Sequence[dict[str, Any]], runs_b: Sequence[dict[str, An
   if any(f is None for side in found for f in side):
     out["note"] = f"no per-example statistics for {row_a['metric']} of this task: no p-value"
     return out
-  gold = found[0][0][0]
-  if any(f[0] != gold for side in found for f in side):
+  complete = cast(list[list[tuple[Any, np.ndarray, bootstrap.Metric]]], found)  # No None left (checked above).
+  gold = complete[0][0][0]
+  if any(f[0] != gold for side in complete for f in side):
     raise errors.UserError(f"{runs_b[0]['workdir']}: its gold {row_a['split']} examples differ from "
                            f"{runs_a[0]['workdir']}'s; a bootstrap needs runs scored on the same examples")
-  (stats_a, stats_b), metric = ([f[1] for f in side] for side in found), found[0][0][2]
+  (stats_a, stats_b), metric = ([f[1] for f in side] for side in complete), complete[0][0][2]
   a_leads = out["delta"] >= 0
   result = bootstrap.median_over_seeds_bootstrap(*((stats_a, stats_b) if a_leads else (stats_b, stats_a)), metric,
                                                  samples=samples, seed=seed)

@@ -228,6 +228,7 @@ def run_point(point: Point, root: Path, stop: list[bool]) -> dict[str, Any]:
 
 def _stream(process: subprocess.Popen, log) -> Iterator[str]:
   """The point's output lines, each copied to stdout and its log as it comes."""
+  assert process.stdout is not None  # run_point opens the point with stdout=PIPE.
   for line in process.stdout:
     sys.stdout.write(line)
     sys.stdout.flush()
@@ -239,7 +240,8 @@ def run_sweep(points: Sequence[Point], root: str | Path) -> list[dict[str, Any]]
   """Runs the unfinished points one after another; each outcome is appended to ROOT/sweep.jsonl."""
   root = Path(root)
   root.mkdir(parents=True, exist_ok=True)
-  records, done, stop = [], {}, [False]
+  records, stop = [], [False]
+  done: dict[str, bool] = {}  # {point name: whether it finished (or was skipped as finished)} of this run.
   with open(root / LOG_NAME, "a", encoding="utf-8") as log:
     for point in points:
       if stop[0]:  # SIGTERM during an earlier point: the rest are left for the next run.

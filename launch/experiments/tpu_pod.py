@@ -126,7 +126,9 @@ def install_command() -> str:
 def run_script(args: argparse.Namespace, main_args: Sequence[str], run_id: str) -> str:
   """~/encoderlab-run.sh: the supervisor around launch.main, in the checkout, with the data directory when copied."""
   kind = tpu_types.slice_type(args.type)
-  worker = ["--workdir", _workdir(main_args), "--run_id", run_id, "--hosts", str(kind.hosts),
+  workdir = _workdir(main_args)
+  assert workdir is not None, "pod_main refuses launch.main arguments without --workdir"
+  worker = ["--workdir", workdir, "--run_id", run_id, "--hosts", str(kind.hosts),
             "--max_attempts", str(args.max_attempts)]
   if args.delete_when_done:
     worker += ["--on_end", json.dumps(tpu_slice.delete_command(args))]
@@ -265,6 +267,7 @@ def _run(what: str, step: list[str] | Callable[[], None], capture: bool = False)
 def _checked(what: str, step: list[str] | Callable[[], None]) -> None:
   result = _run(what, step)
   if result.returncode != 0:
+    assert not callable(step)  # A Python step raises when it fails; _run gives it exit status 0.
     raise errors.UserError(f"step '{what}' failed (exit {result.returncode}): {shlex.join(step)}")
 
 
@@ -348,8 +351,8 @@ def pod_main(argv: Sequence[str] | None = None) -> None:
       return
   run_id = time.strftime("%Y%m%d-%H%M%S")
   if args.dry_run:
-    for what, step in tpu_slice.commands(args).items():
-      print(f"# {what} (as the slice's state asks)\n{shlex.join(step)}")
+    for what, command in tpu_slice.commands(args).items():
+      print(f"# {what} (as the slice's state asks)\n{shlex.join(command)}")
     for step in launch_steps(args, main_args, run_id):
       _print(*step)
     for name, text in ((RUN_SCRIPT, run_script(args, main_args, run_id)),

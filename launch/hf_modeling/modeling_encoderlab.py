@@ -16,11 +16,12 @@ Imports only torch and transformers.
 """
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812  (torch's own convention)
-from transformers import BertModel, BertPreTrainedModel, ModernBertForMaskedLM, ModernBertModel
+from transformers import BertModel, BertPreTrainedModel, ModernBertForMaskedLM, ModernBertModel, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import QuestionAnsweringModelOutput, SequenceClassifierOutput
 from transformers.models.modernbert.modeling_modernbert import ModernBertPreTrainedModel
@@ -138,13 +139,25 @@ class OnModernBert(ModernBertPreTrainedModel):
     return last, None if self.pooler is None else self.pooler(last[:, 0])
 
 
+if TYPE_CHECKING:
+  class _OnEncoder(PreTrainedModel):
+    """For mypy only: what the head mixins below take from the encoder class they are mixed with (OnBert,
+    OnModernBert), which comes after them in each model class's bases."""
+
+    def add_encoder(self, pooler: bool) -> None: ...
+
+    def encode(self, input_ids, attention_mask, token_type_ids) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+else:
+  _OnEncoder = object  # At run time the mixins are plain classes.
+
+
 @dataclass
 class SentenceClassifierOutput(SequenceClassifierOutput):
   """HF's output plus `score`: the auxiliary regression output of a classifier trained with one."""
   score: torch.Tensor | None = None
 
 
-class SentenceHead:
+class SentenceHead(_OnEncoder):
   """One linear layer on the final [CLS] vector (pooling "cls"), BERT's pooled [CLS] ("pooled") or the mean of the
   real tokens ("mean"): `classifier` gives the logits (num_labels 1, problem_type "regression": a score), `score` an
   auxiliary score beside them."""
@@ -165,6 +178,7 @@ class SentenceHead:
     if self.pooling == "cls":
       sentence = last[:, 0]
     elif self.pooling == "pooled":
+      assert pooled is not None  # add_encoder(pooler=True) gave the encoder its pooler.
       sentence = pooled
     else:
       mask = attention_mask[..., None].to(last.dtype)
@@ -209,7 +223,7 @@ class SpanClassifierOutput(ModelOutput):
   span_words: torch.Tensor | None = None
 
 
-class WordHead:
+class WordHead(_OnEncoder):
   """The word-level heads (AutoModelForTokenClassification), by config.json's encoderlab_head["kind"]:
 
   "tagger": a tag per word, read at the word's first token: W_K on the token's vector, optionally concatenated with
@@ -265,6 +279,7 @@ class WordHead:
   def _tags(self, hidden: torch.Tensor, word_ids: torch.Tensor | None, case_ids: torch.Tensor | None
             ) -> WordTaggerOutput:
     if self.config.encoderlab_head["last_subword"]:
+      assert word_ids is not None  # forward refuses a last_subword tagger without word_ids.
       hidden = torch.cat([hidden, gather(hidden, last_positions(word_ids))], dim=-1)
     logits = self.classifier(self._cased(hidden, case_ids))
     if word_ids is None:
@@ -316,10 +331,14 @@ class WordHead:
     """Each row's entities (first word, end word exclusive, type, probability) as the run decoded them
     (`decode_spans` with its threshold, flat or nested)."""
     head = self.config.encoderlab_head
+    if output.logits is None or output.span_words is None:
+      raise ValueError("entities decodes a span classifier's output: it needs its logits and span_words")
+    labels = cast(dict[int, str] | None, self.config.id2label)  # HF makes the keys ints when it reads config.json.
+    assert labels is not None  # A config with num_labels has id2label (the export writes it).
     found = []
     for probabilities, words in zip(torch.softmax(output.logits.float(), dim=-1), output.span_words):
       real = words[:, 0] != IGNORE
-      found.append([(first, end, self.config.id2label[label], score) for first, end, label, score in
+      found.append([(first, end, labels[label], score) for first, end, label, score in
                     decode_spans(probabilities[real], words[real], head.get("threshold"), head["nested"])])
     return found
 
@@ -334,7 +353,8 @@ def decode_spans(probabilities: torch.Tensor, span_words: torch.Tensor, threshol
   scores = probabilities.gather(1, labels[:, None])[:, 0]
   # float64: the threshold is the run's (a float64 of its dev grid), compared as numpy compares it.
   accepted = scores > probabilities[:, 0] if threshold is None else scores.double() >= threshold
-  taken, chosen = set(), []
+  taken: set[int] = set()  # Words of the spans chosen so far (unless nested).
+  chosen = []
   for index in torch.argsort(-scores, stable=True).tolist():
     if not accepted[index]:
       continue
@@ -347,7 +367,7 @@ def decode_spans(probabilities: torch.Tensor, span_words: torch.Tensor, threshol
   return sorted(chosen)
 
 
-class QuestionAnsweringHead:
+class QuestionAnsweringHead(_OnEncoder):
   """qa_outputs [H, 2] on every final hidden state: start and end logits (BERT's SQuAD head)."""
 
   def __init__(self, config):
@@ -412,9 +432,9 @@ class EncoderlabModernBertForMaskedLM(ModernBertForMaskedLM):
   what AutoModelForMaskedLM and the fill-mask pipeline load."""
   config_class = EncoderlabModernBertConfig
 
-  def __init__(self, config):
+  def __init__(self, config: EncoderlabModernBertConfig) -> None:
     super().__init__(config)
-    self.head = PredictionHead(config)
+    self.head = PredictionHead(config)  # type: ignore[assignment]  # the run's head in place of HF's (the same call)
     self.post_init()
 
 

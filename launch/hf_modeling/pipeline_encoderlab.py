@@ -26,6 +26,8 @@ Imports only torch and transformers.
 """
 
 import re
+from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 from transformers import Pipeline, TokenClassificationPipeline
@@ -67,9 +69,10 @@ def encode_words(tokenizer, words: list[str], max_length: int, shapes: list[str]
 class WordClassificationPipeline(TokenClassificationPipeline):
   """HF's TokenClassificationPipeline over the run's words (see the module docstring)."""
 
-  def _sanitize_parameters(self, ignore_labels=None, aggregation_strategy=None, is_split_into_words=False,
-                           **kwargs):
-    postprocess = {}
+  def _sanitize_parameters(  # type: ignore[override]  # HF's pipeline stages take their own parameters
+      self, ignore_labels: list[str] | None = None, aggregation_strategy: str | AggregationStrategy | None = None,
+      is_split_into_words: bool = False, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    postprocess: dict[str, Any] = {}
     if aggregation_strategy is not None:
       postprocess["aggregation_strategy"] = (AggregationStrategy[aggregation_strategy.upper()]
                                              if isinstance(aggregation_strategy, str) else aggregation_strategy)
@@ -77,13 +80,15 @@ class WordClassificationPipeline(TokenClassificationPipeline):
       postprocess["ignore_labels"] = ignore_labels
     return {"is_split_into_words": is_split_into_words}, {}, postprocess
 
-  def __call__(self, inputs, **kwargs):
+  def __call__(self, inputs: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # HF's pipelines narrow it too
     """One text, a list of texts, or (is_split_into_words=True) one list of words or a list of them."""
     if kwargs.get("is_split_into_words") and inputs and all(isinstance(word, str) for word in inputs):
       return Pipeline.__call__(self, [inputs], **kwargs)[0]
     return Pipeline.__call__(self, inputs, **kwargs)
 
-  def preprocess(self, sentence, is_split_into_words=False):
+  def preprocess(  # type: ignore[override]  # HF's pipeline stages take their own parameters
+      self, sentence: Any, is_split_into_words: bool = False) -> Iterator[dict[str, Any]]:
+    """`sentence`: a text (str), or with is_split_into_words its words (a sequence of str)."""
     head = self.model.config.encoderlab_head
     if is_split_into_words:
       words, text, spans, start = list(sentence), " ".join(sentence), [], 0
@@ -96,19 +101,23 @@ class WordClassificationPipeline(TokenClassificationPipeline):
     yield encode_words(self.tokenizer, words, head["max_length"], head["shapes"]) | {
         "words": words, "text": text, "spans": spans, "is_last": True}
 
-  def _forward(self, model_inputs):
+  def _forward(  # type: ignore[override]  # HF's pipeline stages take their own parameters
+      self, model_inputs: dict[str, Any]) -> dict[str, Any]:
     context = {key: model_inputs.pop(key) for key in ("words", "text", "spans", "is_last")}
     output = self.model(**model_inputs)
     word_ids = model_inputs["word_ids"][0].tolist()
     present = [w for i, w in enumerate(word_ids) if w != IGNORE and (i == 0 or w != word_ids[i - 1])]
     if self.model.config.encoderlab_head["kind"] == "spans":
-      return context | {"present": present, "entities": self.model.entities(output)[0]}
+      entities = self.model.entities(output)[0]  # type: ignore[operator]  # WordHead's; typed as any PreTrainedModel
+      return context | {"present": present, "entities": entities}
     probabilities = torch.softmax(output.word_logits[0].float(), dim=-1)
     tags = output.tags[0]
     return context | {"present": present, "tags": tags.tolist(),
                       "scores": probabilities.gather(1, tags.clamp(min=0)[:, None])[:, 0].tolist()}
 
-  def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.NONE, ignore_labels=None):
+  def postprocess(  # type: ignore[override]  # HF's pipeline stages take their own parameters
+      self, all_outputs: list[dict[str, Any]], aggregation_strategy: AggregationStrategy = AggregationStrategy.NONE,
+      ignore_labels: list[str] | None = None) -> list[dict[str, Any]]:
     ignore_labels = ["O"] if ignore_labels is None else ignore_labels
     out = all_outputs[0]
     text, spans, present = out["text"], out["spans"], out["present"]
@@ -117,7 +126,8 @@ class WordClassificationPipeline(TokenClassificationPipeline):
                 "end": spans[present[end - 1]][1]} for first, end, label, score in out["entities"]]
       return [entity | {"word": text[entity["start"]:entity["end"]]} for entity in found
               if entity["entity_group"] not in ignore_labels]
-    entries = [{"entity": self.model.config.id2label[tag], "score": score, "index": word, "word": out["words"][word],
+    id2label = cast(dict[int, str], self.model.config.id2label)  # A token classifier's; HF makes the keys ints.
+    entries = [{"entity": id2label[tag], "score": score, "index": word, "word": out["words"][word],
                 "start": spans[word][0], "end": spans[word][1]}
                for word, tag, score in zip(present, out["tags"], out["scores"])]
     if aggregation_strategy != AggregationStrategy.NONE:
@@ -163,7 +173,11 @@ class QuestionAnsweringPipeline(Pipeline):
     inputs = {"question": question, "context": context} if question is not None else args[0]
     return super().__call__(inputs, **kwargs)
 
-  def preprocess(self, inputs):
+  def preprocess(  # type: ignore[override]  # HF's pipeline stages take their own parameters
+      self, inputs: dict[str, str]) -> dict[str, Any]:
+    if self.tokenizer is None:
+      raise ValueError("question answering needs the export's tokenizer: pipeline('question-answering', "
+                       "model=directory, trust_remote_code=True) loads it")
     head = self.model.config.encoderlab_head
     question = self.tokenizer(inputs["question"], add_special_tokens=False)["input_ids"][:head["max_question_length"]]
     encoding = self.tokenizer(inputs["context"], add_special_tokens=False, return_offsets_mapping=True)
@@ -185,12 +199,14 @@ class QuestionAnsweringPipeline(Pipeline):
             "token_type_ids": pad([[0] * len(prefix) + [1] * (len(w) - len(prefix)) for w in windows], 0),
             "char_spans": spans, "context": inputs["context"]}
 
-  def _forward(self, model_inputs):
+  def _forward(  # type: ignore[override]  # HF's pipeline stages take their own parameters
+      self, model_inputs: dict[str, Any]) -> dict[str, Any]:
     extra = {key: model_inputs.pop(key) for key in ("char_spans", "context")}
     output = self.model(**model_inputs)
     return extra | {"start_logits": output.start_logits.float(), "end_logits": output.end_logits.float()}
 
-  def postprocess(self, model_outputs):
+  def postprocess(  # type: ignore[override]  # HF's pipeline stages take their own parameters
+      self, model_outputs: dict[str, Any]) -> dict[str, Any]:
     head = self.model.config.encoderlab_head
     score, start, end, null = best_answer(model_outputs["start_logits"], model_outputs["end_logits"],
                                           model_outputs["char_spans"], head["n_best"], head["max_answer_length"])

@@ -117,6 +117,8 @@ def dimension_contributions(vectors: np.ndarray, *, pairs: Pairs = "all", seed: 
   n = len(u)
   if pairs == "all":
     return (np.square(u.sum(axis=0)) - np.square(u).sum(axis=0)) / (n * (n - 1))
+  if isinstance(pairs, str):
+    raise errors.UserError(f"pairs must be a positive number or 'all', got {pairs!r}")
   i, j = sample_pairs(n, pairs, seed)
   return np.mean(u[i] * u[j], axis=0)
 
@@ -164,7 +166,7 @@ def word_vectors(embedder: Embedder, lines: list[list[str]], layers: str) -> tup
 def report(vectors: np.ndarray, lines: np.ndarray, standardizer: Standardizer, names: list[str],
            args: argparse.Namespace) -> dict:
   """Per layer: anisotropy and rogue dimensions of the raw and standardized vectors [words, k, H]."""
-  out = {}
+  out: dict[str, dict[str, dict]] = {}  # layer name -> "raw" | "standardized" -> its anisotropy result.
   for k, name in enumerate(names):
     out[name] = {}
     layer = standardizer if standardizer.mean.ndim == 1 else Standardizer(standardizer.mean[k], standardizer.std[k],

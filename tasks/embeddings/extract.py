@@ -30,7 +30,7 @@ import numpy as np
 from encoder import errors, hf, init_from
 from encoder.config import DTYPES, EncoderConfig
 from encoder.model import Encoder
-from encoder.tokenizer import Tokenizer
+from encoder.tokenizer import Encoding, Tokenizer
 from tasks import batching
 from tasks.batching import pack_rows  # Best fit decreasing, shared with packed fine-tuning.
 from tasks.embeddings.layers import LayerSpec, parse_layers, select_from_states
@@ -88,7 +88,8 @@ def pool_words(subwords: np.ndarray, starts: np.ndarray, pooling: str) -> np.nda
 def _forward(cfg: EncoderConfig, params, input_ids, positions, attention_segments, *, spec: LayerSpec):
   """The selected layer mix at every position: [batch, length, ...] in float32 (computed on the device)."""
   out = Encoder(cfg).apply({"params": params}, input_ids, positions=positions, attention_segments=attention_segments)
-  states = [h.astype(jnp.float32) for h in out.hidden_states]
+  # flax types apply's result as output | (output, state): without `mutable` it is the EncoderOutput.
+  states = [h.astype(jnp.float32) for h in out.hidden_states]  # type: ignore[union-attr]  # flax apply's union
   return select_from_states(states, spec)
 
 
@@ -195,10 +196,8 @@ class Embedder:
   def encode_words(self, sentences: Sequence[Sequence[str]], *, layers: "str | LayerSpec" = "all",
                    pooling: str = "mean") -> list[np.ndarray]:
     """One array [n_words, ...] per sentence, in input order (`...` = feature_shape(layers))."""
-    out: list[np.ndarray | None] = [None] * len(sentences)
-    for index, vectors in self.iter_encode_words(sentences, layers=layers, pooling=pooling):
-      out[index] = vectors
-    return out
+    out = dict(self.iter_encode_words(sentences, layers=layers, pooling=pooling))  # index -> vectors.
+    return [out[index] for index in range(len(sentences))]
 
   def encode_texts(self, texts: Sequence[str], *, layers: "str | LayerSpec" = "all",
                    pooling: str = "mean") -> list[tuple[list[str], np.ndarray]]:
@@ -229,7 +228,8 @@ class Embedder:
     spec = parse_layers(layers)
     if pooling not in POOLINGS:
       raise errors.UserError(f"pooling {pooling!r} is not one of {POOLINGS}")
-    pending: collections.deque = collections.deque()  # (device result, rows) dispatched, not yet fetched.
+    # (device result, each piece's first row, rows) dispatched, not yet fetched.
+    pending: collections.deque[tuple[jax.Array, list[int], list[list[_Piece]]]] = collections.deque()
     starts: dict[int, np.ndarray] = {}  # Each queued sentence's word starts.
     assembling: dict[int, _Sentence] = {}
     empty = np.zeros((0,) + self.feature_shape(spec), np.float32)  # Also checks the layers exist.
@@ -253,7 +253,7 @@ class Embedder:
     while pending:
       yield from self._collect(*pending.popleft(), starts, assembling, pooling)
 
-  def _tokenize(self, chunk: list) -> Iterator[tuple[int, object, int]]:
+  def _tokenize(self, chunk: list) -> Iterator[tuple[int, Encoding, int]]:
     """(index, encoding without specials, number of words) of each (index, words) of a chunk, in one native call."""
     word_lists = []
     for index, words in chunk:
@@ -264,7 +264,8 @@ class Embedder:
     for (index, _), words, encoding in zip(chunk, word_lists, encodings):
       yield index, encoding, len(words)
 
-  def _dispatch(self, rows: list[list[_Piece]], spec: LayerSpec, starts: dict, pooling: str):
+  def _dispatch(self, rows: list[list[_Piece]], spec: LayerSpec, starts: dict,
+                pooling: str) -> tuple[jax.Array, list[int]]:
     """Queues one [batch_size, bucket] batch on the device (each row `[CLS] piece [SEP]`, several packed as separate
     attention segments with their own positions) and the pooling of its output rows: each word of a sentence that
     fits in one window (with pooling "subword": each subword), each subword a window of a longer sentence supplies.
@@ -272,7 +273,10 @@ class Embedder:
     length = batching.bucket_length(max(sum(len(p.ids) + 2 for p in row) for row in rows), self.buckets)
     input_ids = np.full((self.batch_size, length), self.tokenizer.pad_id, np.int32)
     positions, segments = np.zeros_like(input_ids), np.zeros_like(input_ids)
-    first_tokens, counts, firsts = [], [], []  # Each output row's first flat token and token count; each piece's row.
+    # Each output row's first flat token and token count; each piece's first row.
+    first_tokens: list[int] = []
+    counts: list[int] = []
+    firsts: list[int] = []
     for r, row in enumerate(rows):
       offset = 0
       for segment, piece in enumerate(row, 1):

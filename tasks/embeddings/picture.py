@@ -135,7 +135,7 @@ def context(words: Sequence[str], index: int, width: int = 4) -> str:
                   + (["…"] if index + 1 + width < len(words) else []))
 
 
-def pick_annotations(points: np.ndarray, labels: Sequence[str], count: int) -> list[int]:
+def pick_annotations(points: np.ndarray, labels: Sequence[str] | np.ndarray, count: int) -> list[int]:
   """Up to `count` occurrences to annotate: each label's most central point, then the farthest from those chosen."""
   labels = np.asarray(labels)
   chosen = []
@@ -150,7 +150,7 @@ def pick_annotations(points: np.ndarray, labels: Sequence[str], count: int) -> l
   return chosen
 
 
-def draw(points: np.ndarray, labels: Sequence[str], notes: dict[int, str], path: str | os.PathLike,
+def draw(points: np.ndarray, labels: Sequence[str] | np.ndarray, notes: dict[int, str], path: str | os.PathLike,
          title: str) -> None:
   """Scatter PNG, one colour per label (the MAX_LABELS most frequent; others grey), notes beside their points."""
   import matplotlib as mpl  # pylint: disable=import-outside-toplevel
@@ -248,8 +248,8 @@ def occurrences(args: argparse.Namespace, forms: list[str]) -> tuple[Occurrences
     sentences, labels = read_text_and_labels(args.input, args.labels)
     return find_occurrences(sentences, forms, labels, default_label=Path(args.input).name), args.input
   root = paths.data_dir()
-  semcor, wordnet = (None, None) if root is None else (root / "semcor/semcor3.0", root / "wordnet/wordnet-3.0")
-  if semcor is not None and semcor.is_dir():
+  if root is not None and (root / "semcor/semcor3.0").is_dir():
+    semcor, wordnet = root / "semcor/semcor3.0", root / "wordnet/wordnet-3.0"
     found = semcor_occurrences(semcor, args.word, wordnet if wordnet.is_dir() else None, forms)
     if found.positions:
       return found, str(semcor)

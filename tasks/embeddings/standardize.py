@@ -39,7 +39,9 @@ class Standardizer:
   @classmethod
   def fit_batches(cls, batches: Iterable[np.ndarray]) -> "Standardizer":
     """The same from batches [n_b, ...] of one corpus streamed once (Chan et al.'s pairwise merge of moments)."""
-    count, mean, m2 = 0, None, None  # m2: sum of squared deviations from the running mean.
+    count = 0
+    mean: np.ndarray | None = None
+    m2: np.ndarray | None = None  # Sum of squared deviations from the running mean.
     for batch in batches:
       x = np.asarray(batch, np.float64)
       if x.ndim < 2 or (mean is not None and x.shape[1:] != mean.shape):
@@ -59,6 +61,7 @@ class Standardizer:
       count = total
     if mean is None:
       raise errors.UserError("Standardizer.fit needs at least one vector [n >= 1, dims...], got none")
+    assert m2 is not None  # Set with mean.
     std = np.sqrt(m2 / count)  # Population std, 1/|C| (spec).
     alive = std > DEAD_DIMENSION * np.median(std, axis=-1, keepdims=True)
     return cls(mean.astype(np.float32), np.where(alive, std, 1.0).astype(np.float32), count)

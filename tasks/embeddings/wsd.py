@@ -157,7 +157,7 @@ def coverage_plan(wordnet: wordnet_reader.WordNet, seen: Iterable[str], wanted: 
   (sources: synsets holding seen senses) or "lexname" (sources: (lex_filenum,)); senses with none are left out."""
   seen_synsets = {wordnet.senses[key].synset for key in seen}
   seen_lexfiles = {wordnet_reader.parse_sense_key(key).lex_filenum for key in seen}
-  plan = {}
+  plan: dict[str, tuple[str, tuple[str, ...] | tuple[int, ...]]] = {}
   for key in set(wanted) - set(seen):
     synset = wordnet.senses[key].synset
     if synset in seen_synsets:
@@ -192,9 +192,9 @@ def extend_table(table: np.ndarray, keys: Sequence[str], plan: Mapping, wordnet:
   np.add.at(lexfile_vectors, lexfile_of_synset, synset_vectors)
   lexfile_vectors /= np.maximum(np.bincount(lexfile_of_synset, minlength=len(lexfile_vectors)), 1)[:, None]
   extra_keys = sorted(plan)
-  extra = [lexfile_vectors[plan[key][1][0]] if plan[key][0] == "lexname"
-           else synset_vectors[[synset_row[s] for s in plan[key][1]]].mean(axis=0) for key in extra_keys]
-  extra = unit(np.asarray(extra, np.float32).reshape(len(extra_keys), table.shape[1]))
+  extra_rows = [lexfile_vectors[plan[key][1][0]] if plan[key][0] == "lexname"
+                else synset_vectors[[synset_row[s] for s in plan[key][1]]].mean(axis=0) for key in extra_keys]
+  extra = unit(np.asarray(extra_rows, np.float32).reshape(len(extra_keys), table.shape[1]))
   return list(keys) + extra_keys, np.concatenate([table, extra])
 
 
@@ -229,8 +229,8 @@ def score_keys(gold: Mapping[str, Sequence[str]], pred: Mapping[str, Sequence[st
     raise errors.UserError(f"{pred_name}: {len(extra)} instance ids not in {gold_name}, the first {extra[0]!r}: "
                            "score against the gold keys of the same dataset")
   right = wrong = 0.0
-  for instance, answers in pred.items():
-    answers = set(answers)
+  for instance, given in pred.items():
+    answers = set(given)
     hits = len(answers & set(gold[instance]))
     right, wrong = right + hits / len(answers), wrong + (len(answers) - hits) / len(answers)
   precision = right / (right + wrong) if right + wrong else 0.0
@@ -310,7 +310,9 @@ def evaluate_wsd(embedder, data_dir: str | os.PathLike, *, cache_dir: str | os.P
   ids = [i["id"] for i in instances]
   dev_gold = {i: keys for i, keys in gold.items() if i.startswith(DEV + ".")}
   as_keys = lambda chosen: {i: (key,) for i, key in zip(ids, chosen)}
-  rows, best, seen = [], None, set()
+  rows: list[dict] = []
+  best: tuple[dict, list[str]] | None = None  # (its table row, its senses) of the best choice on SE07 so far.
+  seen: set[str] = set()
   for pooling in poolings:
     sums = semcor_sense_sums(embedder, data_dir / "semcor" / "semcor3.0", pooling=pooling, senses=wordnet.senses,
                              cache_dir=cache_dir, cache_key=cache_key, log=log)
@@ -332,6 +334,8 @@ def evaluate_wsd(embedder, data_dir: str | os.PathLike, *, cache_dir: str | os.P
             best = (row, chosen)
           if log:
             log(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+  if best is None:
+    raise errors.UserError("nothing to choose from: poolings, layers, extensions and lambdas each need a value")
   row, chosen = best
   mfs = [options[0] for options in candidates]
   dataset_of = {i: raganato.SHORT_NAMES[i.split(".", 1)[0]] for i in ids}

@@ -6,6 +6,8 @@ Records: classification {"text_a", "text_b", "label"}; tagging {"words", "tags",
 sentences with sense keys, WordNet 3.0's index.sense and relations, the Raganato et al. (2017) WSD XML + gold keys.
 """
 
+from collections.abc import Callable, Iterator
+
 from tasks.readers.conll import CONLL2003_COLUMNS, read_conll
 from tasks.readers.conllu import CONLLU_COLUMNS, read_conllu
 from tasks.readers.lines import ReaderError, numbered_lines
@@ -17,7 +19,9 @@ from tasks.readers.tsv import read_tsv
 from tasks.readers.wic import WIC_POS, read_wic, read_wic_split, wic_files
 from tasks.readers.wordnet import WordNet, load_wordnet, parse_sense_key, read_index_sense
 
-READERS = {"conll": read_conll, "tsv": read_tsv, "conllu": read_conllu, "spans": read_spans_jsonl, "squad": read_squad}
+# format -> reader(path, **options): its records.
+READERS: dict[str, Callable[..., Iterator[dict]]] = {
+    "conll": read_conll, "tsv": read_tsv, "conllu": read_conllu, "spans": read_spans_jsonl, "squad": read_squad}
 # The formats whose words are UD's (hyphenated words split: "Al - Zaman"), so raw text given to a run trained on them is
 # split into words the same way (`launch.predict.split_words`, an HF export's pipeline).
 UD_WORDS = ("conllu",)

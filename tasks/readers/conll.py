@@ -19,7 +19,7 @@ def column_index(column: str | int, columns: Sequence[str]) -> int:
   if isinstance(column, int) and not isinstance(column, bool):
     if 0 <= column < len(columns):
       return column
-  elif column in columns:
+  elif isinstance(column, str) and column in columns:
     return list(columns).index(column)
   raise errors.UserError(f"tag column {column!r} is not one of {list(columns)} or an index below {len(columns)}")
 
@@ -35,7 +35,9 @@ def read_conll(path: str | os.PathLike, *, columns: Sequence[str] = CONLL2003_CO
   """
   tag_at = column_index(tag_column, columns)
   allowed = None if label_names is None else set(label_names)
-  words, tags, doc_index, doc_has_sentences = [], [], 0, False
+  words: list[str] = []
+  tags: list[str] = []
+  doc_index, doc_has_sentences = 0, False
   for number, line in numbered_lines(path):
     fields = line.split(delimiter)
     if not line.strip() or fields[0] == DOCSTART:

@@ -29,7 +29,9 @@ def read_conllu(path: str | os.PathLike, *, tag_column: str = "upos",
     raise errors.UserError(f"tag_column {tag_column!r} is not one of {list(CONLLU_COLUMNS[2:])}")
   tag_at = CONLLU_COLUMNS.index(tag_column)
   allowed = None if label_names is None else set(label_names)
-  words, tags, doc_index, doc_has_sentences = [], [], 0, False
+  words: list[str] = []
+  tags: list[str] = []
+  doc_index, doc_has_sentences = 0, False
   for number, line in numbered_lines(path):
     if not line.strip():
       if words:

@@ -9,6 +9,7 @@ naming an instance the XML lacks (or missing one) is an error, never a silently 
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from xml.parsers import expat
 
 from encoder import errors
@@ -25,7 +26,10 @@ _PARENT = {"corpus": None, "text": "corpus", "sentence": "text", "wf": "sentence
 def read_raganato_xml(path: str | os.PathLike) -> list[dict]:
   """Sentences {"id", "words", "lemmas", "pos", "instances"}: instances a list of {"id", "index" (of the word),
   "lemma", "pos", "line"}; words keep their spaces ("New York")."""
-  sentences, stack, text, ids = [], [], [], {}
+  sentences: list[dict[str, Any]] = []
+  stack: list[str] = []  # Open elements, innermost last.
+  text: list[str] = []  # Character data of the open <wf> or <instance>.
+  ids: dict[str, int] = {}  # Instance id -> its line.
   parser = expat.ParserCreate("UTF-8")
 
   def fail(expected: str):

@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
@@ -45,7 +46,8 @@ def sense_keys(lemma: str, wnsn: str, lexsn: str) -> list[str]:
 def read_semcor_file(path: str | os.PathLike) -> Iterator[dict]:
   """Yields one record per `<s>`: {"doc", "snum", "words", "pos", "keys", "lines"} (keys: a list per word, empty
   for untagged words and punctuation; lines: the 1-based line of each word)."""
-  doc, sentence = Path(path).name, None
+  doc = Path(path).name
+  sentence: dict[str, Any] | None = None
   for number, line in numbered_lines(path):
     line = line.strip()
     if match := _WORD.fullmatch(line):

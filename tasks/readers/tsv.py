@@ -9,6 +9,7 @@ and stripped, which removes SST-2's trailing spaces; CRLF line ends (SICK test) 
 import math
 import os
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
@@ -39,9 +40,10 @@ def read_tsv(path: str | os.PathLike, *, text_a: str | int, text_b: str | int | 
   """
   if label_names is not None and label is None:
     raise errors.UserError(f"{path}: label_names {list(label_names)} given without a label column")
-  allowed = None if label_names is None else set(label_names)
+  allowed = None if label_names is None else list(label_names)
   roles = {"text_a": text_a, "text_b": text_b, "label": label} | ({} if score is None else {"score": score})
-  indices, width, first = None, None, None
+  indices: dict[str, int | None] | None = None  # Column of each role, from the first row.
+  width = first = 0  # Fields per row and the first row's line number, set with `indices`.
   for number, line in numbered_lines(path):
     if not line.strip():
       continue
@@ -57,12 +59,12 @@ def read_tsv(path: str | os.PathLike, *, text_a: str | int, text_b: str | int | 
     if len(fields) != width:
       raise ReaderError(path, number, f"{width} tab-separated columns as in line {first}, got {len(fields)} "
                         f"({'a tab inside a text?' if len(fields) > width else 'a missing field?'})")
-    record = {role: None if i is None else fields[i].strip() for role, i in indices.items()}
+    record: dict[str, Any] = {role: None if i is None else fields[i].strip() for role, i in indices.items()}
     for role, value in record.items():
       if value == "":
         raise ReaderError(path, number, f"a non-empty {role} in column {roles[role]!r}")
     if allowed is not None and record["label"] not in allowed:
-      raise ReaderError(path, number, f"a label in column {label!r} that is one of {list(label_names)}, "
+      raise ReaderError(path, number, f"a label in column {label!r} that is one of {allowed}, "
                         f"got {record['label']!r}")
     if score is not None:
       record["score"] = _number(path, number, record["score"], score)

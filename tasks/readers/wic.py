@@ -33,15 +33,18 @@ def read_wic(data_path: str | os.PathLike, gold_path: str | os.PathLike | None =
   for number, line in numbered_lines(data_path):
     record = _parse(data_path, number, line)
     if gold_lines is not None:
-      gold_number, text = next(gold_lines, (None, None))
-      if gold_number is None:
+      assert gold_path is not None  # gold_lines exists only with a gold_path.
+      gold = next(gold_lines, None)
+      if gold is None:
         raise ReaderError(gold_path, number, f"a T/F label for {data_path} line {number}, but the gold file ended "
                           f"after {number - 1} lines (the files must have the same number of lines)")
+      gold_number, text = gold
       if text.strip() not in _GOLD:
         raise ReaderError(gold_path, gold_number, f"T or F, got {text!r}")
       record["label"] = _GOLD[text.strip()]
     yield record
   if gold_lines is not None:
+    assert gold_path is not None  # gold_lines exists only with a gold_path.
     extra = next(gold_lines, None)
     if extra is not None:
       raise ReaderError(gold_path, extra[0], f"no more labels: {data_path} has {number} lines, this line is extra "

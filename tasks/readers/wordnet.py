@@ -142,11 +142,12 @@ def load_wordnet(directory: str | os.PathLike) -> WordNet:
   """`index.sense`, `lexnames` and the noun/verb hypernyms of a WordNet 3.0 `dict` directory."""
   directory = Path(directory)
   senses = read_index_sense(directory / "index.sense")
-  by_lemma, by_synset = {}, {}
+  keys_by_lemma: dict[tuple[str, str], list[str]] = {}
+  keys_by_synset: dict[str, list[str]] = {}
   for key, sense in senses.items():
-    by_lemma.setdefault((key.split("%", 1)[0], sense.synset[-1]), []).append(key)
-    by_synset.setdefault(sense.synset, []).append(key)
-  by_lemma = {lemma: tuple(sorted(keys, key=lambda k: senses[k].number)) for lemma, keys in by_lemma.items()}
+    keys_by_lemma.setdefault((key.split("%", 1)[0], sense.synset[-1]), []).append(key)
+    keys_by_synset.setdefault(sense.synset, []).append(key)
+  by_lemma = {lemma: tuple(sorted(keys, key=lambda k: senses[k].number)) for lemma, keys in keys_by_lemma.items()}
   hypernyms = read_hypernyms(directory / "data.noun") | read_hypernyms(directory / "data.verb")
   return WordNet(senses, hypernyms, read_lexnames(directory / "lexnames"), by_lemma,
-                 {synset: tuple(keys) for synset, keys in by_synset.items()})
+                 {synset: tuple(keys) for synset, keys in keys_by_synset.items()})

@@ -66,37 +66,37 @@ def entity_f1_bootstrap(gold: Sequence[Sequence[str]], pred_a: Sequence[Sequence
                         pred_b: Sequence[Sequence[str]], samples: int = 10_000, seed: int = 0,
                         mode: str = "conlleval", scheme: str = "IOB2") -> BootstrapResult:
   """Paired bootstrap on micro entity F1 over sentences (the spec's NER comparison)."""
-  stats = [metrics.entity_counts(gold, p, mode, scheme)[1].sum(axis=1) for p in (pred_a, pred_b)]
-  return paired_bootstrap(*stats, metrics.micro_f1, samples, seed)
+  stats_a, stats_b = (metrics.entity_counts(gold, p, mode, scheme)[1].sum(axis=1) for p in (pred_a, pred_b))
+  return paired_bootstrap(stats_a, stats_b, metrics.micro_f1, samples, seed)
 
 
 def accuracy_bootstrap(gold: Sequence[Sequence[str]], pred_a: Sequence[Sequence[str]],
                        pred_b: Sequence[Sequence[str]], samples: int = 10_000, seed: int = 0) -> BootstrapResult:
   """Paired bootstrap on accuracy over examples (one label per example: pass [[label], ...])."""
-  stats = [metrics.accuracy_counts(gold, p) for p in (pred_a, pred_b)]
-  return paired_bootstrap(*stats, metrics.accuracy_from_counts, samples, seed)
+  stats_a, stats_b = (metrics.accuracy_counts(gold, p) for p in (pred_a, pred_b))
+  return paired_bootstrap(stats_a, stats_b, metrics.accuracy_from_counts, samples, seed)
 
 
 def positive_f1_bootstrap(gold: Sequence[str], pred_a: Sequence[str], pred_b: Sequence[str], positive: str,
                           samples: int = 10_000, seed: int = 0) -> BootstrapResult:
   """Paired bootstrap on the positive class's F1 over examples (one label per example; GLUE's MRPC F1)."""
-  stats = [metrics.positive_counts(gold, p, positive) for p in (pred_a, pred_b)]
-  return paired_bootstrap(*stats, metrics.micro_f1, samples, seed)
+  stats_a, stats_b = (metrics.positive_counts(gold, p, positive) for p in (pred_a, pred_b))
+  return paired_bootstrap(stats_a, stats_b, metrics.micro_f1, samples, seed)
 
 
 def pearson_bootstrap(gold: Sequence[float], pred_a: Sequence[float], pred_b: Sequence[float],
                       samples: int = 10_000, seed: int = 0) -> BootstrapResult:
   """Paired bootstrap on Pearson's r over examples (regression: one number per example)."""
-  stats = [metrics.pearson_moments(gold, p) for p in (pred_a, pred_b)]
-  return paired_bootstrap(*stats, metrics.pearson_from_moments, samples, seed)
+  stats_a, stats_b = (metrics.pearson_moments(gold, p) for p in (pred_a, pred_b))
+  return paired_bootstrap(stats_a, stats_b, metrics.pearson_from_moments, samples, seed)
 
 
 def squad_f1_bootstrap(golds: Sequence[Sequence[str]], pred_a: Sequence[str | None], pred_b: Sequence[str | None],
                        samples: int = 10_000, seed: int = 0, version2: bool = False) -> BootstrapResult:
   """Paired bootstrap on SQuAD's F1 (the mean of per-question F1) over questions."""
-  stats = [np.stack([squad.question_scores(golds, p, version2)[:, 1], np.ones(len(golds))], axis=1)
-           for p in (pred_a, pred_b)]
-  return paired_bootstrap(*stats, lambda summed: summed[:, 0] / summed[:, 1], samples, seed)
+  stats_a, stats_b = (np.stack([squad.question_scores(golds, p, version2)[:, 1], np.ones(len(golds))], axis=1)
+                      for p in (pred_a, pred_b))
+  return paired_bootstrap(stats_a, stats_b, lambda summed: summed[:, 0] / summed[:, 1], samples, seed)
 
 
 def median_over_seeds_bootstrap(stats_a: Sequence[np.ndarray], stats_b: Sequence[np.ndarray], metric: Metric,

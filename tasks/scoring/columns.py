@@ -8,6 +8,7 @@ is not O or B-, I-, E-, S- + a type (strict mode: a tag of the scheme) is a User
 """
 
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -174,7 +175,7 @@ def read_predicted_spans(path: str, gold: Sequence[dict], gold_path: str, scheme
   return predicted
 
 
-def read_run_conll(path: str) -> tuple[list[list[str]], list[list[str]]]:
+def read_run_conll(path: str | os.PathLike) -> tuple[list[list[str]], list[list[str]]]:
   """(gold, predicted) tags per sentence of a run's prediction .conll file (word ... gold predicted)."""
   gold, pred, sentence = [], [], []
   for _, line in numbered_lines(path):

@@ -149,9 +149,11 @@ def label_counts(gold: Sequence[str], pred: Sequence[str]) -> tuple[list[str], n
   index = {label: j for j, label in enumerate(labels)}
   counts = np.zeros((len(gold), len(labels), 3), np.int64)
   rows = np.arange(len(gold))
-  np.add.at(counts, (rows, [index[p] for p in pred], PRED), 1)
-  np.add.at(counts, (rows, [index[g] for g in gold], GOLD), 1)
-  np.add.at(counts, (rows, [index[g] for g in gold], TP), [int(g == p) for g, p in zip(gold, pred)])
+  pred_columns, gold_columns = [index[p] for p in pred], [index[g] for g in gold]
+  hits = [int(g == p) for g, p in zip(gold, pred)]
+  np.add.at(counts, (rows, pred_columns, PRED), 1)  # type: ignore[arg-type]  # numpy stubs lack per-axis index tuples
+  np.add.at(counts, (rows, gold_columns, GOLD), 1)  # type: ignore[arg-type]  # numpy stubs lack per-axis index tuples
+  np.add.at(counts, (rows, gold_columns, TP), hits)  # type: ignore[arg-type]  # numpy stubs lack per-axis index tuples
   return labels, counts
 
 
@@ -177,7 +179,7 @@ def label_scores(gold: Sequence[str], pred: Sequence[str]) -> dict[str, Any]:
 
 
 # Regression (SICK relatedness, STS-B): Pearson's r from additive per-example moments, so the bootstrap resamples it.
-def pearson_moments(gold: Sequence[float], pred: Sequence[float]) -> np.ndarray:
+def pearson_moments(gold: Sequence[float] | np.ndarray, pred: Sequence[float] | np.ndarray) -> np.ndarray:
   """Per-example [N, (1, x, y, x^2, y^2, xy)] with x = gold, y = pred: Pearson's r of any sample is a function of
   their sums (`pearson_from_moments`)."""
   x, y = np.asarray(gold, np.float64), np.asarray(pred, np.float64)
@@ -194,7 +196,7 @@ def pearson_from_moments(moments: np.ndarray) -> np.ndarray:
   return np.where(denominator > 0, covariance / np.where(denominator > 0, denominator, 1.0), 0.0)
 
 
-def average_ranks(values: Sequence[float]) -> np.ndarray:
+def average_ranks(values: Sequence[float] | np.ndarray) -> np.ndarray:
   """1-based ranks, ties sharing their average rank (what Spearman's rho correlates)."""
   values = np.asarray(values, np.float64)
   order = np.argsort(values, kind="stable")

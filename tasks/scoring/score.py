@@ -38,7 +38,10 @@ from tasks.scoring import kinds, tag_schemes
 def bootstrap_command(args: argparse.Namespace) -> dict[str, Any]:
   """`bootstrap`: paired bootstrap p-value that A beats B on the --task kind's metric (tasks.scoring.kinds: entity
   micro F1 for conll, accuracy for labels, Pearson's r for scores, the mean per-question F1 for squad)."""
-  result, name = kinds.KINDS[args.task].bootstrap(args)
+  bootstrap = kinds.KINDS[args.task].bootstrap
+  if bootstrap is None:
+    raise errors.UserError(f"task {args.task!r} has no paired bootstrap: use one of {list(kinds.bootstrapped())}")
+  result, name = bootstrap(args)
   print(f"{name}: A {result.metric_a:.4f}  B {result.metric_b:.4f}  delta {result.delta:+.4f}")
   print(f"p-value that A beats B: {result.p_value:.4f} ({result.samples} samples, seed {result.seed})"
         + ("" if result.delta > 0 else "  [delta <= 0: A does not beat B on this test set]"))

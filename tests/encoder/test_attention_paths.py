@@ -20,8 +20,7 @@ import numpy as np
 import pytest
 
 from configs import common
-from encoder import ARCHITECTURES, Encoder, preset
-from encoder import config as config_module
+from encoder import ARCHITECTURES, Encoder, config as config_module, preset
 from encoder.matmul import Dots, dense_dot_general
 from encoder.model import Dense, fused_attend
 from launch.model import EncoderWithHeads
@@ -114,7 +113,7 @@ def test_odd_lengths_padded_for_cudnn_give_the_same_attention(rows, keys):
   k, v = (jnp.asarray(rng.normal(size=(2, keys, 3, 8)), jnp.float32) for _ in range(2))
   mask = jnp.asarray(rng.random((2, 1, rows, keys)) < 0.7).at[..., 0].set(True)
   run = lambda even: lambda q, k, v: fused_attend(q, k, v, mask, "xla", even)
-  got, want = (jax.value_and_grad(lambda *a, f=run(even): jnp.sum(jnp.sin(f(*a))), argnums=(0, 1, 2))(q, k, v)
+  got, want = (jax.value_and_grad(lambda *a, even=even: jnp.sum(jnp.sin(run(even)(*a))), argnums=(0, 1, 2))(q, k, v)
                for even in (True, False))
   assert run(True)(q, k, v).shape == q.shape
   _assert_close(got, want)
@@ -141,7 +140,7 @@ def test_xla_path_equals_matmul_path_in_electra():
     params = model.init(jax.random.key(0), batch)["params"]
 
     def loss(params):
-      predictions = model.apply({"params": params}, batch, train=True, rngs={"dropout": jax.random.key(4)})
+      predictions = model.apply({"params": params}, batch, train=True, rngs={"dropout": jax.random.key(4)})  # noqa: B023  (called within the iteration)
       return objective.loss(predictions["electra"], batch)[0]
 
     results[path] = jax.jit(jax.value_and_grad(loss))(params)

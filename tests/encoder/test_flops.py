@@ -1,5 +1,5 @@
-"""The FLOP count of MFU and equal-compute sweeps: encoder.flops' closed form matches the parameter trees (the encoder's,
-ELECTRA's generator) and a hand count."""
+"""The FLOP count of MFU and equal-compute sweeps: encoder.flops' closed form matches the parameter trees (the
+encoder's, ELECTRA's generator) and a hand count."""
 
 import jax
 import jax.numpy as jnp

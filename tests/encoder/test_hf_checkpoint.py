@@ -7,8 +7,8 @@ hidden states within 4.3e-6 on Zen 3 and 9e-6 over 256 WikiText lines on the Int
 """
 
 import json
-from pathlib import Path
 import shutil
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -220,7 +220,7 @@ def test_tensor_errors_name_tensor_and_file(bert, tmp_path, edit, error, pattern
 def test_the_bare_loader_reads_the_encoder_of_a_pretraining_checkpoint(pretraining, tmp_path):
   """encoder.hf without a head reader: BertForPreTraining's encoder, the same arrays as with the objectives' reader,
   its cls.* heads left out unread; a stray tensor inside the encoder's modules is still refused."""
-  cfg, params, heads = hf.load_hf_checkpoint(pretraining[1])
+  _, params, heads = hf.load_hf_checkpoint(pretraining[1])
   _, with_heads, read = hf_heads.load_hf_checkpoint(pretraining[1])
   assert heads == {} and set(read) == {"mlm", "nsp"}
   assert jax.tree.all(jax.tree.map(np.array_equal, params, with_heads))
@@ -241,7 +241,7 @@ def test_truncated_safetensors_names_the_file(bert, tmp_path):
   target = shutil.copytree(bert[1], tmp_path / "ckpt")
   data = (target / "model.safetensors").read_bytes()
   (target / "model.safetensors").write_bytes(data[:len(data) - 100])
-  with pytest.raises(hf.CorruptCheckpointError, match="model.safetensors.*truncated or corrupt"):
+  with pytest.raises(hf.CorruptCheckpointError, match=r"model\.safetensors.*truncated or corrupt"):
     hf_heads.load_hf_checkpoint(target)
 
 

@@ -2,6 +2,7 @@
 hf: init never imports orbax or the engine."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,10 +24,11 @@ def test_parse_and_its_errors():
 
 
 def test_model_fields_of_a_run_and_its_errors(tmp_path):
-  with pytest.raises(ConfigError, match="config.json does not exist; expected the workdir of a training run"):
+  with pytest.raises(ConfigError,
+                     match=re.escape("config.json does not exist; expected the workdir of a training run")):
     init_from.model_fields(f"run:{tmp_path}")
   (tmp_path / "config.json").write_text("{}")
-  with pytest.raises(ConfigError, match="is not a run's config.json"):
+  with pytest.raises(ConfigError, match=re.escape("is not a run's config.json")):
     init_from.model_fields(f"run:{tmp_path}")
   (tmp_path / "config.json").write_text(json.dumps({"model": {"hidden_size": 64, "attention": "cudnn"},
                                                    "data": {"tokenizer": "t"}}))

@@ -8,10 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder import Encoder, preset
+from encoder import Encoder, model as model_module, preset
 from encoder.config import resolve_platform
 from encoder.matmul import Dots, cpu_bf16_flags, matmul, transpose
-from encoder import model as model_module
 from encoder.model import SelfAttention, additive_bias, attend, attention_mask, blocked_attend
 from tests.tolerances import U32, U_BF16, assert_within, softmax_bound, sum_bound
 

@@ -112,7 +112,7 @@ def test_rotary_encoder_sees_only_relative_positions():
   for arch, invariant in (("rope", True), ("bert", False)):
     cfg = _cfg(arch)
     params = _params(cfg)
-    run = lambda shift: np.asarray(Encoder(cfg).apply({"params": params}, ids, None, np.arange(12)[None] + shift).last)
+    run = lambda shift: np.asarray(Encoder(cfg).apply({"params": params}, ids, None, np.arange(12)[None] + shift).last)  # noqa: B023  (called within the iteration)
     # RoPE: the same angle differences up to the angles' rounding (5e-4 worst case on scores, see above; measured
     # far less); a learned position table changes the inputs by O(1).
     assert np.allclose(run(0), run(9), atol=1e-4) == invariant

@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import demo as demo_config
-from configs import finetune
+from configs import demo as demo_config, finetune
 from launch import train
 from tasks import tfds_builders
 from tests.conftest import require_data

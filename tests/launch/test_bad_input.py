@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from encoder.pretrained import minilm_path
 from encoder import errors
+from encoder.pretrained import minilm_path
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "sentence_A\tsentence_B\tlabel\n"
@@ -22,7 +22,7 @@ SENTENCE = "1\tThe\tthe\tDET\tDT\t_\t2\tdet\t_\t_\n2\tdog\tdog\tNOUN\tNN\t_\t0\t
 
 
 def command(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300,
+  return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
                         env={**os.environ, **(env or {})})
 
 
@@ -159,7 +159,8 @@ def test_scorer_refuses_and_prints_no_score(tmp_path, pred, named):
 
 def test_scorer_refuses_an_empty_gold_file(tmp_path):
   empty = write(tmp_path / "gold", "")
-  assert_one_line(command("-m", "tasks.scoring.score", "labels", "--gold", empty, "--pred", empty), "gold:", "found none")
+  assert_one_line(command("-m", "tasks.scoring.score", "labels", "--gold", empty, "--pred", empty),
+                  "gold:", "found none")
 
 
 def test_debug_shows_the_traceback(tmp_path):
@@ -180,7 +181,8 @@ def test_bf16_reference_refused_on_a_cpu_without_bf16_units(monkeypatch):
   from benchmarks import finetune  # pylint: disable=import-outside-toplevel
   from encoder import matmul  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(matmul, "native_bf16_dots", lambda where: False)
-  with pytest.raises(errors.UserError, match=r"--precision bfloat16: this CPU has no bf16 matrix instructions .*float32"):
+  with pytest.raises(errors.UserError,
+                     match=r"--precision bfloat16: this CPU has no bf16 matrix instructions .*float32"):
     finetune.main(["--task", "sick", "--reference", "--precision", "bfloat16"])
 
 

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder import errors
 from configs import pretrain
+from encoder import errors
 from launch import checkpointing
 
 

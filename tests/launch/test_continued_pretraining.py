@@ -6,11 +6,10 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from encoder import errors
 from configs import pretrain
-from encoder import pretrained
-from objectives import hf_heads
+from encoder import errors, pretrained
 from launch import train, warm_start
+from objectives import hf_heads
 
 
 def _params(workdir) -> dict:

@@ -9,10 +9,7 @@ import re
 
 import pytest
 
-from configs import checks
-from configs import demo as demo_config
-from configs import samples
-from configs import finetune
+from configs import checks, demo as demo_config, finetune, samples
 from encoder import errors
 from launch import demo, predict
 from tasks import finetune_data
@@ -114,6 +111,6 @@ def test_demo_rerun_shows_the_finished_runs_again_and_fresh_keeps_other_files(de
   assert again == first
   (tmp_path / "mlm").mkdir()
   (tmp_path / "mlm" / "notes.txt").write_text("mine")
-  with pytest.raises(errors.UserError, match="holds no config.json"):
+  with pytest.raises(errors.UserError, match=re.escape("holds no config.json")):
     demo.clear_runs(tmp_path)
   assert (tmp_path / "mlm" / "notes.txt").is_file()

@@ -8,9 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from configs import checks, paths
-from configs import demo as demo_config
-from configs import samples
+from configs import checks, demo as demo_config, paths, samples
 from encoder.tokenizer import load_tokenizer
 from launch import demo, input_pipeline
 from launch.model import EncoderWithHeads, encoder_config
@@ -50,7 +48,7 @@ def test_sample_corpus_is_whole_articles_small_and_licensed():
     assert path.stat().st_size < 5_000_000
     lines = path.read_text(encoding="utf-8").splitlines()
     assert TITLE.match(next(line for line in lines if line.strip())), f"{path} must start with an article title"
-  assert 2_000_000 < train_file.stat().st_size and 200_000 < heldout_file.stat().st_size
+  assert train_file.stat().st_size > 2_000_000 and heldout_file.stat().st_size > 200_000
   train_titles, heldout_titles = _titles(train_file), _titles(heldout_file)
   assert train_titles[0] == "Valkyria Chronicles III" and heldout_titles[0] == "2010 Haiti earthquake"
   assert not set(train_titles) & set(heldout_titles)

@@ -36,7 +36,7 @@ from tests.launch.conftest import run_config
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from launch.hf_modeling import modeling_encoderlab, pipeline_encoderlab  # pylint: disable=wrong-import-position
+from launch.hf_modeling import modeling_encoderlab, pipeline_encoderlab  # noqa: E402  (they import torch: after its importorskip)
 
 # Ours and HF's float32 models on the same weights, other kernels and sums: a measured bound (at most 7.2e-7 on Zen 3,
 # 1/140 of it; the encoder's parity is in the numerics lane, docs/testing.md); a misplaced weight moves logits by O(1).
@@ -277,7 +277,7 @@ def test_every_preset_is_an_hf_model_that_predicts_as_launch_predict(trained, tm
   remote = architecture.startswith("Encoderlab")
   assert (out / "modeling_encoderlab.py").is_file() == remote
   qa = predictor.task["name"] == "question_answering"
-  assert (out / "pipeline_encoderlab.py").is_file() == (remote and predictor.word_task or qa)
+  assert (out / "pipeline_encoderlab.py").is_file() == ((remote and predictor.word_task) or qa)
   auto_class = export.AUTO_CLASSES[architecture.split("For")[-1]]
   model = _load(out, auto_class, architecture)
   tokenizer = transformers.AutoTokenizer.from_pretrained(out, trust_remote_code=remote)

@@ -11,13 +11,12 @@ import pytest
 import scipy.stats
 import seqeval.metrics
 
-from encoder import errors
 from configs import common, finetune
-from encoder import pretrained
-from objectives import hf_heads
+from encoder import errors, pretrained
 from launch import train, workload
-from tasks import evaluation, finetune_data
 from launch.model import EncoderWithHeads, encoder_config
+from objectives import hf_heads
+from tasks import evaluation, finetune_data
 from tests.conftest import require_data
 
 

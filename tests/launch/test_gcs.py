@@ -12,9 +12,7 @@ import numpy as np
 import pytest
 
 from benchmarks import determinism
-from configs import demo as demo_config
-from configs import samples
-from configs import finetune
+from configs import demo as demo_config, finetune, samples
 from encoder import errors, files
 from encoder.array_files import load_npy
 from launch import metrics_writer, train

@@ -137,7 +137,7 @@ def _hf_steps(model, loss, extra=None) -> list[tuple[float, dict]]:
   steps_ = []
   for m in (model, copy.deepcopy(model).double()):
     dtype = next(m.parameters()).dtype
-    leaves = jax.tree.map(lambda x: torch.tensor(np.asarray(x), dtype=dtype, requires_grad=True), extra)
+    leaves = jax.tree.map(lambda x: torch.tensor(np.asarray(x), dtype=dtype, requires_grad=True), extra)  # noqa: B023  (called within the iteration)
     value = loss(m, leaves)
     steps_.append((value.item(), _torch_grads(m, value) | _named(jax.tree.map(lambda t: t.grad.numpy(), leaves))))
   return steps_
@@ -272,7 +272,7 @@ def test_question_answering_step_equals_bert_for_question_answering(pretraining,
     positions = {f"{side}_positions": torch.tensor(rows[f"{side}_position"], dtype=torch.long)
                  for side in ("start", "end")}
 
-    def theirs(m, _):
+    def theirs(m, _, rows=rows, positions=positions, hf_loss=hf_loss):
       if hf_loss is None:
         return m(**_torch_inputs(rows), **positions).loss
       out = m(**_torch_inputs(rows))

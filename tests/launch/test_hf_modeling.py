@@ -19,8 +19,7 @@ from tasks.scoring import tag_schemes
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from launch.hf_modeling import (  # pylint: disable=wrong-import-position
-    configuration_encoderlab, modeling_encoderlab, pipeline_encoderlab)
+from launch.hf_modeling import configuration_encoderlab, modeling_encoderlab, pipeline_encoderlab  # noqa: E402  (they import torch: after its importorskip)
 
 WORDS = ["EU", "rejects", "German", "call", "to", "boycott", "British", "lamb", ".", "U.S.", "1996-08-30", "McDonald",
          "iPhone", "naïve", "ÉCOLE", "--", "I", "x2", "", "\u00a0"]

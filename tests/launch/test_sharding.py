@@ -37,7 +37,7 @@ def test_gated_feed_forward_shards_its_width_not_its_gate_axis():
 
 
 def test_model_axis_must_divide(shapes):
-  with pytest.raises(ValueError, match="qkv/kernel.*mesh_model=3"):
+  with pytest.raises(ValueError, match=r"qkv/kernel.*mesh_model=3"):
     sharding.partition_spec("layer_0/attention/qkv/kernel", shapes["layer_0/attention/qkv/kernel"], 3)
   assert sharding.partition_spec("layer_0/attention/qkv/kernel", (16, 3, 4, 4), 1) == P()
 

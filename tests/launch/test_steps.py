@@ -120,6 +120,7 @@ def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   StepFns.trainable the gradient program does less arithmetic (XLA's FLOP count) and the optimizer keeps no moments
   for frozen parameters, yet three steps give the parameters of the plain gradient with frozen updates zeroed."""
   import optax  # pylint: disable=import-outside-toplevel
+
   from tasks import regimes  # pylint: disable=import-outside-toplevel
   cfg = preset("tiny", vocab_size=100, max_positions=32)
   objectives = [registry.build("mlm"), registry.build("nsp")]

@@ -8,8 +8,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -155,5 +156,5 @@ def test_the_toy_family_gets_the_defaults_and_a_missing_abstract_member_fails_wh
   class NoScore(WordCount):
     score = TaskFamily.score  # As if the family had not written it.
 
-  with pytest.raises(TypeError, match="abstract method.*score"):
+  with pytest.raises(TypeError, match=r"abstract method.*score"):
     NoScore({"name": "word_count"})

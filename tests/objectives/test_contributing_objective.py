@@ -5,7 +5,8 @@ pretrains beside MLM through `launch.train`, exports through `launch.export` (it
 the class it declares for MLM + itself) and imports back, head tensors bit for bit; unregistered, the same export is
 refused, naming the tensor no layout takes."""
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax

@@ -79,9 +79,9 @@ def test_each_position_selected_at_rate(token_runs):
 
 
 def test_80_10_10_split(token_runs):
-  rows, outs = token_runs
+  _, outs = token_runs
   kinds = np.zeros(3)
-  for row, out in zip(rows, outs):
+  for out in outs:
     k = int(out["masked_weights"].sum())
     new = out["input_ids"][out["masked_positions"][:k]]
     orig = out["masked_ids"][:k]
@@ -93,7 +93,7 @@ def test_80_10_10_split(token_runs):
 
 
 def test_random_replacements_follow_unigram(token_runs):
-  rows, outs = token_runs
+  _, outs = token_runs
   replaced = []
   for out in outs:
     k = int(out["masked_weights"].sum())
@@ -235,7 +235,7 @@ def test_span_masking_structure_and_sbo_targets():
       e = right[left == s][0] - 1
       np.testing.assert_array_equal(members, np.arange(s + 1, e + 1))  # Contiguous s..e.
       assert not np.isin(row["input_ids"][members], SPECIALS).any()
-      starts_word = lambda t: row["word_starts"][t] == 1 or row["input_ids"][t - 1] in SPECIALS
+      starts_word = lambda t: row["word_starts"][t] == 1 or row["input_ids"][t - 1] in SPECIALS  # noqa: B023  (called within the iteration)
       assert starts_word(s + 1) and (row["input_ids"][e + 1] in SPECIALS or starts_word(e + 1))  # Whole words.
       new = out["input_ids"][members]
       kinds = {"mask" if t == MASK else "same" if t == o else "random"

@@ -81,7 +81,7 @@ def test_segments_packing_restarts_positions(text_file, tokenizer, tmp_path):
   seen = []
   for i in range(len(examples)):
     row = examples[i]
-    for ids, types, positions in _sequences(row):
+    for ids, _, positions in _sequences(row):
       assert ids[0] == tokenizer.cls_id and ids[-1] == tokenizer.sep_id
       np.testing.assert_array_equal(positions, np.arange(len(ids)))
       seen.append(tuple(_real(ids, tokenizer)))
@@ -150,7 +150,7 @@ def test_nsp_pairs_on_wikitext(tokenizer, tmp_path):
     seps = np.flatnonzero(ids[:n] == tokenizer.sep_id)
     assert ids[0] == tokenizer.cls_id and len(seps) == 2 and seps[1] == n - 1
     np.testing.assert_array_equal(types[:n], np.r_[np.zeros(seps[0] + 1), np.ones(n - seps[0] - 1)])
-    (a0, a1, *_), (b0, b1, *_) = examples.chunks[2 * i:2 * i + 2]
+    (a0, a1, *_), (b0, _, *_) = examples.chunks[2 * i:2 * i + 2]
     same = doc_of(a0) == doc_of(b0)
     assert same == (labels[i] == pairs.IS_NEXT)
     if same:

@@ -1,6 +1,7 @@
 """Corpus preparation (objectives.prepare) and its reader (objectives.prepared) against the in-memory path."""
 
 import filecmp
+import re
 import shutil
 import subprocess
 import sys
@@ -168,12 +169,12 @@ def test_the_command_reports_no_matching_file_in_one_line(tmp_path):
                          str(minilm_path()), "--out", str(tmp_path / "out")], capture_output=True, text=True,
                         check=False)
   assert done.returncode == 1
-  assert done.stderr.strip() == f"error: --input {pattern!r}: no file matches it; expected text files (e.g. " \
-                                "'corpus/*.txt') or tfds:NAME[:SPLIT]"
+  assert done.stderr.strip() == (f"error: --input {pattern!r}: no file matches it; expected text files (e.g. "
+                                 "'corpus/*.txt') or tfds:NAME[:SPLIT]")
 
 
 def test_a_missing_or_mismatched_directory_is_an_error(valid_dir, tmp_path):
-  with pytest.raises(corpus.CorpusError, match="no metadata.json"):
+  with pytest.raises(corpus.CorpusError, match=re.escape("no metadata.json")):
     prepared.open_prepared(tmp_path)
   shutil.copytree(valid_dir, tmp_path / "copy")
   other = load_tokenizer(minilm_path())
@@ -246,7 +247,7 @@ def test_a_relative_prepared_directory_is_found_under_the_data_directory(valid_d
   monkeypatch.setenv("ENCODERLAB_DATA", str(tmp_path))
   assert paths.resolve_prepared("corpus") == tmp_path / "corpus"
   assert paths.resolve_prepared(str(valid_dir)) == valid_dir
-  with pytest.raises(FileNotFoundError, match="prepared: .*elsewhere is not a directory written by objectives"):
+  with pytest.raises(FileNotFoundError, match=r"prepared: .*elsewhere is not a directory written by objectives"):
     paths.resolve_prepared("elsewhere")
 
 
@@ -281,8 +282,8 @@ def test_a_tfds_dataset_by_name_gives_the_text_files_shards(valid_dir, tmp_path)
   _, mismatch, errors = filecmp.cmpfiles(valid_dir, out, records + [r.replace(".array_record", ".counts.npy")
                                                                     for r in records], shallow=False)
   assert not mismatch and not errors, mismatch + errors
-  with pytest.raises(corpus.CorpusError, match="tfds:no_such_set.*array_record"):
+  with pytest.raises(corpus.CorpusError, match=r"tfds:no_such_set.*array_record"):
     prepare.prepare(["tfds:no_such_set"], str(minilm_path()), tmp_path / "x", tfds_data_dir=str(data_dir))
-  with pytest.raises(corpus.CorpusError, match="record 0 has no 'body' feature.*--tfds-text-key"):
+  with pytest.raises(corpus.CorpusError, match=r"record 0 has no 'body' feature.*--tfds-text-key"):
     prepare.prepare(["tfds:encoderlab_test_text"], str(minilm_path()), tmp_path / "y", tfds_data_dir=str(data_dir),
                     tfds_text_key="body")

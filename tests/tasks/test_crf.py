@@ -39,7 +39,7 @@ def brute_force(emissions, length, transitions, start, end, allowed=None):
   """{path: score} over every path of `length` tags (those with only allowed moves when `allowed` is given)."""
   scores = {}
   for path in itertools.product(range(emissions.shape[-1]), repeat=length):
-    moves = list(zip(path[:-1], path[1:]))
+    moves = list(itertools.pairwise(path))
     if allowed is not None and not (allowed[1][path[0]] and allowed[2][path[-1]]
                                     and all(allowed[0][i, j] for i, j in moves)):
       continue
@@ -117,7 +117,7 @@ def test_constrained_viterbi_is_the_best_allowed_path_and_never_forbidden(bio_cr
     path = [int(t) for t in paths[b, :length]]
     tags = [vocab[t] for t in path]
     assert allowed[1][path[0]] and allowed[2][path[-1]]
-    assert all(allowed[0][i, j] for i, j in zip(path[:-1], path[1:])), tags
+    assert all(allowed[0][i, j] for i, j in itertools.pairwise(path)), tags
     assert tag_schemes.strict_spans(tags, "BIO") == tag_schemes.conlleval_spans(tags)  # Well formed.
     scores = brute_force(np.asarray(emissions[b]), length, *params, allowed=allowed)
     assert tuple(path) == max(scores, key=scores.get)

@@ -69,8 +69,8 @@ def test_gold_predictions_score_perfectly_except_truncation(conll, tokenizer, tm
   rows = [block.splitlines() for block in written[1].read_text().split("\n\n")]
   gold.write_text("\n\n".join("\n".join(" ".join(line.split()[:2]) for line in b) for b in rows) + "\n")
   pred.write_text("\n\n".join("\n".join(" ".join(line.split()[::2]) for line in b) for b in rows) + "\n")
-  result = subprocess.run([sys.executable, "-m", "tasks.scoring.score", "conll", "--gold", str(gold), "--pred", str(pred),
-                           "--scheme", "BIOES"], capture_output=True, text=True, check=True)
+  result = subprocess.run([sys.executable, "-m", "tasks.scoring.score", "conll", "--gold", str(gold),
+                           "--pred", str(pred), "--scheme", "BIOES"], capture_output=True, text=True, check=True)
   last = json.loads(result.stdout.strip().splitlines()[-1])
   # Both float64 fractions of the same counts (JSON keeps every digit): rounding only.
   assert 0.5 < last["f1"] < 1.0 and last["f1"] == pytest.approx(scores["f1"], abs=1e-6)
@@ -85,8 +85,8 @@ def test_span_task_from_tagging_records(conll, tokenizer):
   predictions = []
   for e in encoded:
     gold = e["span_labels"] > 0
-    predictions.append(sorted((int(w[0]), int(w[1]) + 1, labels[l - 1])
-                              for w, l in zip(e["span_words"][gold], e["span_labels"][gold])))
+    predictions.append(sorted((int(w[0]), int(w[1]) + 1, labels[label - 1])
+                              for w, label in zip(e["span_words"][gold], e["span_labels"][gold])))
   assert family(task).score(conll, predictions)["f1"] == 1.0
 
 
@@ -118,7 +118,7 @@ def test_classification_examples_on_sick(tokenizer):
   gold = [r["label"] for r in records]
   assert family(task).score(records, gold) == {"accuracy": 1.0, "macro_f1": 1.0}
   assert family(task).score(records, ["NEUTRAL"] * len(gold))["accuracy"] == pytest.approx(282 / 500)  # Float64.
-  with pytest.raises(ValueError, match="record 0: label '[A-Z]+' is not in"):
+  with pytest.raises(ValueError, match=r"record 0: label '[A-Z]+' is not in"):
     encode({**task, "labels": ["ENTAILMENT"]}, tokenizer, records[:5], ["ENTAILMENT"])
 
 

@@ -100,7 +100,7 @@ def test_prune_buckets_is_the_cheapest_subset():
   for _ in range(50):
     lengths = rng.integers(3, 65, rng.integers(1, 40))
     cost = float(rng.choice([0.0, 10.0, 100.0, 500.0]))
-    total = lambda kept: sum(batching.bucket_length(n, kept) for n in lengths) + cost * len(kept)
+    total = lambda kept: sum(batching.bucket_length(n, kept) for n in lengths) + cost * len(kept)  # noqa: B023  (called within the iteration)
     subsets = [c + (64,) for r in range(len(buckets)) for c in itertools.combinations(buckets[:-1], r)]
     chosen = batching.prune_buckets(lengths, buckets, cost)
     assert chosen[-1] == 64 and total(chosen) == pytest.approx(min(map(total, subsets)))
@@ -205,6 +205,7 @@ def test_classification_loss_of_the_hf_reference_equals_ours(rdrop, score_weight
   """benchmarks.finetune_reference trains HF with the same R-Drop and auxiliary-score losses (same outputs -> same
   value): its model's last output is our `score` head."""
   import torch  # pylint: disable=import-outside-toplevel
+
   from benchmarks import finetune_reference  # pylint: disable=import-outside-toplevel
   copies = 2 if rdrop else 1
   outputs = np.random.default_rng(3).normal(size=(4 * copies, 3 + (score_weight > 0))).astype(np.float32)
@@ -274,7 +275,7 @@ def test_span_head_matches_numpy(pooling):
     want = h @ p["classifier"]["kernel"] + p["classifier"]["bias"]  # ~1e-3: atol relative to the terms summed.
     terms = np.abs(h) @ np.abs(p["classifier"]["kernel"]) + np.abs(p["classifier"]["bias"])
     np.testing.assert_allclose(logits[s], want, rtol=2e-5, atol=2e-5 * terms.max())
-  loss, metrics = span_ner.span_loss(jnp.asarray(logits[None]), batch)
+  _, metrics = span_ner.span_loss(jnp.asarray(logits[None]), batch)
   assert float(metrics["span_ner_loss"][1]) == 2  # The -1 span is padding.
 
 
@@ -383,7 +384,7 @@ def _bio_paths_brute_force(emissions, transitions, start, end):
   """{path: score} over every well-formed O/B-PER/I-PER path (I-PER only after B-PER or I-PER), in float64."""
   valid = lambda path: all(tag != 2 or (i > 0 and path[i - 1] in (1, 2)) for i, tag in enumerate(path))
   return {path: start[path[0]] + sum(emissions[i, tag] for i, tag in enumerate(path))
-          + sum(transitions[a, b] for a, b in zip(path, path[1:])) + end[path[-1]]
+          + sum(transitions[a, b] for a, b in itertools.pairwise(path)) + end[path[-1]]
           for path in itertools.product(range(3), repeat=len(emissions)) if valid(path)}
 
 

@@ -54,8 +54,8 @@ def records(family, count: int, rng: np.random.Generator) -> list[dict]:
                   "label": "ABC"[i % 3], "score": float(i % 5)})
     elif family.name == "tagging":
       tags = [str(t) for t in rng.choice(["B-PER", "I-PER", "O", "B-LOC"], size=len(words))]
-      tags = [t if not t.startswith("I-") or k and tags[k - 1][2:] == "PER" else "O" for k, t in enumerate(tags)]
-      out.append({"words": words, "tags": tags} if "scheme" in family.task and family.task["scheme"] else
+      tags = [t if not t.startswith("I-") or (k and tags[k - 1][2:] == "PER") else "O" for k, t in enumerate(tags)]
+      out.append({"words": words, "tags": tags} if family.task.get("scheme") else
                  {"words": words, "tags": [str(t) for t in rng.choice(finetune.UPOS, size=len(words))]})
     elif family.name == "span_ner":
       out.append({"words": words, "spans": [{"label": "PER", "start": 0, "end": 1}]})
@@ -121,13 +121,13 @@ def test_packed_outputs_equal_unpacked(preset, overrides):
   family = family_of(preset, **overrides)
   split = split_of(family, 12, seed=len(preset))
   examples = split.examples
-  plain, packed, ((p_plain, out_plain, m_plain), (p_packed, out_packed, m_packed)) = both(family, examples, 16)
+  plain, _packed, ((p_plain, out_plain, m_plain), (p_packed, out_packed, m_packed)) = both(family, examples, 16)
   assert decoded(family, split, out_packed) == decoded(family, split, out_plain)
   real = plain["example_mask"] > 0
   for key in ("logits", "score", "word_logits", "start_logits", "end_logits"):
     if isinstance(p_plain, dict) and key in p_plain:
       a, b = np.asarray(p_plain[key])[real], np.asarray(p_packed[key])[real]
-      if key in ("start_logits", "end_logits") or key == "logits" and a.ndim == 3:  # Per subword: real tokens.
+      if key in ("start_logits", "end_logits") or (key == "logits" and a.ndim == 3):  # Per subword: real tokens.
         a, b = a[plain["attention_segments"][real] > 0], b[plain["attention_segments"][real] > 0]
       if key == "word_logits":
         a, b = a[plain["word_labels"][real] >= 0], b[plain["word_labels"][real] >= 0]

@@ -146,7 +146,7 @@ def test_null_threshold_is_the_best_by_brute_force():
     margins = np.round(rng.normal(0, 2, n), 0 if trial % 2 else 3)  # Integer margins: ties.
     answered, null = rng.uniform(0, 1, n).round(1), rng.integers(0, 2, n).astype(float)
     chosen = qa.choose_null_threshold(margins, answered, null)
-    total = lambda t: float(np.where(margins > t, null, answered).sum())
+    total = lambda t: float(np.where(margins > t, null, answered).sum())  # noqa: B023  (called within the iteration)
     candidates = [margins.min() - 1.0] + sorted(margins)
     # Float64 sums of at most 11 one-decimal values: rounding only; a worse threshold is >= 0.1 off.
     assert total(chosen) == pytest.approx(max(total(t) for t in candidates), abs=1e-12)
@@ -162,7 +162,7 @@ def test_squad2_tuned_threshold_answers_unanswerable_questions_empty(tokenizer):
                                                                 [], []])]
   examples = [family.encode(tokenizer, r, None) for r in records]
   raws = []
-  for record, windows, cls in zip(records, examples, (1.0, 8.0, 3.0)):
+  for windows, cls in zip(examples, (1.0, 8.0, 3.0)):
     logits = _peaked(windows[0], context.index("1901"), context.index("1901") + 4, value=4.0)
     logits[0] = cls
     raws.append([logits])

@@ -7,8 +7,17 @@ import re
 
 import pytest
 
-from tasks.readers import (ReaderError, numbered_lines, outermost_spans, read_conll, read_conllu, read_spans_jsonl,
-                           read_tsv, spans_to_tagging, tagging_to_spans)
+from tasks.readers import (
+  ReaderError,
+  numbered_lines,
+  outermost_spans,
+  read_conll,
+  read_conllu,
+  read_spans_jsonl,
+  read_tsv,
+  spans_to_tagging,
+  tagging_to_spans,
+)
 from tests.conftest import require_data
 
 SICK = dict(text_a="sentence_A", text_b="sentence_B", label="entailment_judgment",

@@ -65,7 +65,7 @@ def test_grain_reads_a_record_source(sick):
   assert list(grain.MapDataset.source(source)[:4]) == records[:4]
 
 
-@pytest.mark.parametrize("format,name,text,options,reader", [
+@pytest.mark.parametrize("file_format,name,text,options,reader", [
     ("spans", "nested.jsonl", SPANS, {}, read_spans_jsonl),
     ("conll", "tiny.conll", CONLL, {"tag_column": "chunk"}, read_conll),
     ("conllu", "tiny.conllu", CONLLU, {"tag_column": "xpos"}, read_conllu),
@@ -73,10 +73,10 @@ def test_grain_reads_a_record_source(sick):
     ("tsv", "single.tsv", TSV, {"text_a": 1}, read_tsv),
     ("tsv", "scores.tsv", TSV, {"text_a": "s1", "text_b": "s2", "score": "score"}, read_tsv),
 ], ids=["spans", "conll", "conllu", "tsv-pair", "tsv-single", "tsv-score"])
-def test_custom_files_round_trip(tmp_path, cache, format, name, text, options, reader):
+def test_custom_files_round_trip(tmp_path, cache, file_format, name, text, options, reader):
   path = tmp_path / name
   path.write_text(text, encoding="utf-8")
-  source = load_split(custom(format, {"train": path, "test": path}, **options), "test", cache_dir=cache)
+  source = load_split(custom(file_format, {"train": path, "test": path}, **options), "test", cache_dir=cache)
   assert [source[i] for i in range(len(source))] == list(reader(path, **options))
 
 

@@ -42,7 +42,7 @@ DATA_NOUN = """  1 This software and database is being provided to you, the LICE
 08420278 14 n 03 depository_financial_institution 0 bank 0 banking_concern 0 002 @ 08054721 n 0000 ~ 08420000 n \
 0000 | a financial institution
 08054721 14 n 01 institution 0 001 @i 08053576 n 0000 | an organization founded
-"""
+"""  # noqa: W291  (WordNet's data.noun licence lines end in two spaces, as here)
 XML = """<?xml version="1.0" encoding="UTF-8" ?>
 <corpus lang="en" source="toy">
 <text id="d000">
@@ -189,13 +189,13 @@ def test_raganato_xml_sentences_and_instances(tmp_path):
 
 @pytest.mark.parametrize("old, new, line, expected", [
     ('</instance>\n<wf lemma="in"', '</instanc>\n<wf lemma="in"', 6, "well-formed XML (mismatched tag"),
-    ('id="d000.s000.t001" ', '', 8, "with id, lemma and pos attributes, missing ['id']"),
+    ('id="d000.s000.t001" ', "", 8, "with id, lemma and pos attributes, missing ['id']"),
     ('id="d000.s001.t000"', 'id="d000.s000.t000"', 11, "unique instance ids, 'd000.s000.t000' is also on line 6"),
     ('pos="VERB"', 'pos="X"', 11, "pos one of ['ADJ', 'ADV', 'NOUN', 'VERB'], got 'X'"),
     ('<sentence id="d000.s001">', '<sentence id="d000.s001"><sentence>', 10, "got <sentence> inside <sentence>"),
-    ('<text id="d000">', '<sentence>', 3, "got <sentence> inside <corpus>"),
-    ('>banked<', '> <', 11, "a non-empty word in <instance>"),
-    ('<wf lemma="in" pos="ADP">in</wf>', 'stray', 7, "text only inside <wf> or <instance>, got 'stray'"),
+    ('<text id="d000">', "<sentence>", 3, "got <sentence> inside <corpus>"),
+    (">banked<", "> <", 11, "a non-empty word in <instance>"),
+    ('<wf lemma="in" pos="ADP">in</wf>', "stray", 7, "text only inside <wf> or <instance>, got 'stray'"),
 ])
 def test_raganato_xml_errors_name_line(tmp_path, old, new, line, expected):
   path = _write(tmp_path, "bad.data.xml", XML.replace(old, new, 1))

@@ -57,7 +57,7 @@ def test_two_processes_train_like_one_and_resume(tmp_path):
   assert "resuming from checkpoint step 3" in two.stdout
   losses_one, losses_two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
   assert [s for s, _ in losses_two] == [1, 2, 3, 4, 5, 6]  # Written once, by process 0.
-  np.testing.assert_allclose([l for _, l in losses_two], [l for _, l in losses_one], rtol=TOLERANCE)  # As above.
+  np.testing.assert_allclose([x for _, x in losses_two], [x for _, x in losses_one], rtol=TOLERANCE)  # As above.
   grad_norms = [determinism.logged(tmp_path / name, "train/grad_norm") for name in ("two", "one")]
   assert len(grad_norms[0]) == 6 and determinism.max_rel_diff(*grad_norms) <= TOLERANCE
   params_two, params_one = determinism.final_params(tmp_path / "two"), determinism.final_params(tmp_path / "one")

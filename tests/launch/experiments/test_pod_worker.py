@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[3]
 FAST = ["--poll_s", "0.2", "--grace_s", "3", "--restart_delay_s", "0.1"]
 

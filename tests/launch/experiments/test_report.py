@@ -1,7 +1,7 @@
 """launch.experiments.report on hand-made workdirs (config.json, results.json, metrics.jsonl, predictions/,
 sweep_point.json of a classification, a tagging and a pretraining sweep): the table's cells are the mean ± sample std
-of results.json's numbers computed here by hand, its p-values equal `python -m tasks.scoring.score bootstrap` on the same
-files with gold files written here, the curves are PNGs and the HTML page needs no other file."""
+of results.json's numbers computed here by hand, its p-values equal `python -m tasks.scoring.score bootstrap` on the
+same files with gold files written here, the curves are PNGs and the HTML page needs no other file."""
 
 import base64
 import json

@@ -80,7 +80,8 @@ def _write_run(root, task, seed, gold, pred, parent=None):
   (workdir / "predictions").mkdir(parents=True)
   config = {"seed": seed, "best_metric": f"eval/{metric}",
             "task": {"name": family, "dataset": task, "metric": metric, "scheme": "IOB2" if family == "tagging" else "",
-                     "score_mode": "conlleval", "positive_label": "1" if metric == "f1" and family == "classification" else ""}}
+                     "score_mode": "conlleval",
+                     "positive_label": "1" if metric == "f1" and family == "classification" else ""}}
   scores = {metric: 100 * reference(gold, pred)}
   results = {"step": 10, "stopped_early": False, "dev": scores if split == "dev" else {"x": 0.0},
              "test": scores if split == "test" else {}}
@@ -149,7 +150,7 @@ def test_two_suites_compared_task_by_task_as_a_plain_bootstrap_loop(suites, tmp_
   for task in shared:
     reference, g = TASKS[task][3], gold[task]
     draws = np.random.default_rng(0).integers(0, N, size=(SAMPLES, N))
-    median = lambda preds, idx: np.median([reference([g[i] for i in idx], [p[i] for i in idx]) for p in preds])
+    median = lambda preds, idx: np.median([reference([g[i] for i in idx], [p[i] for i in idx]) for p in preds])  # noqa: B023  (called within the iteration)
     observed = median(preds_a[task], range(N)) - median(preds_b[task], range(N))
     deltas = np.array([median(preds_a[task], idx) - median(preds_b[task], idx) for idx in draws])
     sign = 1 if observed >= 0 else -1  # Tested in the direction of the observed difference.
@@ -201,7 +202,7 @@ def test_by_point_mistakes_are_one_line_errors(suites, ablation, tmp_path):
   _, made = suites
   with pytest.raises(errors.UserError, match=r"runs from 3 pretraining points \(p-a, p-b, p-c\).*--by-point"):
     suite_report.write([ablation], tmp_path)
-  with pytest.raises(errors.UserError, match="--baseline p-z: no finished fine-tuning run from that point.*p-a, p-b"):
+  with pytest.raises(errors.UserError, match=r"--baseline p-z: no finished fine-tuning run from that point.*p-a, p-b"):
     suite_report.write([ablation], tmp_path, by_point=True, baseline="p-z")
   with pytest.raises(errors.UserError, match="no finished fine-tuning run of a sweep's pretraining point"):
     suite_report.write([made["a"][0]], tmp_path, by_point=True)

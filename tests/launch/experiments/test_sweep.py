@@ -83,7 +83,7 @@ def test_objectives_sweep_chains_finetuning_to_its_pretraining():
     assert [c.parent for c in children] == [parent.name] * runs
     def named(task, *seed):  # TASK_FIELDS at budget small: SQuAD's fields are in its names (cut, the seed kept).
       return sweep.point_name({":task": task, **objectives.TASK_FIELDS["small"].get(task, {}),
-                               **{"seed": s for s in seed}})
+                               **({"seed": seed[0]} if seed else {})})
     assert {c.name for c in children} == {f"{parent.name}__{named(t, s)}" for t in tasks for s in (0, 1)}
     assert {c.name[len(parent.name):] for c in children if "squad" in c.name} == {
         "__task-squad_num_train_steps-300_task.max_length-128_task.max_question_length-32_task.doc_stride-64_data.b"
@@ -262,6 +262,7 @@ def test_objectives_sweep_gives_electra_the_flops_of_mlm(budget):
   """ELECTRA's steps x its step's FLOPs (generator included) equal MLM's to within one step, each step counted as the
   engine counts it (launch.model.last_positions on a batch of the config's shapes picks MLM's last-block rows)."""
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
   from configs import pretrain  # pylint: disable=import-outside-toplevel
   from encoder import flops  # pylint: disable=import-outside-toplevel
   from launch import workload  # pylint: disable=import-outside-toplevel

@@ -64,7 +64,7 @@ def fixture_world(tmp_path):
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir()
   shim = bin_dir / "gcloud"
-  shim.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+  shim.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
   shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
   env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
   env |= {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
@@ -112,11 +112,11 @@ def test_dry_runs_print_every_command_and_gcloud_parses_them(world):
       "gcloud alpha compute tpus queued-resources create bert --node-id=bert --accelerator-type=v5litepod-16 "
       f"--runtime-version=v2-alpha-tpuv5-lite --spot --autocheckpoint-enabled {flags}",
       f"gcloud compute tpus queued-resources delete bert --force --quiet {flags}"]
-  assert commands[5] == f"gcloud compute tpus tpu-vm scp /tmp/encoderlab.tar.gz bert:/tmp/encoderlab.tar.gz " \
-                        f"--worker=all {flags}"
+  assert commands[5] == (f"gcloud compute tpus tpu-vm scp /tmp/encoderlab.tar.gz bert:/tmp/encoderlab.tar.gz "
+                         f"--worker=all {flags}")
   assert [shlex.split(c)[4:7] for c in commands[6:9]] == [["ssh", "bert", "--worker=all"]] * 3
-  assert "--on_end '[\"gcloud\", \"compute\", \"tpus\", \"queued-resources\", \"delete\", \"bert\", \"--force\", " \
-         "\"--quiet\", \"--zone=us-west4-a\", \"--project=lab\", \"--async\"]'" in v5e.stdout
+  assert ("--on_end '[\"gcloud\", \"compute\", \"tpus\", \"queued-resources\", \"delete\", \"bert\", \"--force\", "
+          "\"--quiet\", \"--zone=us-west4-a\", \"--project=lab\", \"--async\"]'") in v5e.stdout
   assert "--hosts 4 --max_attempts 3" in v5e.stdout and "#   KillMode=mixed" in v5e.stdout
   assert _commands(v4.stdout)[2:4] == [
       "gcloud compute tpus tpu-vm create bert --accelerator-type=v4-32 --version=tpu-ubuntu2204-base "
@@ -237,8 +237,8 @@ def test_logs_stop_and_delete(world):
   assert (world["tmp"] / "out" / "worker-3.log").read_text() == "log of worker 3\n"
   lines = read.stdout.splitlines()
   assert f"worker 2 (t1v-2): failed for good, run r1 attempt 2, exit 1, at 2026-12-01 10:00:00 UTC: {reason}" in lines
-  assert f"worker 0 (t1v-0): stopped, run r1 attempt 2, exit 1, at 2026-12-01 10:00:00 UTC: worker 2 failed for " \
-         f"good: {reason}" in lines
+  assert (f"worker 0 (t1v-0): stopped, run r1 attempt 2, exit 1, at 2026-12-01 10:00:00 UTC: worker 2 failed for "
+          f"good: {reason}") in lines
   for worker in range(4):  # A workdir on a shared filesystem: each worker's own copy, one scp each.
     home = world["tmp"] / "homes" / "bert" / str(worker) / "encoderlab-logs"
     home.mkdir(parents=True)
@@ -334,7 +334,7 @@ def test_the_run_script_runs_the_supervisor_and_systemd_accepts_the_unit(tmp_pat
   home = tmp_path / "home"
   python = home / "encoderlab" / ".venv" / "bin" / "python"
   python.parent.mkdir(parents=True)
-  python.write_text("#!/bin/sh\necho \"$PWD\" \"$ENCODERLAB_DATA\"\nfor a in \"$@\"; do echo \"$a\"; done\n")
+  python.write_text('#!/bin/sh\necho "$PWD" "$ENCODERLAB_DATA"\nfor a in "$@"; do echo "$a"; done\n')
   python.chmod(0o755)
   (home / "encoderlab-run.sh").write_text(script)
   ran = subprocess.run(["bash", str(home / "encoderlab-run.sh")], env=dict(os.environ, HOME=str(home)),

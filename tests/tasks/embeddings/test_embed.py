@@ -9,11 +9,11 @@ import jax
 import numpy as np
 import pytest
 
+from encoder import errors
 from encoder.config import EncoderConfig
 from encoder.hf import save_hf_checkpoint
 from encoder.model import Encoder
 from encoder.pretrained import minilm_path
-from encoder import errors
 from tasks.embeddings import embed, store
 from tasks.embeddings.extract import Embedder
 
@@ -138,6 +138,6 @@ def test_an_out_path_that_is_a_file_is_refused_and_kept(checkpoint, text, tmp_pa
   taken.write_text("keep me\n")
   with pytest.raises(SystemExit) as stop:
     run(checkpoint, text, taken, "--layers", "last")
-  assert str(stop.value) == f"error: {taken}: --out must be a directory for the store, found a file; give " \
-                            "another --out"
+  assert str(stop.value) == (f"error: {taken}: --out must be a directory for the store, found a file; give "
+                             "another --out")
   assert taken.read_text() == "keep me\n"

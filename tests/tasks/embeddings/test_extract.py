@@ -7,6 +7,7 @@ across packed sentences, a wrong window or a word pooled from the wrong subwords
 """
 
 import functools
+
 import jax
 import numpy as np
 import pytest

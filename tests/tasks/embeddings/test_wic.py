@@ -90,7 +90,7 @@ def test_pair_features_are_cosines_of_each_view():
 
 def test_best_threshold_equals_brute_force_and_never_splits_ties():
   rng = np.random.default_rng(0)
-  for trial in range(20):
+  for _ in range(20):
     scores = np.round(rng.normal(size=30), 1)  # Many ties.
     labels = rng.random(30) < 0.5
     threshold, accuracy = wic.best_threshold(scores, labels)
@@ -122,7 +122,7 @@ def test_lemma_folds_keep_a_lemma_in_one_fold():
   folds = wic.lemma_folds(lemmas, 5, seed=3)
   assert set(folds) == set(range(5))
   for lemma in set(lemmas):
-    assert len({f for f, l in zip(folds, lemmas) if l == lemma}) == 1
+    assert len({f for f, other in zip(folds, lemmas) if other == lemma}) == 1
 
 
 def _synthetic(n, seed, layers=LAYERS):

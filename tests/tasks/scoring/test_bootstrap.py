@@ -15,8 +15,11 @@ from sklearn.metrics import f1_score as sk_f1
 
 from tasks.scoring import bootstrap, kinds, metrics
 from tests.conftest import conll_tags
-from tests.tasks.scoring.test_squad import (official_exact_match_score, official_f1_score,
-                                            official_metric_max_over_ground_truths)
+from tests.tasks.scoring.test_squad import (
+  official_exact_match_score,
+  official_f1_score,
+  official_metric_max_over_ground_truths,
+)
 
 
 def corrupt(sentences, rate, seed):

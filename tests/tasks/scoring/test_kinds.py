@@ -6,8 +6,9 @@ tasks/scoring/kinds.py names a kind."""
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pytest

@@ -8,9 +8,7 @@ import pytest
 import scipy.stats
 from seqeval.metrics import accuracy_score, classification_report, f1_score, precision_score, recall_score
 from seqeval.scheme import IOB1, IOB2, IOBES, IOE2
-from sklearn.metrics import accuracy_score as sk_accuracy
-from sklearn.metrics import f1_score as sk_f1
-from sklearn.metrics import precision_recall_fscore_support
+from sklearn.metrics import accuracy_score as sk_accuracy, f1_score as sk_f1, precision_recall_fscore_support
 
 from tasks.scoring import metrics
 from tests.conftest import conll_tags
@@ -135,7 +133,7 @@ def test_label_scores_equal_scikit_learn():
   labels = sorted(set(gold) | set(pred))
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    p, r, f, s = precision_recall_fscore_support(gold, pred, labels=labels, zero_division=0)
+    p, r, f, _ = precision_recall_fscore_support(gold, pred, labels=labels, zero_division=0)
     macro = precision_recall_fscore_support(gold, pred, average="macro", zero_division=0)[:3]
   np.testing.assert_allclose([[ours["per_type"][x][k] for k in ("precision", "recall", "f1")] for x in labels],
                              np.stack([p, r, f], axis=1), atol=TOL, rtol=0)

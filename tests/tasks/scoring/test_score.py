@@ -16,8 +16,8 @@ import pytest
 from seqeval.metrics import f1_score, precision_score, recall_score
 from seqeval.scheme import IOB2
 
-from tasks.scoring import score
 from tasks.readers import read_conll
+from tasks.scoring import score
 from tests.conftest import conll_tags, require_data
 
 REPO = Path(__file__).resolve().parents[3]
@@ -36,7 +36,8 @@ PRED = GOLD.replace("German JJ B-NP B-MISC", "German JJ B-NP I-MISC").replace("B
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-  return subprocess.run([sys.executable, "-m", "tasks.scoring.score", *args], cwd=REPO, capture_output=True, text=True)
+  return subprocess.run([sys.executable, "-m", "tasks.scoring.score", *args], cwd=REPO, capture_output=True, text=True,
+                        check=False)
 
 
 def write(tmp_path: Path, name: str, text: str) -> str:
@@ -85,8 +86,8 @@ def test_lines_of_different_widths_are_refused_naming_file_and_line(tmp_path):
   ragged = write(tmp_path, "ragged.txt", PRED.replace("call NN I-NP O", "call I-NP O"))
   done = run("conll", "--gold", gold, "--pred", ragged)
   assert done.returncode == 1 and done.stdout == ""
-  assert done.stderr.strip() == f"error: {ragged}:6: expected 4 whitespace-separated columns as in line 3, got 3: " \
-                                "'call I-NP O'"
+  assert done.stderr.strip() == (f"error: {ragged}:6: expected 4 whitespace-separated columns as in line 3, got 3: "
+                                 "'call I-NP O'")
 
 
 def test_labels_command(tmp_path):

@@ -60,7 +60,7 @@ def official_evaluate(dataset, predictions):
         total += 1
         if qa["id"] not in predictions:
           continue
-        ground_truths = list(map(lambda x: x["text"], qa["answers"]))
+        ground_truths = [x["text"] for x in qa["answers"]]
         prediction = predictions[qa["id"]]
         exact_match += official_metric_max_over_ground_truths(official_exact_match_score, prediction, ground_truths)
         f1 += official_metric_max_over_ground_truths(official_f1_score, prediction, ground_truths)

@@ -1,5 +1,6 @@
 """Tag schemes: chunkers equal seqeval's, lossless conversions, allowed transitions, real CoNLL-2003 IOB1 -> BIO."""
 
+import itertools
 import random
 import warnings
 
@@ -55,7 +56,7 @@ def test_strict_spans_equal_seqeval_strict(scheme):
 @pytest.mark.parametrize("scheme,tag", [("IOB2", "E-PER"), ("IOB2", "X"), ("IOE", "B-PER"), ("IOB1", "S-LOC")])
 def test_strict_spans_reject_tags_outside_the_scheme_like_seqeval(scheme, tag):
   with pytest.raises((KeyError, ValueError)):
-    Tokens(["O", tag], SEQEVAL[scheme]).entities
+    _ = Tokens(["O", tag], SEQEVAL[scheme]).entities  # The property raises.
   with pytest.raises(ValueError, match="position 1"):
     tag_schemes.strict_spans(["O", tag], scheme)
 
@@ -109,7 +110,7 @@ def test_allowed_transitions_are_exactly_those_of_well_formed_sequences(scheme):
     for spans in all_span_layouts(length):
       tags = tag_schemes.tags_from_spans(spans, length, scheme, allow_lossy=True)
       ids = ["start"] + [index[t] for t in tags] + ["end"]
-      seen |= set(zip(ids[:-1], ids[1:]))
+      seen |= set(itertools.pairwise(ids))
   trans, start, end = tag_schemes.allowed_transitions(vocab, scheme)
   assert {(i, j) for i in range(len(vocab)) for j in range(len(vocab)) if trans[i, j]} == {
       (i, j) for i, j in seen if i != "start" and j != "end"}
