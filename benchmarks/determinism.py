@@ -33,8 +33,11 @@ TIMEOUT_S = 300
 
 def _env(devices: int, cache: Path) -> dict[str, str]:
   path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])  # Keep the caller's too.
+  # The runs' shared compilation cache, named by the engine's own variable (launch.compilation_cache.ENV), which wins
+  # over JAX's and over a caller's "off" (the test suite's, for its in-process tests): a resumed run loads the
+  # programs its first run compiled, as a user's does, and a loaded program is the same executable.
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_COMPILATION_CACHE_DIR=str(cache / "jax"), PYTHONPATH=path)
+             ENCODERLAB_COMPILATION_CACHE=str(cache / "jax"), PYTHONPATH=path)
   env.pop("JAX_COORDINATOR_ADDRESS", None)
   return env
 

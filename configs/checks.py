@@ -51,6 +51,9 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
   if not Path(path).is_file():
     raise ConfigError(f"config file {path} does not exist (--config={spec})")
   module = load_python_file(path, "_checked_config")
+  if not callable(getattr(module, "get_config", None)):
+    raise ConfigError(f"{path}: defines no get_config function (--config={spec}); a config file returns its "
+                      "ConfigDict from get_config(arg=None), as configs/pretrain.py does")
   return module.get_config(arg) if arg else module.get_config()
 
 

@@ -18,6 +18,8 @@ import platform
 
 import jax
 
+from encoder.errors import ConfigError
+
 ENV = "ENCODERLAB_COMPILATION_CACHE"
 JAX_ENV = "JAX_COMPILATION_CACHE_DIR"
 DEFAULT = "~/.cache/encoderlab/xla"
@@ -44,9 +46,28 @@ def directory(configured: str) -> str | None:
   return f"{base.rstrip('/')}/{host_kind()}"
 
 
+def source(configured: str) -> str:
+  """Where the cache setting came from, for an error line: the variable or the config field that gave it."""
+  for name in (ENV, JAX_ENV):
+    if name in os.environ:
+      return f"${name}={os.environ[name]}"
+  return f"config.compilation_cache={configured}"
+
+
 def enable(configured: str) -> str | None:
-  """Points JAX's persistent cache at `directory(configured)` (or turns it off); returns the directory or None."""
+  """Points JAX's persistent cache at `directory(configured)` (or turns it off); returns the directory or None. A local
+  path that is not a writable directory is a ConfigError naming the setting (JAX would warn and go on uncached)."""
   path = directory(configured)
+  if path is not None and "://" not in path:
+    try:
+      os.makedirs(path, exist_ok=True)
+      writable = os.access(path, os.W_OK | os.X_OK)
+    except OSError as err:
+      raise ConfigError(f"{source(configured)}: the compilation cache must be a writable directory; {path}: "
+                        f"{err.strerror} (give a directory, or 'off')") from None
+    if not writable:
+      raise ConfigError(f"{source(configured)}: the compilation cache must be a writable directory; {path} is not "
+                        "writable (give a directory, or 'off')")
   jax.config.update("jax_enable_compilation_cache", path is not None)
   if path is not None:
     jax.config.update("jax_compilation_cache_dir", path)

@@ -4,9 +4,11 @@ workers share the files out."""
 
 import atexit
 import importlib
+import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import jax
@@ -91,6 +93,36 @@ def conll_tags(relative: str) -> list[list[str]]:
   """NER tags per sentence of a shared CoNLL-2003 file, read by the library's reader (skip/fail as above)."""
   from tasks.readers import read_conll
   return [record["tags"] for record in read_conll(require_data(relative))]
+
+
+# Where the suite's time goes (docs/testing.md): with $ENCODERLAB_TEST_TIMES=FILE, each test's wall seconds and the
+# seconds this process spent tracing, lowering and compiling XLA programs during it (JAX's own duration events; a
+# subprocess's compilations are not seen) are appended to FILE as JSON lines.
+TIMES_ENV = "ENCODERLAB_TEST_TIMES"
+COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                  "/jax/core/compile/backend_compile_duration")
+_compile_seconds = [0.0]
+
+
+def _on_duration(event: str, duration: float, **_) -> None:
+  if event in COMPILE_EVENTS:
+    _compile_seconds[0] += duration
+
+
+if os.environ.get(TIMES_ENV):
+  jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  """Records the test's times to $ENCODERLAB_TEST_TIMES when it is set (setup, call and teardown together)."""
+  del nextitem
+  started, compiled = time.perf_counter(), _compile_seconds[0]
+  yield
+  if os.environ.get(TIMES_ENV):
+    with open(os.environ[TIMES_ENV], "a", encoding="utf-8") as out:
+      out.write(json.dumps({"test": item.nodeid, "seconds": round(time.perf_counter() - started, 3),
+                            "compile_seconds": round(_compile_seconds[0] - compiled, 3)}) + "\n")
 
 
 # The test files that use tests/launch/conftest.py's session-wide `trained` runs: one worker runs them all, so that

@@ -54,7 +54,7 @@ def test_an_undeclared_read_fails_a_test_and_a_declared_one_passes(tmp_path):
       def test_after_a_declared_one():
         assert not (paths.data_dir() / {WIKITEXT!r}).exists()
       """))
-  env = {k: v for k, v in os.environ.items() if k != "CI"} | {"PYTHONPATH": str(REPO)}
+  env = {k: v for k, v in os.environ.items() if k not in ("CI", conftest.TIMES_ENV)} | {"PYTHONPATH": str(REPO)}
   done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", str(tmp_path)],
                         cwd=tmp_path, capture_output=True, text=True, env=env, check=False)
   report = done.stdout

@@ -110,6 +110,7 @@ def test_attention_figures_come_from_the_parts(monkeypatch, tmp_path):
   assert summary["profile_transpose_share"] == {"cudnn:bfloat16": 0.01}
 
 
+@pytest.mark.slow
 def test_tiny_base_part_times_each_attention_variant(tmp_path):
   """The base pretraining part for real at tiny size on the CPU: our step on each variant (XLA's fused attention
   with bf16 activations standing in for cuDNN, and the matmul path) and HF in the same rounds."""

@@ -137,6 +137,7 @@ def finished_run(tmp_path_factory):
   return workdir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override", ["--config.optimizer.learning_rate=-1", "--config.data.max_length=100"])
 def test_resuming_a_run_with_a_mistake_is_one_line_and_leaves_the_run_as_it_was(finished_run, override):
   before = _digests(finished_run)

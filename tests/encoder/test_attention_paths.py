@@ -84,6 +84,7 @@ def _outputs_and_gradients(cfg, params, last_positions=None):
   return hidden + [out.pooled], jax.jit(jax.grad(loss))(params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_xla_path_equals_matmul_path(arch):
   """Every switch (post-/pre-LN, RoPE, local/global windows, GeGLU/SwiGLU, no biases, ModernBERT's set), padded and
@@ -94,6 +95,7 @@ def test_xla_path_equals_matmul_path(arch):
   _assert_close(got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["bert", "modernbert"])
 def test_xla_path_equals_matmul_path_at_last_positions(arch):
   """The engine's pretraining form: the last block only at [CLS] and the positions the heads read."""
@@ -104,6 +106,7 @@ def test_xla_path_equals_matmul_path_at_last_positions(arch):
   _assert_close(got, want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows, keys", [(5, 8), (4, 7), (3, 9)])
 def test_odd_lengths_padded_for_cudnn_give_the_same_attention(rows, keys):
   """cuDNN trains with a mask only on even lengths: the padding to even (one masked query row or key, dropped) leaves
@@ -129,6 +132,7 @@ def _electra_batch(rows=3, length=20, width=4):
               masked_weights=np.ones((rows, width), np.float32))
 
 
+@pytest.mark.slow
 def test_xla_path_equals_matmul_path_in_electra():
   """ELECTRA (objectives=electra): the generator (a quarter as wide, sharing the embeddings) samples replacements,
   the discriminator classifies them; the loss and every gradient of both encoders and heads agree."""
@@ -214,6 +218,7 @@ def test_bf16_activations_keep_statistics_and_softmax_in_float32(path):
   assert dtypes("reduce_sum") == dtypes("reduce_max") == dtypes("exp", scores=True) == {"float32"}
 
 
+@pytest.mark.slow
 def test_bf16_activations_of_minilm_stay_close_to_float32():
   """The MiniLM checkpoint with bf16 operands and activations: every hidden state within 3% (relative L2) of
   float32, each token's vector at cosine >= 0.999 (measured 1.1% and 0.99985 at the last layer; bf16's unit

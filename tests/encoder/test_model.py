@@ -71,6 +71,7 @@ def _alone(apply, ids, types):
   return [np.asarray(h[0]) for h in out]
 
 
+@pytest.mark.slow
 def test_padding_never_changes_outputs(tiny_model):
   rng = np.random.default_rng(0)
   ids = rng.integers(1, TINY.vocab_size, size=9).tolist()
@@ -171,6 +172,7 @@ def test_pre_layer_norm_variant_equals_a_numpy_restatement_and_differs_from_post
   assert np.abs(np.asarray(post.last) - np.asarray(out.last))[valid].max() > 0.1
 
 
+@pytest.mark.slow
 def test_mixed_precision_keeps_fp32_params_and_hidden_states():
   cfg = TINY.replace(dtype=jnp.bfloat16)
   model = Encoder(cfg)
@@ -182,6 +184,7 @@ def test_mixed_precision_keeps_fp32_params_and_hidden_states():
   assert not np.array_equal(out.last, f32.last)  # The matmuls really ran in bf16.
 
 
+@pytest.mark.slow
 def test_bf16_forward_of_minilm_stays_close_to_float32():
   """The MiniLM checkpoint in mixed precision: every hidden state within 1% (relative L2) of float32 and each token's
   vector at cosine >= 0.9999 (measured: 0.54% and 0.99997 at the last layer; HF under autocast: 0.73%). bf16 rounds
@@ -215,6 +218,7 @@ def test_dropout_is_active_only_in_training():
   assert not np.allclose(np.asarray(train), np.asarray(eval_a))  # Dropout 0.5 changes values by O(1).
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["full", "dots_saveable", "dots_with_no_batch_dims_saveable"])
 def test_remat_gives_the_plain_values_and_gradients_and_recomputes(policy):
   """Same parameter tree, outputs and gradients (dropout on) as the plain encoder; "full" and the no-batch-dims policy
@@ -267,6 +271,7 @@ def test_hash_dropout_statistics():
   np.testing.assert_array_equal(dropout(x[:2], 0.1, None), x[:2])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["bert", "pre_ln", "modernbert"])
 @pytest.mark.parametrize("train", [False, True])
 def test_last_positions_equal_the_full_last_block(arch, train):

@@ -80,6 +80,7 @@ def _max_diff(ours, theirs, valid) -> float:
 @pytest.mark.parametrize("variant", [
     {}, {"hidden_activation": "silu"}, {"attention_bias": True, "mlp_bias": True, "norm_bias": True},
     {"layer_types": ["full_attention"] * 5}, {"local_attention": 16, "num_hidden_layers": 3}])
+@pytest.mark.slow
 def test_hidden_states_equal_modernbert_model(tmp_path, attention, variant):
   """Every hidden state at real tokens within 1e-4 of HF's (GeGLU and SwiGLU, bias-free and with biases, all-global
   and a wider window), at several shapes: windows shorter and longer than the sequence, padded rows."""
@@ -142,6 +143,7 @@ def test_import_export_is_bitwise(which, request, tmp_path):
   assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(again[1:]), jax.tree.leaves((params, heads))))
 
 
+@pytest.mark.slow
 def test_our_modernbert_exports_and_hf_computes_the_same(tmp_path):
   """The other direction: our randomly initialised `modernbert` encoder, exported, runs in HF with equal outputs."""
   cfg = EncoderConfig(vocab_size=64, hidden_size=32, num_layers=4, num_heads=2, intermediate_size=40, max_positions=64,

@@ -86,6 +86,7 @@ def _einsum_attention(params, x, bias, cfg, query_positions=None):
   return jnp.einsum("bqnd,ndh->bqh", context, p["output"]["kernel"], precision="highest") + p["output"]["bias"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("query_positions", [None, [[0, 4, 2], [0, 1, 1]]])
 def test_attention_equals_the_einsum_reference(query_positions):
   """Heads-first layout, scale folded into q, plain products: the same outputs and gradients to float32 rounding."""
@@ -142,6 +143,7 @@ def test_blocked_attention_equals_one_piece(dtype, length, block):
   assert_within(attend(q, k, v, bias, dtype, TINY.dots), want, bound, scale, "one piece")
 
 
+@pytest.mark.slow
 def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
   """A deterministic forward over 300 keys with kernels "cpu" (a CPU's choice) runs `blocked_attend` (a scan in the
   program) and gives the one-piece forward's outputs; training, 256 keys or fewer, and kernels "accelerator" keep the
@@ -167,6 +169,7 @@ def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
   np.testing.assert_allclose(blocked, forward(params), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the plain-layout constraint is XLA CPU's")
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_every_training_product_is_a_plain_dot_on_cpu(dtype, bf16_units):

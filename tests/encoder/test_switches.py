@@ -38,6 +38,7 @@ def _leaves(tree) -> dict[str, tuple]:
   return {"/".join(k.key for k in path): leaf.shape for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_padding_and_packing_never_change_outputs(arch):
   """Three sequences packed in a row (positions restarting, segments 1..3, padding) give each sequence's outputs
@@ -105,6 +106,7 @@ def test_rotary_scores_depend_only_on_relative_positions():
   np.testing.assert_allclose(scores(jnp.zeros_like(m), jnp.zeros_like(n)), plain, atol=1e-5)  # Angle 0: exact.
 
 
+@pytest.mark.slow
 def test_rotary_encoder_sees_only_relative_positions():
   """With rotary positions and no position table, shifting every position leaves the outputs unchanged (the learned
   table's encoder does change)."""
@@ -118,6 +120,7 @@ def test_rotary_encoder_sees_only_relative_positions():
     assert np.allclose(run(0), run(9), atol=1e-4) == invariant
 
 
+@pytest.mark.slow
 def test_window_covering_the_sequence_equals_global_attention():
   """Every layer local with a window of 2 (L - 1) (a token sees L - 1 either side) is global attention, bit for bit;
   a window one token narrower each side is not."""
@@ -157,6 +160,7 @@ def test_gated_feed_forward_equals_numpy(act, fn):
                 err_h @ np.abs(kernel) + sum_bound(cfg.intermediate_size + 1) * terms(h, kernel, bias))
 
 
+@pytest.mark.slow
 def test_modernbert_gradients_under_remat_equal_the_plain_block():
   cfg = _cfg("modernbert").replace(hidden_dropout=0.1, attention_dropout=0.1)
   ids = jnp.asarray(np.random.default_rng(6).integers(1, cfg.vocab_size, (2, 12)))

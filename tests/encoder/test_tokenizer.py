@@ -69,6 +69,7 @@ def _legacy_ids(legacy, texts):
   return [legacy(text)["input_ids"] for text in texts]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["tokenizer.json", "vocab.txt"])
 def test_wordpiece_ids_identical_to_legacy_bert_on_wikitext(minilm, legacy, source):
   """Parity benchmark's condition: fraction of identical id sequences is exactly 1.0 (valid + a train sample)."""
@@ -161,6 +162,7 @@ def test_truncation_on_real_lines_keeps_specials(minilm):
     assert all(None not in e.word_ids[1:-1] for e in singles)
 
 
+@pytest.mark.slow
 def test_wordpiece_training_deterministic_close_to_hf_and_round_trips(trained, train_slice, tmp_path):
   wordpiece = trained["wordpiece"]
   assert wordpiece.vocab_size == 1000

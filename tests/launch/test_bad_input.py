@@ -14,6 +14,7 @@ import pytest
 
 from encoder import errors
 from encoder.pretrained import minilm_path
+from launch import compilation_cache
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "sentence_A\tsentence_B\tlabel\n"
@@ -55,6 +56,17 @@ def finetune(tmp_path: Path, task: str, fmt: str, train: str, dev: str, columns:
 def test_config_errors(tmp_path, arg, named):
   assert_one_line(command("-m", "launch.main", f"--config={arg}", f"--workdir={tmp_path}"), *named)
   assert not any(tmp_path.iterdir())
+
+
+def test_a_config_file_without_get_config_and_a_compilation_cache_that_is_a_file(tmp_path):
+  no_function = write(tmp_path / "mine.py", "learning_rate = 1e-4\n")
+  assert_one_line(command("-m", "launch.main", f"--config={no_function}", f"--workdir={tmp_path / 'run'}"),
+                  no_function, "defines no get_config function")
+  a_file = write(tmp_path / "cache", "")
+  done = command("-m", "launch.main", "--config=configs/pretrain.py:runlocal", f"--workdir={tmp_path / 'run'}",
+                 env={compilation_cache.ENV: a_file})
+  assert_one_line(done, f"${compilation_cache.ENV}={a_file}", "must be a writable directory")
+  assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize("breakage, named", [
@@ -197,6 +209,7 @@ def test_cli_run_reports_user_errors_and_keeps_bugs_loud(tmp_path):
     errors.run(fails, KeyError("bug"))
 
 
+@pytest.mark.slow
 def test_output_paths_of_the_wrong_kind(tmp_path):
   """--workdir naming a file and predict's --out naming a directory: one line each, the file kept."""
   taken = write(tmp_path / "taken", "keep me\n")

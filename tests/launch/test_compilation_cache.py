@@ -58,6 +58,7 @@ def _entries(root: Path) -> set[str]:
   return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} if root.exists() else set()
 
 
+@pytest.mark.slow
 def test_a_warm_cache_gives_the_cold_runs_bits_and_compiles_nothing_new(tmp_path):
   """The cold run compiles (as a run without a cache does) and writes; the warm one loads every program."""
   require_data("sick/SICK_train.txt")

@@ -30,6 +30,7 @@ def _frozen(arg: str):
   return config
 
 
+@pytest.mark.slow
 def test_continues_our_run_with_its_encoder_and_heads(tmp_path):
   source, continued = tmp_path / "source", tmp_path / "continued"
   train.train_and_evaluate(pretrain.get_config("runlocal,objectives=mlm+nsp,steps=3"), source)
@@ -39,6 +40,7 @@ def test_continues_our_run_with_its_encoder_and_heads(tmp_path):
   assert jax.tree.all(jax.tree.map(np.array_equal, before, after))
 
 
+@pytest.mark.slow
 def test_continues_the_imported_minilm_encoder(tmp_path):
   config = _frozen("runlocal,steps=1,init=hf:all-MiniLM-L6-v2")
   assert (config.model.num_layers, config.model.hidden_size) == (6, 384)

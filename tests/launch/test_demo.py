@@ -16,6 +16,8 @@ from tasks import finetune_data
 from tasks.readers import read_conllu
 from tests.conftest import require_data
 
+pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
+
 SENTENCE = "I can't believe it's not butter!"
 
 

@@ -79,6 +79,7 @@ def test_masked_batch_puts_the_mask_where_the_text_has_it(tokenizer):
     demo.masked_batch(["no mask here"], tokenizer)
 
 
+@pytest.mark.slow
 def test_fill_mask_ranks_the_softmax_of_the_mlm_head(config, tokenizer):
   """Against a numpy softmax of the same model's logits, with an output bias that makes 'fish' the clear winner."""
   model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (registry.build("mlm", config.model),))

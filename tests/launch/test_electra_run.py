@@ -14,6 +14,8 @@ from launch import export, predict, train
 from objectives import electra, hf_heads
 from tests.conftest import require_data, require_package
 
+pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 

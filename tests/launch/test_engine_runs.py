@@ -15,6 +15,8 @@ from configs import pretrain
 from encoder.config import AUTO, PLATFORM_FIELDS, resolve_platform
 from launch import input_pipeline
 
+pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
+
 # Losses and gradient norms (relative): the runs sum the same float32 terms (up to ~2e6, the word embeddings' squared
 # gradients) in another order (devices, shards, processes, micro-batches); a pairwise sum's rounding is at most about
 # log2(n) * eps = 21 * 1.2e-7 = 2.5e-6 relative (measured: <= 2.2e-7), while a gradient off by a factor (a pmean for a

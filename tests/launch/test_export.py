@@ -38,6 +38,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from launch.hf_modeling import modeling_encoderlab, pipeline_encoderlab  # noqa: E402  (they import torch: after its importorskip)
 
+pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
+
 # Ours and HF's float32 models on the same weights, other kernels and sums: a measured bound (at most 7.2e-7 on Zen 3,
 # 1/140 of it; the encoder's parity is in the numerics lane, docs/testing.md); a misplaced weight moves logits by O(1).
 TOLERANCE = 1e-4

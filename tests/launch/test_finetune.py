@@ -80,6 +80,7 @@ def test_best_dev_checkpoint_scores_test_and_predictions_rescore(conll_run):
     assert [r["prediction"] + ["O"] * (len(r["words"]) - len(r["prediction"])) for r in jsonl] == pred
 
 
+@pytest.mark.slow
 def test_warm_start_from_our_run_with_a_frozen_encoder(conll_run, tmp_path):
   source, _ = conll_run
   config = _config("task=sick,runlocal", init=f"run:{source}", regime="frozen", num_train_steps=3)
@@ -91,6 +92,7 @@ def test_warm_start_from_our_run_with_a_frozen_encoder(conll_run, tmp_path):
   assert len((tmp_path / "predictions" / "test.labels").read_text().splitlines()) == 32
 
 
+@pytest.mark.slow
 def test_init_from_the_imported_minilm_checkpoint(tmp_path):
   require_data("sick/SICK_train.txt")
   directory = pretrained.minilm_path()
@@ -109,6 +111,7 @@ def test_init_from_the_imported_minilm_checkpoint(tmp_path):
   assert not np.array_equal(top, expected["layer_5"]["mlp"]["output"]["kernel"])  # top_k=1: only layer 5 trains.
 
 
+@pytest.mark.slow
 def test_pos_preset_trains_with_word_endings_and_writes_every_word(tmp_path):
   require_data("ud_english_ewt/en_ewt-ud-train.conllu")
   config = _config("task=ud_pos,runlocal", num_train_steps=2)
@@ -128,6 +131,7 @@ def test_pos_preset_trains_with_word_endings_and_writes_every_word(tmp_path):
   assert results["test"]["accuracy"] == pytest.approx(100 * np.mean([g == p for g, p in words]))  # %, float64.
 
 
+@pytest.mark.slow
 def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
   """optimizer.ema_decay: the average rides in the optimizer state through checkpoints and a resume, and the dev
   and test scores are those of the averaged parameters (re-scored here from the checkpoint)."""
@@ -152,6 +156,7 @@ def test_parameter_ema_is_checkpointed_resumed_and_evaluated(tmp_path):
   assert (tmp_path / "predictions" / "test.labels").read_text().split() == labels(ema)
 
 
+@pytest.mark.slow
 def test_sick_relatedness_regression_and_its_predictions_rescore(tmp_path):
   """Task "regression" (preset sick_relatedness): dev selects on Pearson; written test scores re-score with scipy."""
   require_data("sick/SICK_train.txt")
@@ -166,6 +171,7 @@ def test_sick_relatedness_regression_and_its_predictions_rescore(tmp_path):
   assert results["test"]["mse"] == pytest.approx(np.mean((np.asarray(gold) - scores) ** 2), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_auxiliary_score_trains_and_needs_a_score_column(tmp_path):
   require_data("sick/SICK_train.txt")
   config = _config("task=sick,runlocal", num_train_steps=2, **{"task.score_weight": 1.0})

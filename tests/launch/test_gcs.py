@@ -22,6 +22,8 @@ from tasks.embeddings import store
 from tests import gcs_emulator
 from tests.launch.test_engine_runs import PARAMS_TOLERANCE  # Its reason is given there.
 
+pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
+
 RUN = "runs/base"
 STEPS = ["--config.num_train_steps=10", "--config.checkpoint_every_steps=5"]
 

@@ -159,6 +159,7 @@ def _encoder_gradients(cfg, grads, heads=None):
   return state if heads else {"bert." + name: value for name, value in state.items()}
 
 
+@pytest.mark.slow
 def test_mlm_nsp_step_equals_bert_for_pretraining(pretraining, batch):
   """MLM (mean over the masked tokens) + NSP (mean over the pairs): BertForPreTraining's loss is the same sum."""
   model, (cfg, params, heads) = pretraining
@@ -186,6 +187,7 @@ def _torch_sbo_loss(hidden, sbo, embedding, batch, cfg, max_span_tokens=32):
   return (nll * weights).sum() / weights.sum()
 
 
+@pytest.mark.slow
 def test_mlm_sbo_step_equals_bert_mlm_plus_a_torch_span_boundary_objective(pretraining, batch):
   """MLM from BertForPreTraining's MLM logits (HF's own cross-entropy, ignoring -100) + the restated SBO: the same
   loss, and the same gradients for the encoder, the MLM head and every SBO parameter."""
@@ -224,6 +226,7 @@ def _linear(layer) -> dict:
   return {"kernel": layer.weight.detach().numpy().T.copy(), "bias": layer.bias.detach().numpy().copy()}
 
 
+@pytest.mark.slow
 def test_classification_step_equals_bert_for_sequence_classification(pretraining, batch):
   """Our head on BERT's pooled [CLS] (pooling="pooled"), mean cross-entropy: HF's single-label loss."""
   model, (cfg, params, _) = pretraining
@@ -255,6 +258,7 @@ def test_token_classification_step_equals_bert_for_token_classification(pretrain
   _assert_as_accurate(loss, ours, hf)
 
 
+@pytest.mark.slow
 def test_question_answering_step_equals_bert_for_question_answering(pretraining, batch):
   """Start/end logits from qa_outputs [H, 2], loss (start CE + end CE) / 2: HF's own loss on full-length rows (HF puts
   padding in the softmax, ours leaves it out), and on padded rows HF's logits with the padding masked."""

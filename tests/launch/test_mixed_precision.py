@@ -13,6 +13,8 @@ from launch import optimizer, steps
 from launch.model import EncoderWithHeads, encoder_config
 from objectives import registry
 
+pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
+
 TOPICS, ROWS, LENGTH, MASKED, STEPS = 8, 8, 32, 6, 200
 VOCAB = 5 + 8 * TOPICS
 

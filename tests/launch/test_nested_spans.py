@@ -21,6 +21,8 @@ from tasks import finetune_data, readers, registry, span_ner
 from tasks.scoring import metrics
 from tests.conftest import require_data
 
+pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
+
 
 def _nested(records: list[dict]) -> list[dict]:
   out = []

@@ -49,6 +49,7 @@ def test_jsonl_and_tensorboard(tmp_path):
   assert any((tmp_path / "tensorboard").iterdir())
 
 
+@pytest.mark.slow
 def test_the_engine_starts_without_importing_torch():
   """tensorboardX imports torch wherever it is installed (2.2 s of every run's start on a 2-core VM) only to accept
   its tensors; the writer hides it while importing, and torch still imports afterwards."""

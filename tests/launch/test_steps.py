@@ -4,6 +4,7 @@ import functools
 
 import jax
 import numpy as np
+import pytest
 
 from configs import common
 from encoder.config import preset
@@ -23,6 +24,7 @@ def _batch(rows: int = 4, length: int = 16, masked: int = 3, vocab: int = 100) -
               masked_weights=np.ones((rows, masked), np.float32), nsp_label=rng.integers(0, 2, rows).astype(np.int32))
 
 
+@pytest.mark.slow
 def test_two_programs_equal_the_fused_step():
   cfg = preset("tiny", vocab_size=100, max_positions=32)
   objectives = [registry.build("mlm"), registry.build("nsp")]
@@ -73,6 +75,7 @@ def _three_steps(cfg, objectives, batch):
   return state, acc
 
 
+@pytest.mark.slow
 def test_last_block_on_the_rows_the_heads_read_trains_like_the_full_block():
   """Objectives name the positions they read (objective.reads); the last block then computes [CLS] plus those rows
   only. Three dropout-on training steps with MLM + NSP + SBO equal those with every row computed."""
@@ -93,6 +96,7 @@ def test_last_block_on_the_rows_the_heads_read_trains_like_the_full_block():
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_rdrop_runs_each_example_twice_and_equals_the_plain_step_without_dropout():
   """Objective.train_copies: the step repeats each example (adjacent rows); with dropout off both copies agree, the
   KL term is zero and three R-Drop steps equal three plain steps; with dropout on the copies differ (KL > 0)."""
@@ -115,6 +119,7 @@ def test_rdrop_runs_each_example_twice_and_equals_the_plain_step_without_dropout
   assert float(train(1.0, 0.1)[1]["classification_rdrop_kl"][0]) > 1e-4  # Dropout on: 100 times the bound above.
 
 
+@pytest.mark.slow
 def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   """A regime that freezes the embeddings and the first layer (top_k=1 of 2, layer decay 0.5): with
   StepFns.trainable the gradient program does less arithmetic (XLA's FLOP count) and the optimizer keeps no moments

@@ -98,6 +98,7 @@ def _run(module: str, *args: str, stdin: str = "") -> subprocess.CompletedProces
                         cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)}, timeout=600, check=False)
 
 
+@pytest.mark.slow
 def test_a_family_registered_from_a_test_file_trains_evaluates_and_predicts(tmp_path):
   require_data("sick/SICK_train.txt")
   workdir = tmp_path / "run"

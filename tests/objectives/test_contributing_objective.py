@@ -66,6 +66,7 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
   return Objective(name=NAME, head=CountHead(), loss=count_loss, reads=objective.cls_only, hf=HF)
 
 
+@pytest.mark.slow
 def test_a_new_objective_pretrains_exports_and_imports_its_head(tmp_path, monkeypatch):
   monkeypatch.setitem(registry.OBJECTIVES, NAME, build)  # The forker's registry line.
   workdir, out = tmp_path / "run", tmp_path / "out"

@@ -85,6 +85,7 @@ def test_import_gives_the_models_tree(ours):
   assert all(a.shape == b.shape for a, b in zip(jax.tree.leaves(init), jax.tree.leaves(params)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows, length, lengths", [(2, 12, [12, 7]), (3, 9, [4, 9, 2]), (1, 20, [20])])
 def test_logits_and_loss_match_transformers(checkpoint, ours, rows, length, lengths):
   models, _ = checkpoint
@@ -140,6 +141,7 @@ def test_a_sampled_original_counts_as_original():
   np.testing.assert_allclose(float(metrics["rtd_loss"][0]) / 4, expected, rtol=1e-5)  # 4 float32 log1p's: a few u.
 
 
+@pytest.mark.slow
 def test_gradients(ours):
   """RTD's gradient never reaches the generator (no gradient through the sampling); the generator's MLM loss never
   reaches the discriminator; the shared embeddings learn from both."""
@@ -161,6 +163,7 @@ def test_gradients(ours):
   assert norm(mlm["electra"]["discriminator"]) == 0.0
 
 
+@pytest.mark.slow
 def test_the_discriminator_learns_to_find_replacements(ours, monkeypatch):
   """The training path end to end (the samples in the discriminator's input, RTD labels aligned with it, the
   gradient reaching the encoder and the head): original tokens from the lower half of the vocabulary, the sampler

@@ -87,6 +87,7 @@ def _check_loss(name, predictions, batch, reference_logits, labels, weights):
   assert metrics[f"{name}_accuracy"] == (ref_correct, ref_count)
 
 
+@pytest.mark.slow
 def test_parameter_names_match_hf_import_tree(run):
   _, params, _, _ = run
   assert set(params["mlm"]) == {"transform", "layer_norm", "output_bias"}

@@ -187,6 +187,7 @@ class _MLM(nn.Module):
     return registry.build("mlm").head.clone(parent=self, name="mlm")(outputs, batch, encoder.attend)
 
 
+@pytest.mark.slow
 def test_packed_row_losses_equal_unpacked(text_file, tokenizer, tmp_path):
   """Each packed sequence's per-token MLM losses equal those of the sequence run alone through the encoder."""
   examples = pipeline.pretraining_examples(files=[text_file], tokenizer=tokenizer, max_length=48,

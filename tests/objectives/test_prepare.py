@@ -210,6 +210,7 @@ def test_a_damaged_shard_is_one_line_naming_it(valid_dir, tmp_path, damage, when
   assert message.startswith(f"error: {path}: ") and "objectives.prepare again" in message and "\n" not in message
 
 
+@pytest.mark.slow
 def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
   from configs import pretrain  # pylint: disable=import-outside-toplevel  (JAX and grain only for this test)
   from launch import input_pipeline  # pylint: disable=import-outside-toplevel

@@ -250,6 +250,7 @@ def test_enumerate_and_encode_spans():
   np.testing.assert_array_equal(example["span_labels"], [0, 1, 0, 0, 0, 0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["mean", "attention"])
 def test_span_head_matches_numpy(pooling):
   rng = np.random.default_rng(2)
@@ -388,6 +389,7 @@ def _bio_paths_brute_force(emissions, transitions, start, end):
           for path in itertools.product(range(3), repeat=len(emissions)) if valid(path)}
 
 
+@pytest.mark.slow
 def test_tagging_crf_decoding_respects_bio():
   """With emissions pushed toward I-PER, Viterbi never starts or follows O with it; the head's loss (mean NLL per
   sentence) and decoding equal a brute-force enumeration of the well-formed paths, with random CRF parameters."""

@@ -116,6 +116,7 @@ CASES = [("sst2", {}), ("sst2", {"pooling": "mean"}), ("sst2", {"pooling": "pool
          ("conll2003", {}), ("conll2003_crf", {}), ("ud_pos", {}), ("conll2003_spans", {}), ("squad", {})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset,overrides", CASES, ids=[f"{p}-{'-'.join(map(str, o.values()))}" for p, o in CASES])
 def test_packed_outputs_equal_unpacked(preset, overrides):
   family = family_of(preset, **overrides)

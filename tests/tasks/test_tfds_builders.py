@@ -94,6 +94,7 @@ def test_custom_file_edits_and_malformed_lines(tmp_path, cache):
                cache_dir=cache)
 
 
+@pytest.mark.slow
 def test_processes_preparing_one_dataset_at_once_all_get_it(tmp_path):
   """Three processes prepare the same files into one empty cache at the same moment (two jobs, two test workers):
   one prepares, the others wait for it, and every one reads the records."""

@@ -42,6 +42,7 @@ def _batch_and_outputs(case_features: bool):
   return batch, EncoderOutput(hidden_states=(last,), cls=last[:, 0], pooled=last[:, 0])
 
 
+@pytest.mark.slow
 def test_heads_concatenate_the_shape_embedding():
   batch, outputs = _batch_and_outputs(case_features=True)
   head = tagging.build({"tags": ["O", "B-X", "I-X"], "case_features": 4}).head

@@ -108,6 +108,7 @@ def test_semcor_structure_errors(tmp_path):
     semcor.semcor_files(tmp_path)
 
 
+@pytest.mark.slow
 def test_semcor_counts_equal_source_md():
   root = require_data("semcor/semcor3.0")
   senses = wordnet.read_index_sense(require_data("wordnet/wordnet-3.0/index.sense"))

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from benchmarks import determinism
 from launch.experiments import local_cluster
@@ -42,6 +43,7 @@ def test_commands_and_environment():
   assert local_cluster.workdir_of(["--workdir", "runs/x"]) == "runs/x"
 
 
+@pytest.mark.slow
 def test_two_processes_train_like_one_and_resume(tmp_path):
   one = _cluster(1, tmp_path / "one")
   assert one.returncode == 0, one.stdout[-2000:] + one.stderr[-2000:]

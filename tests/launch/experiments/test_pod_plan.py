@@ -14,6 +14,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 from configs import pretrain
 from encoder import flops
@@ -36,6 +37,7 @@ def _plan(*extra: str) -> dict:
   return json.loads(lines[-1])
 
 
+@pytest.mark.slow
 def test_figures_match_an_independent_count():
   plain, fsdp = _plan(), _plan("--config.fsdp=true")
   config = pretrain.get_config("size=tiny,objectives=mlm+nsp")
@@ -105,6 +107,7 @@ MEASURE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_compiled_memory_against_a_cpu_runs_measured_peak():
   """The plan's figure is XLA's buffer assignment of the compiled step. Run here (one CPU device, a mini encoder,
   32 rows of 128 tokens, MLM + NSP), the step's peak resident memory grows by its temporaries and outputs plus the

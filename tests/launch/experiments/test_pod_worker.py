@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[3]
 FAST = ["--poll_s", "0.2", "--grace_s", "3", "--restart_delay_s", "0.1"]
 
@@ -57,6 +59,7 @@ def test_done_everywhere_then_on_end(tmp_path):
   assert (tmp_path / "on_end.txt").read_text() == "deleted by worker 0\n"  # Worker 0 only, once.
 
 
+@pytest.mark.slow
 def test_a_failure_for_good_stops_the_others_and_names_the_worker(tmp_path):
   workdir = tmp_path / "run"
   script = {"0/0": "stuck", "1/0": "hang", "2/0": "fail:error: config.batch_size=7 must split into micro-batches"}
@@ -75,6 +78,7 @@ def test_a_failure_for_good_stops_the_others_and_names_the_worker(tmp_path):
   assert (tmp_path / "on_end.txt").read_text() == "deleted by worker 0\n"
 
 
+@pytest.mark.slow
 def test_a_failed_attempt_restarts_every_worker(tmp_path):
   workdir = tmp_path / "run"
   script = {"0/0": "hang", "1/0": "fail:RuntimeError: DEADLINE_EXCEEDED: barrier timed out"}
@@ -86,6 +90,7 @@ def test_a_failed_attempt_restarts_every_worker(tmp_path):
   assert json.loads((logs / "attempt.json").read_text()) == {"run_id": "run1", "attempt": 1}
 
 
+@pytest.mark.slow
 def test_a_restarted_host_restarts_the_run_and_sigterm_stops_it(tmp_path):
   """Worker 1's supervisor and its run are SIGKILLed (the host restarts); started again, it raises the attempt and
   worker 0 follows; then SIGTERM to both supervisors (systemctl stop) stops both runs, saved, without --on_end."""
@@ -129,6 +134,7 @@ def _until(condition, timeout: float = 60) -> None:
     time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_logs_and_statuses_in_a_bucket(tmp_path):
   """The same protocol with a gs:// workdir (the GCS emulator): a failed attempt restarts both workers, the logs and
   statuses land in gs://bucket/run/logs/, readable while the run goes on."""

@@ -97,6 +97,7 @@ def _score_bootstrap(gold: Path, pred_a: Path, pred_b: Path, task: str) -> dict:
                     .splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_p_values_equal_tasks_score_bootstrap(runs, tmp_path):
   root, out, summary = runs
   gold = tmp_path / "gold.labels"

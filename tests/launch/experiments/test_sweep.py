@@ -154,6 +154,7 @@ def swept(tmp_path_factory):
   return root, sweep_file, first_log, _log(root)[len(first_log):], before
 
 
+@pytest.mark.slow
 def test_sweep_runs_points_and_records_failures(swept):
   root, _, first, _, _ = swept
   assert {r["name"]: r["status"] for r in first} == {"seed-0": "finished", "seed-1": "finished", STOPPED: "stopped",
@@ -177,6 +178,7 @@ def test_rerun_skips_finished_points_and_resumes_the_stopped_one(swept):
   assert steps == [2, 4, 6, 8]  # Stopped after step 6, resumed from its checkpoint: no step trained twice.
 
 
+@pytest.mark.slow
 def test_print_gives_commands_that_reproduce_a_point(swept, tmp_path):
   root, sweep_file, _, _, _ = swept
   printed = _sweep(["--sweep", str(sweep_file), "--root", str(root), "--print"])
@@ -287,6 +289,7 @@ def test_objectives_sweep_gives_electra_the_flops_of_mlm(budget):
   assert abs(electra_steps * electra_step - mlm_steps * mlm_step) <= electra_step / 2
 
 
+@pytest.mark.slow
 def test_sigterm_stops_the_sweep_after_the_running_point_checkpoints(tmp_path):
   # A preemption or `timeout` signals the sweep: the running point is told too, saves a checkpoint and is recorded as
   # stopped; later points are left for the next run (before, the sweep died and its point lost its output pipe).

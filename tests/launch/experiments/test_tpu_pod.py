@@ -97,6 +97,7 @@ def _commands(stdout: str) -> list[str]:
   return [line for line in stdout.splitlines() if not line.startswith("#")]
 
 
+@pytest.mark.slow
 def test_dry_runs_print_every_command_and_gcloud_parses_them(world):
   v4 = _pod(world, ["--name", "bert", "--zone", "us-central2-b", "--type", "v4-32", "--dry-run"])
   v5e = _pod(world, ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--project", "lab", "--spot",
@@ -160,6 +161,7 @@ def _real_gcloud(command: str, tmp: Path) -> str:
                         check=False).stderr
 
 
+@pytest.mark.slow
 def test_queued_spot_slice_created_recreated_after_preemption_and_reused(world):
   created = _pod(world, V5E, FAKE_QUEUE_WAITS="2")
   assert created.returncode == 0, created.stderr
@@ -197,6 +199,7 @@ def test_queued_spot_slice_created_recreated_after_preemption_and_reused(world):
   assert _calls(world) == ["queued-resources describe", "tpu-vm describe"]
 
 
+@pytest.mark.slow
 def test_plain_slice_created_recreated_refused(world):
   created = _pod(world, V4)
   assert created.returncode == 0, created.stderr
@@ -219,6 +222,7 @@ def test_plain_slice_created_recreated_refused(world):
   assert failing.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_logs_stop_and_delete(world):
   assert _pod(world, V5E).returncode == 0 and _calls(world)
   logs = world["tmp"] / "gcs" / "bucket" / "runs" / "base" / "logs"

@@ -56,6 +56,7 @@ def complete(checkpoint, text, tmp_path_factory):
   return out
 
 
+@pytest.mark.slow
 def test_rows_and_index_equal_the_embedder_in_input_order(checkpoint, text, complete):
   words = [line.split() for line in LINES]
   expected = Embedder.from_init(f"hf:{checkpoint}").encode_words(words, layers="all")

@@ -75,6 +75,7 @@ def reference_words(tiny, tokenizer, words: list[str], pooling: str) -> np.ndarr
   return np.asarray(pooled).reshape((len(words),) + hidden.shape[1:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pooling", ["mean", "first"])
 def test_word_vectors_equal_the_encoder_on_each_sentence_alone(embedder, tiny, tokenizer, pooling):
   got = embedder.encode_words(SENTENCES, layers="all", pooling=pooling)
@@ -83,6 +84,7 @@ def test_word_vectors_equal_the_encoder_on_each_sentence_alone(embedder, tiny, t
     np.testing.assert_allclose(vectors, reference_words(tiny, tokenizer, words, pooling), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_layer_mixes_are_computed_on_the_device_as_numpy_would(embedder, tiny, tokenizer):
   words = SENTENCES[1]
   full = reference_words(tiny, tokenizer, words, "mean")

@@ -172,6 +172,7 @@ def test_bootstrap_command_is_seeded(tmp_path):
   assert json.loads(run(*args).stdout.strip().splitlines()[-1]) == summary
 
 
+@pytest.mark.slow
 def test_real_conll_valid_end_to_end(tmp_path):
   gold_path = require_data("conll2003/bio/valid.txt")
   rng = random.Random(0)
