@@ -84,6 +84,7 @@ def test_padding_never_changes_outputs(tiny_model):
     np.testing.assert_allclose(np.asarray(p[0, :9]), a, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_packing_never_crosses_sequence_boundaries(tiny_model):
   rng = np.random.default_rng(1)
   lengths = [5, 8, 3]

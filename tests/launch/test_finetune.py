@@ -62,6 +62,7 @@ def test_batch_of_a_step_is_a_pure_function_of_the_step():
   assert not np.array_equal(other_seed["input_ids"], schedule(0)["input_ids"])
 
 
+@pytest.mark.slow
 def test_best_dev_checkpoint_scores_test_and_predictions_rescore(conll_run):
   workdir, results = conll_run
   evals = [r for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines()) if "eval/f1" in r]

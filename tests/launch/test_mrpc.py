@@ -16,6 +16,7 @@ def mrpc_run(trained):
   return workdir, json.loads((workdir / "results.json").read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", ["dev", "test"])
 def test_accuracy_and_positive_f1_equal_scikit_learn(mrpc_run, split):
   workdir, results = mrpc_run

@@ -29,7 +29,8 @@ from launch import predict
 from tests.launch.conftest import RUNS
 
 PINS = Path(__file__).with_name("pinned_results.json")
-pytestmark = pytest.mark.numerics  # Its off-CPU bounds are checked under the ISA cap too (docs/testing.md).
+# Its off-CPU bounds are checked under the ISA cap too (docs/testing.md); every preset is trained (slow).
+pytestmark = [pytest.mark.numerics, pytest.mark.slow]
 
 
 def _as_pinned(pins: dict) -> bool:

@@ -32,6 +32,7 @@ def _jsonl(path):
   return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
+@pytest.mark.slow
 def test_run_writes_the_official_predictions_and_scores_them_as_the_official_script(run, capsys):
   results = json.loads((run / "results.json").read_text())
   for split in ("dev", "test"):

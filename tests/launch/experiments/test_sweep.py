@@ -166,6 +166,7 @@ def test_sweep_runs_points_and_records_failures(swept):
   assert stopped["attempts"] == 2 and stopped["group"] == STOPPED.removesuffix("_seed-0")
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_points_and_resumes_the_stopped_one(swept):
   root, _, _, second, before = swept
   assert {r["name"]: r["status"] for r in second} == {"seed-0": "skipped", "seed-1": "skipped", STOPPED: "finished",

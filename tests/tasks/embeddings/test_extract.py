@@ -93,6 +93,7 @@ def test_layer_mixes_are_computed_on_the_device_as_numpy_would(embedder, tiny, t
     np.testing.assert_allclose(embedder.encode_words([words], layers=spec)[0], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_length_bucketing_gives_the_vectors_of_each_sentence_encoded_alone(embedder):
   together = embedder.encode_words(SENTENCES * 3, layers="last")  # 15 sentences: several buckets and batches.
   for index, vectors in enumerate(together):

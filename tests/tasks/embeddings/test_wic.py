@@ -186,6 +186,7 @@ def test_evaluate_wic_end_to_end_with_the_stand_in(tmp_path):
   assert "context" not in result["target_only"]["method"]
 
 
+@pytest.mark.slow
 def test_embed_pairs_with_a_tiny_real_embedder_equals_encode_words():
   tokenizer = load_tokenizer(minilm_path())
   cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_layers=2, num_heads=2,
