@@ -46,6 +46,7 @@ from pathlib import Path
 
 from benchmarks.encoder_speed import cpu_name
 from configs import samples
+from encoder import cli, errors
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_START_S = 20  # A part is not started with less of the section's budget left.
@@ -122,7 +123,7 @@ def run_child(command: list[str], timeout: float, env: dict) -> dict:
     raise TimeoutError(f"killed after {timeout:.0f} s")
   last = next((line for line in reversed(lines) if line.startswith("{")), None)
   if code != 0 or last is None:
-    tail = " | ".join(lines[-3:])
+    tail = cli.child_error(lines) or " | ".join(lines[-3:])
     raise PartFailed(f"exit status {code}" + (f": {tail}" if tail else ""))
   return json.loads(last)
 
@@ -402,12 +403,13 @@ def reasons(parts: tuple[Part, ...], records: dict[str, dict], figures: dict) ->
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
   """The command line (module docstring)."""
-  parser = argparse.ArgumentParser(prog="python -m benchmarks.accelerator", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.accelerator", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--section", required=True, choices=sorted(SECTIONS))
   parser.add_argument("--tiny", action="store_true", help="tiny sizes, few steps, little data (CPU mechanics)")
   parser.add_argument("--only", default="", help="comma-separated parts to run (default: all of the section)")
-  parser.add_argument("--budget-s", type=float, default=480.0, help="the section's wall-clock budget")
+  parser.add_argument("--budget-s", type=cli.number(0, low_open=True), default=480.0,
+                      help="the section's wall-clock budget")
   parser.add_argument("--out", type=Path, default=None, help="default: $OUT, else runs/accelerator")
   parser.add_argument("--remat-policies", default=",".join(REMAT_POLICIES),
                       help="the remat part's policies, none first (a short GPU call: none,full)")
@@ -458,4 +460,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  errors.run(main)

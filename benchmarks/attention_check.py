@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import Encoder, EncoderOutput, errors
+from encoder import Encoder, EncoderOutput, cli, errors
 from encoder.config import PRESETS, preset, resolve_platform
 from launch import xla_flags
 
@@ -76,14 +76,15 @@ def error(got: list[np.ndarray], want: list[np.ndarray], outputs: int) -> dict[s
 
 
 def main() -> None:
-  xla_flags.apply_gpu_defaults()
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.attention_check", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--size", default="base", choices=sorted(PRESETS), help="encoder.config preset (its width)")
-  parser.add_argument("--layers", type=int, default=2)
-  parser.add_argument("--batch", type=int, default=16)
-  parser.add_argument("--length", type=int, default=128)
+  parser.add_argument("--layers", type=cli.integer(1), default=2)
+  parser.add_argument("--batch", type=cli.integer(1), default=16)
+  parser.add_argument("--length", type=cli.integer(1), default=128)
   parser.add_argument("--tiny", action="store_true", help="the tiny preset, 8 rows of 32 tokens (CPU mechanics)")
   args = parser.parse_args()
+  xla_flags.apply_gpu_defaults()
   size, batch, length = ("tiny", 8, 32) if args.tiny else (args.size, args.batch, args.length)
   base = preset(size, num_layers=args.layers, vocab_size=1000, max_positions=max(512, length), hidden_dropout=0.0,
                 attention_dropout=0.0, **resolve_platform({}))  # This platform's kernels, as a run's start-up.

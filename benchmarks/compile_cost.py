@@ -12,7 +12,6 @@ figure for this backend goes into tasks.batching.COMPILE_COSTS, which `data.comp
 Last line: one JSON object (compile_s, step_s per length, column_s, compile_cost, table: the current entry).
 """
 
-import argparse
 import functools
 import json
 import statistics
@@ -23,6 +22,7 @@ import numpy as np
 
 from benchmarks.timing import timed
 from configs import common
+from encoder import cli, errors
 from encoder.config import platform, preset, resolve_platform
 from launch import optimizer, steps
 from launch.model import EncoderWithHeads
@@ -63,13 +63,18 @@ def measure(lengths: list[int], rows: int, dtype: str, count: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--lengths", default="32,128", help="padded lengths measured (the slope is between the ends)")
-  parser.add_argument("--batch", type=int, default=32, help="rows per step (the fine-tuning config's batch_size)")
+  parser = cli.ArgumentParser(prog="python -m benchmarks.compile_cost", description=__doc__.split("\n\n")[0])
+  parser.add_argument("--lengths", type=cli.integers(1), default="32,128",
+                      help="padded lengths measured (the slope is between the ends)")
+  parser.add_argument("--batch", type=cli.integer(1), default=32,
+                      help="rows per step (the fine-tuning config's batch_size)")
   parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"))
-  parser.add_argument("--steps", type=int, default=10, help="timed steps per length (median)")
+  parser.add_argument("--steps", type=cli.integer(1), default=10, help="timed steps per length (median)")
   args = parser.parse_args(argv)
-  lengths = sorted(int(n) for n in args.lengths.split(","))
+  lengths = sorted(set(args.lengths))
+  if len(lengths) < 2:
+    parser.error(f"argument --lengths: expected two lengths or more (the slope is between the ends), got "
+                 f"{','.join(map(str, lengths))}")
   measured = measure(lengths, args.batch, args.precision, args.steps)
   short, long = lengths[0], lengths[-1]
   column_s = (measured["step_s"][long] - measured["step_s"][short]) / (long - short)
@@ -89,4 +94,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  errors.run(main)

@@ -39,7 +39,8 @@ import numpy as np
 import psutil
 
 from configs import paths
-from encoder import errors, pretrained
+from encoder import cli, errors, pretrained
+from encoder.config import PRESETS
 from objectives import corpus as corpus_lib, prepare
 
 TRAIN = "wikitext-2/raw/wiki.train.raw"
@@ -184,15 +185,18 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
 
 def main() -> None:
   """Command line: module docstring."""
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--words", type=int, default=100_000_000)
-  parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
-  parser.add_argument("--shard-documents", type=int, default=256)
-  parser.add_argument("--rounds", type=int, default=8, help="alternating rounds of the input pipeline alone")
-  parser.add_argument("--batches", type=int, default=8, help="batches timed per input-pipeline round")
-  parser.add_argument("--size", default="mini", help="encoder.config preset of the training-step comparison")
-  parser.add_argument("--train-rounds", type=int, default=8, help="alternating rounds with the training step")
-  parser.add_argument("--train-steps", type=int, default=4, help="steps timed per training round")
+  parser = cli.ArgumentParser(prog="python -m benchmarks.corpus_prepare", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--words", type=cli.integer(1), default=100_000_000)
+  parser.add_argument("--processes", type=cli.integer(1), default=os.cpu_count() or 1)
+  parser.add_argument("--shard-documents", type=cli.integer(1), default=256)
+  parser.add_argument("--rounds", type=cli.integer(1), default=8, help="alternating rounds of the input pipeline alone")
+  parser.add_argument("--batches", type=cli.integer(1), default=8, help="batches timed per input-pipeline round")
+  parser.add_argument("--size", default="mini", choices=sorted(PRESETS),
+                      help="encoder.config preset of the training-step comparison")
+  parser.add_argument("--train-rounds", type=cli.integer(1), default=8,
+                      help="alternating rounds with the training step")
+  parser.add_argument("--train-steps", type=cli.integer(1), default=4, help="steps timed per training round")
   args = parser.parse_args()
   with tempfile.TemporaryDirectory(prefix="corpus_prepare_") as tmp:
     files = build_corpus(args.words, Path(tmp))

@@ -7,6 +7,7 @@ reuses these helpers.
   python -m benchmarks.determinism    # last line: one JSON object with the measured differences
 """
 
+import argparse
 import json
 import os
 import re
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from encoder import cli, errors
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = "configs/pretrain.py:runlocal"
@@ -61,6 +64,8 @@ def run(workdir: Path, overrides: Sequence[str] = (), *, devices: int = 1, cache
     env = faults.environment(*fault, base=env)
   result = subprocess.run(command(workdir, overrides, cache, config), cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+  if check and result.returncode != 0 and (line := cli.child_error(result.stderr)):
+    raise errors.UserError(f"the run in {workdir} was refused: {line}")
   if check and result.returncode != 0:
     raise RuntimeError(f"run in {workdir} failed ({result.returncode}):\n{result.stdout[-3000:]}\n"
                        f"{result.stderr[-5000:]}")
@@ -246,6 +251,8 @@ def memory_savers(root: Path, cache: Path) -> dict[str, float | bool]:
 
 
 def main() -> None:
+  cli.ArgumentParser(prog="python -m benchmarks.determinism", description=__doc__.split("\n\n")[0],
+                     formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # No flags: --help, refusals.
   root = Path(tempfile.mkdtemp(prefix="determinism-"))
   try:
     results = {**device_invariance(root, root / "cache"), **kill_and_resume(root, root / "cache"),
@@ -256,4 +263,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  errors.run(main)

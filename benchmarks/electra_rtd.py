@@ -9,7 +9,6 @@ of replaced tokens and the mean logit of each kind. Accuracy alone cannot tell a
 better there than on held-out text has memorized its corpus.
 """
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any, cast
@@ -19,7 +18,7 @@ import ml_collections
 import numpy as np
 import scipy.stats
 
-from encoder import errors, init_from
+from encoder import cli, errors, init_from
 from launch import input_pipeline, workload
 from launch.model import EncoderWithHeads, encoder_config
 from objectives import electra, registry
@@ -60,9 +59,9 @@ def discriminator_scores(workdir: Path, batches: int, split: str = "eval") -> tu
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.ArgumentParser(prog="python -m benchmarks.electra_rtd", description=__doc__.split("\n\n")[0])
   parser.add_argument("workdir", type=Path, help="an ELECTRA pretraining run's workdir")
-  parser.add_argument("--batches", type=int, default=8, help="held-out batches to score (default 8)")
+  parser.add_argument("--batches", type=cli.integer(1), default=8, help="held-out batches to score (default 8)")
   parser.add_argument("--split", choices=("eval", "train"), default="eval", help="the corpus scored (default eval)")
   args = parser.parse_args()
   logits, replaced = discriminator_scores(args.workdir, args.batches, args.split)
@@ -72,4 +71,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  errors.run(main)

@@ -34,7 +34,7 @@ import numpy as np
 
 from benchmarks.encoder_speed import cpu_name
 from configs import paths
-from encoder import pretrained
+from encoder import cli, errors, pretrained
 from launch import flops
 from tasks import batching
 from tasks.embeddings.extract import Embedder, pack_rows
@@ -174,34 +174,34 @@ def picture_section(embedder: Embedder) -> dict:
 
 
 def main() -> None:  # No launch.host_memory.retain_freed_memory(): one malloc arena slowed ours (CPU and GPU).
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.embeddings", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--init", default=INIT, help='the checkpoint ("hf:<name or dir>"; "run:<workdir>" without '
                       "--reference)")
   parser.add_argument("--reference", action="store_true",
                       help="also HF BertModel (PyTorch) in this process: its speed, and its WiC and WSD scores")
-  parser.add_argument("--limit", type=int, default=None, help="first N WikiText-2 lines only")
-  parser.add_argument("--rounds", type=int, default=2, help="timed runs of each side (alternating)")
-  parser.add_argument("--buckets", default="16,32,64,128", help="our padded lengths (jit shapes)")
+  parser.add_argument("--limit", type=cli.integer(1), default=None, help="first N WikiText-2 lines only")
+  parser.add_argument("--rounds", type=cli.integer(1), default=2, help="timed runs of each side (alternating)")
+  parser.add_argument("--buckets", type=cli.integers(1), default="16,32,64,128", help="our padded lengths (jit shapes)")
   parser.add_argument("--no-pack", action="store_true", help="ours with one sentence per row (length buckets only)")
-  parser.add_argument("--batch-size", type=int, default=64)
+  parser.add_argument("--batch-size", type=cli.integer(1), default=64)
   parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="our compute dtype")
   parser.add_argument("--cache", type=Path, default=Path("runs/embeddings_benchmark"),
                       help="where WSD caches SemCor's sense sums")
-  parser.add_argument("--skip", default="", help=f"comma-separated sections to skip, of {','.join(SECTIONS)}")
+  parser.add_argument("--skip", type=cli.Names(SECTIONS), default=(),
+                      help=f"comma-separated sections to skip, of {','.join(SECTIONS)}")
   args = parser.parse_args()
-  skip = {s for s in args.skip.split(",") if s}
+  skip = set(args.skip)
   kind, _, where = args.init.partition(":")
   if args.reference and kind != "hf":
     parser.error(f"--reference needs an HF checkpoint (--init hf:...), got {args.init!r}")
   hf_dir = pretrained.resolve_checkpoint(where) if args.reference else None
-  if skip - set(SECTIONS):
-    parser.error(f"--skip {sorted(skip - set(SECTIONS))}: not among {SECTIONS}")
 
   ceiling = flops.matmul_ceiling(repeats=3)
   print(f"cpu: {cpu_name()}, device: {jax.devices()[0].device_kind}, float32 matmul {ceiling / 1e9:.0f} GFLOP/s",
         flush=True)
   embedder = Embedder.from_init(args.init, batch_size=args.batch_size, dtype=args.dtype, pack=not args.no_pack,
-                                buckets=tuple(int(b) for b in args.buckets.split(",")))
+                                buckets=args.buckets)
   sentences = wikitext_sentences(embedder.tokenizer, args.limit)
   result: dict = {"anisotropy_raw": None, "anisotropy_standardized": None, "wic_dev_accuracy": None,
                   "wsd_all_f1": None, "wsd_mfs_f1": None, "words_per_s": None, "hf_words_per_s": None,
@@ -240,4 +240,4 @@ def main() -> None:  # No launch.host_memory.retain_freed_memory(): one malloc a
 
 
 if __name__ == "__main__":
-  main()
+  errors.run(main)

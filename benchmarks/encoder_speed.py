@@ -54,7 +54,7 @@ import numpy as np
 from benchmarks import torch_device
 from benchmarks.timing import timed
 from configs import paths
-from encoder import Encoder, EncoderOutput, errors, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
+from encoder import Encoder, EncoderOutput, cli, errors, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
 from encoder.config import DTYPE_NAMES, EncoderConfig, resolve_platform
 from launch import flops, host_memory, xla_flags
 
@@ -74,6 +74,9 @@ def attention_variants(spec: str) -> list[tuple[str, str, str]]:
   if not variants or len({name for name, _, _ in variants}) < len(variants):
     raise errors.UserError(f"--attention {spec!r}: expected distinct comma-separated variants")
   return variants
+
+
+ATTENTION = cli.Parsed(attention_variants, bad=("fast", "auto,auto"))  # The --attention flag's type.
 
 
 def variant_config(cfg: EncoderConfig, choice: str, activation: str, dtype, no_attention_dropout: bool
@@ -234,28 +237,27 @@ def layer_dots(cfg, rows: int, device, repeats: int = 3) -> dict[str, float]:
 
 
 def main() -> None:
-  host_memory.retain_freed_memory()  # Both frameworks, same process, same malloc.
-  xla_flags.apply_gpu_defaults()
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.encoder_speed", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--text", type=Path, default=None, help="default: <data>/wikitext-2/raw/wiki.valid.raw")
-  parser.add_argument("--batch", type=int, default=64)
-  parser.add_argument("--length", type=int, default=128)
-  parser.add_argument("--rounds", type=int, default=5, help="timed rounds; each times every mode of both frameworks")
-  parser.add_argument("--repeats", type=int, default=0, help="timed calls per mode and round (default: 2 on CPU, "
-                                                             "20 on accelerators)")
-  parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+  parser.add_argument("--batch", type=cli.integer(1), default=64)
+  parser.add_argument("--length", type=cli.integer(4, 512), default=128, help="tokens per row (MiniLM: 512 positions)")
+  parser.add_argument("--rounds", type=cli.integer(1), default=5,
+                      help="timed rounds; each times every mode of both frameworks")
+  parser.add_argument("--repeats", type=cli.integer(0), default=0, help="timed calls per mode and round (default 0: 2 "
+                                                                        "on CPU, 20 on accelerators)")
+  parser.add_argument("--modes", type=cli.Names(MODES), default=",".join(MODES),
+                      help=f"comma-separated subset of {','.join(MODES)}")
   parser.add_argument("--precision", choices=("default", "float32"), default="default",
                       help="float32 matmuls: JAX's default (TF32 on recent NVIDIA GPUs, mirrored by HF) or full")
-  parser.add_argument("--attention", default="auto",
+  parser.add_argument("--attention", type=ATTENTION, default="auto",
                       help="comma-separated attention variants of ours, timed in the same rounds: auto, matmul, xla, "
                            "cudnn, each optionally :bfloat16 (bf16 activations in the bf16 modes); the first is 'ours'")
   parser.add_argument("--no-hf", action="store_true", help="time ours only (ratios null)")
   args = parser.parse_args()
-  variants = attention_variants(args.attention)
-  modes = args.modes.split(",")
-  if set(modes) - set(MODES):
-    raise errors.UserError(f"--modes {args.modes!r}: unknown {sorted(set(modes) - set(MODES))}; "
-                           f"known: {', '.join(MODES)}")
+  host_memory.retain_freed_memory()  # Both frameworks, same process, same malloc.
+  xla_flags.apply_gpu_defaults()
+  variants, modes = args.attention, list(args.modes)
   if args.precision == "float32":
     jax.config.update("jax_default_matmul_precision", "float32")
   repeats = args.repeats or (2 if jax.default_backend() == "cpu" else 20)

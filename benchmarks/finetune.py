@@ -27,7 +27,6 @@ the matmul ceiling of the run's precision is measured before ours, between the s
 training (`ceilings_gflops`, launch.flops.matmul_ceiling), and a spread over 15% prints a warning line before the JSON.
 """
 
-import argparse
 import ast
 import json
 import tempfile
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from configs import checks, common, finetune
-from encoder import errors
+from encoder import cli, errors
 from launch import flops, host_memory, metrics_writer, train, xla_flags
 from tasks import evaluation, finetune_data, registry
 from tasks.family import TaskFamily
@@ -160,9 +159,7 @@ def run_reference(config, data: finetune_data.TaskData, split: finetune_data.Spl
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-  host_memory.retain_freed_memory()  # Ours and the HF reference: same process, same malloc.
-  xla_flags.apply_gpu_defaults()
-  parser = argparse.ArgumentParser(prog="python -m benchmarks.finetune", description=__doc__.split("\n")[0])
+  parser = cli.ArgumentParser(prog="python -m benchmarks.finetune", description=__doc__.split("\n")[0])
   parser.add_argument("--task", required=True, choices=sorted(finetune.TASK_PRESETS))
   parser.add_argument("--init", default="hf:all-MiniLM-L6-v2", help="checkpoint to fine-tune (configs/finetune.py)")
   parser.add_argument("--reference", action="store_true", help="also run the HF PyTorch reference")
@@ -172,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                       help="config.model.dtype: bfloat16 is mixed precision (float32 parameters; the reference under "
                            "torch.autocast)")
   args = parser.parse_args(argv)
+  host_memory.retain_freed_memory()  # Ours and the HF reference: same process, same malloc.
+  xla_flags.apply_gpu_defaults()
   config = finetune.get_config(f"task={args.task},init={args.init}")
   with config.unlocked():
     config.model.dtype = args.precision

@@ -9,7 +9,6 @@ Needs about 19 GB of host memory (18.8 GB peak measured for one step): the 8 dev
 backward all share the host's RAM; a second step needed more than the 23 GB VM had free.
 """
 
-import argparse
 import json
 import tempfile
 import time
@@ -19,7 +18,8 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks import determinism
-from encoder.config import preset
+from encoder import cli, errors
+from encoder.config import PRESETS, REMAT_POLICIES, preset
 from encoder.model import Encoder
 from launch import sharding
 
@@ -27,12 +27,15 @@ DEVICES = 8
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--size", default="xlmr-large", help="an encoder.config.PRESETS name")
-  parser.add_argument("--remat", default="none", help="config.model.remat: none, full, dots_saveable, ...")
-  parser.add_argument("--steps", type=int, default=1)
-  parser.add_argument("--batch", type=int, default=8, help="global batch (rows of 128 tokens)")
+  parser = cli.ArgumentParser(prog="python -m benchmarks.fsdp_large", description=__doc__.splitlines()[0])
+  parser.add_argument("--size", default="xlmr-large", choices=sorted(PRESETS), help="an encoder.config.PRESETS name")
+  parser.add_argument("--remat", default="none", choices=REMAT_POLICIES, help="config.model.remat")
+  parser.add_argument("--steps", type=cli.integer(1), default=1)
+  parser.add_argument("--batch", type=cli.integer(DEVICES), default=8,
+                      help="global batch (rows of 128 tokens; a multiple of the 8 devices)")
   args = parser.parse_args()
+  if args.batch % DEVICES:
+    parser.error(f"argument --batch: expected a multiple of the {DEVICES} devices, got {args.batch}")
   # The preset's vocabulary (XLM-R: 250,002 pieces; the WordPiece tokenizer used here fills the first 30,522) padded
   # for the 8 data devices, so that FSDP splits the embedding table by row (see the engine's warning otherwise).
   cfg = preset(args.size, vocab_size=sharding.padded_vocab_size(preset(args.size).vocab_size, DEVICES))
@@ -57,4 +60,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-  main()
+  errors.run(main)

@@ -32,7 +32,7 @@ import transformers
 from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
 from configs import paths
-from encoder import Encoder, EncoderOutput, errors
+from encoder import Encoder, EncoderOutput, cli, errors
 from encoder.hf import GENERATOR_DIRECTORY
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
@@ -169,11 +169,12 @@ def electra_parity(batches: list[tuple[np.ndarray, np.ndarray]], mask_id: int, v
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.parity", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--text", type=Path, default=None, help="default: <data>/wikitext-2/raw/wiki.valid.raw")
-  parser.add_argument("--lines", type=int, default=256)
-  parser.add_argument("--max-length", type=int, default=128)
-  parser.add_argument("--batch", type=int, default=32)
+  parser.add_argument("--lines", type=cli.integer(1), default=256)
+  parser.add_argument("--max-length", type=cli.integer(4, 512), default=128, help="MiniLM: 512 positions")
+  parser.add_argument("--batch", type=cli.integer(1), default=32)
   args = parser.parse_args()
   text = args.text or paths.data_file("wikitext-2/raw/wiki.valid.raw")
   lines = read_lines(text, args.lines)

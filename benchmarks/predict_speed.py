@@ -22,7 +22,7 @@ import jax
 from benchmarks import torch_device
 from benchmarks.timing import timed
 from configs import paths
-from encoder import errors
+from encoder import cli, errors
 from encoder.pretrained import minilm_path
 from launch import xla_flags
 from launch.predict import Predictor, read_config
@@ -49,14 +49,15 @@ def hf_pipeline(num_labels: int, batch_size: int, bf16: bool):
 
 
 def main() -> None:
-  xla_flags.apply_gpu_defaults()
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.predict_speed", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--workdir", type=Path, required=True, help="a fine-tuned word-tagging run")
   parser.add_argument("--text", type=Path, default=None, help="default: <data>/conll2003/bio/test.txt")
-  parser.add_argument("--sentences", type=int, default=10_000)
-  parser.add_argument("--rounds", type=int, default=2, help="labelling passes of ours (the first compiles)")
+  parser.add_argument("--sentences", type=cli.integer(1), default=10_000)
+  parser.add_argument("--rounds", type=cli.integer(1), default=2, help="labelling passes of ours (the first compiles)")
   parser.add_argument("--no-hf", action="store_true", help="skip the HF pipeline")
   args = parser.parse_args()
+  xla_flags.apply_gpu_defaults()
 
   predictor = Predictor.from_workdir(args.workdir)
   if not predictor.word_task:

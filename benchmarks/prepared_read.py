@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from configs import paths
-from encoder import errors
+from encoder import cli, errors
 
 TRAIN = "wikitext-2/raw/wiki.train.raw"
 
@@ -97,20 +97,23 @@ def throughput(prepared: str, workers: int, length: int, batch: int, batches: in
 
 def main() -> None:
   """Command line: module docstring."""
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.prepared_read", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--emulator", action="store_true", help="prepare into the local GCS emulator's bucket")
   parser.add_argument("--prepared", help="a gs:// URL to prepare into (without --emulator)")
-  parser.add_argument("--workers", default="0,1,2,4", help="comma-separated config.data.workers values")
-  parser.add_argument("--length", type=int, default=128, help="tokens per row")
-  parser.add_argument("--batch", type=int, default=64, help="rows per batch")
-  parser.add_argument("--batches", type=int, default=10, help="batches timed per round")
-  parser.add_argument("--rounds", type=int, default=3, help="rounds per workers count (the median is reported)")
-  parser.add_argument("--shard-documents", type=int, default=64, help="documents per shard")
+  parser.add_argument("--workers", type=cli.integers(0), default="0,1,2,4",
+                      help="comma-separated config.data.workers values")
+  parser.add_argument("--length", type=cli.integer(8), default=128, help="tokens per row")
+  parser.add_argument("--batch", type=cli.integer(1), default=64, help="rows per batch")
+  parser.add_argument("--batches", type=cli.integer(1), default=10, help="batches timed per round")
+  parser.add_argument("--rounds", type=cli.integer(1), default=3,
+                      help="rounds per workers count (the median is reported)")
+  parser.add_argument("--shard-documents", type=cli.integer(1), default=64, help="documents per shard")
   args = parser.parse_args()
   if args.emulator == bool(args.prepared):
     raise errors.UserError("expected --emulator or --prepared gs://bucket/path (one of them)")
   from objectives import prepare  # pylint: disable=import-outside-toplevel
-  counts = [int(w) for w in args.workers.split(",")]
+  counts = list(args.workers)
   text = str(paths.data_file(TRAIN))
   result = {"length": args.length, "batch": args.batch, "batches": args.batches, "rounds": args.rounds,
             "cores": len(os.sched_getaffinity(0)), "emulator": args.emulator}

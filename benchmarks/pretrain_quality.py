@@ -45,7 +45,7 @@ import ml_collections
 import numpy as np
 
 from configs import pretrain
-from encoder import errors, init_from
+from encoder import cli, errors, init_from
 from launch import host_memory, input_pipeline, metrics_writer, train, xla_flags
 from launch.model import EncoderWithHeads, encoder_config
 from objectives import registry
@@ -186,24 +186,24 @@ def train_reference(data: input_pipeline.Data, config: ml_collections.ConfigDict
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(prog="python -m benchmarks.pretrain_quality", description=__doc__.split("\n\n")[0])
-  parser.add_argument("--minutes", type=float, default=20.0, help="wall-clock training budget per run")
+  parser = cli.ArgumentParser(prog="python -m benchmarks.pretrain_quality", description=__doc__.split("\n\n")[0])
+  parser.add_argument("--minutes", type=cli.number(0, low_open=True), default=20.0,
+                      help="wall-clock training budget per run")
   parser.add_argument("--reference", action="store_true", help="also train HF BertForMaskedLM (PyTorch)")
-  parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated subset of {','.join(RUNS)}")
+  parser.add_argument("--runs", type=cli.Names(tuple(RUNS)), default=",".join(RUNS),
+                      help=f"comma-separated subset of {','.join(RUNS)}")
   parser.add_argument("--workdir", default="runs/pretrain_quality", help="run directories and the corpus cache")
-  parser.add_argument("--batch_size", type=int, default=32)
-  parser.add_argument("--calibration_steps", type=int, default=30, help="timed calibration steps per system")
-  parser.add_argument("--warmup_steps", type=int, default=500, help="learning-rate warmup (every system)")
-  parser.add_argument("--eval_batches", type=int, default=-1, help="held-out batches to evaluate (-1: all)")
-  parser.add_argument("--steps", type=int, default=0, help="train ours exactly this many steps (0: --minutes)")
+  parser.add_argument("--batch_size", type=cli.integer(1), default=32)
+  parser.add_argument("--calibration_steps", type=cli.integer(1), default=30, help="timed calibration steps per system")
+  parser.add_argument("--warmup_steps", type=cli.integer(0), default=500, help="learning-rate warmup (every system)")
+  parser.add_argument("--eval_batches", type=cli.integer(1, also=(-1,)), default=-1,
+                      help="held-out batches to evaluate (-1: all)")
+  parser.add_argument("--steps", type=cli.integer(0), default=0,
+                      help="train ours exactly this many steps (0: --minutes)")
   parser.add_argument("--variant", action="append", default=[],
                       help="NAME:KEY=VALUE[,KEY=VALUE...]: another run of the first --runs objectives with overrides")
   args = parser.parse_args(argv)
-  runs = [r for r in args.runs.split(",") if r]
-  unknown = sorted(set(runs) - set(RUNS))
-  if unknown or not runs:
-    parser.error(f"--runs {args.runs!r}: choose from {','.join(RUNS)}")
-  args.runs = runs
+  args.runs = list(args.runs)
   args.variants = {}
   for spec in args.variant:
     name, _, assignments = spec.partition(":")
@@ -225,9 +225,9 @@ def literal(value: str) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
   host_memory.retain_freed_memory()  # Both frameworks, same process, same malloc.
   xla_flags.apply_gpu_defaults()
-  args = parse_args(sys.argv[1:] if argv is None else argv)
   root = Path(args.workdir)
   shared = run_config("mlm", root, batch_size=args.batch_size, steps=1, warmup_steps=args.warmup_steps)
   shared.data.eval_files = EVAL_FILES

@@ -67,10 +67,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import torch_device
-from benchmarks.encoder_speed import attention_variants, variant_config
+from benchmarks.encoder_speed import ATTENTION, variant_config
 from benchmarks.timing import timed
 from configs import common, paths
-from encoder import errors, flops as encoder_flops
+from encoder import cli, errors, flops as encoder_flops
 from encoder.config import ARCHITECTURES, PRESETS, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
@@ -253,23 +253,22 @@ class HFStep:
 
 
 def main() -> None:
-  host_memory.retain_freed_memory()  # Both frameworks, same process, same malloc.
-  xla_flags.apply_gpu_defaults()
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.pretrain_throughput", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--text", type=Path, default=None, help="default: <data>/wikitext-2/raw/wiki.valid.raw")
   parser.add_argument("--size", default="minilm", choices=sorted(PRESETS), help="encoder.config preset")
   parser.add_argument("--arch", default="bert", choices=sorted(ARCHITECTURES),
                       help="encoder.config.ARCHITECTURES switch set on the size, timed against the plain encoder")
-  parser.add_argument("--batch", type=int, default=32)
-  parser.add_argument("--seq", "--length", dest="length", type=int, default=128, help="tokens per row")
-  parser.add_argument("--max-predictions", type=int, default=20)
-  parser.add_argument("--rounds", type=int, default=5, help="timed rounds; each times every framework")
-  parser.add_argument("--steps", type=int, default=2, help="timed steps per framework per round")
+  parser.add_argument("--batch", type=cli.integer(1), default=32)
+  parser.add_argument("--seq", "--length", dest="length", type=cli.integer(8), default=128, help="tokens per row")
+  parser.add_argument("--max-predictions", type=cli.integer(1), default=20)
+  parser.add_argument("--rounds", type=cli.integer(1), default=5, help="timed rounds; each times every framework")
+  parser.add_argument("--steps", type=cli.integer(1), default=2, help="timed steps per framework per round")
   parser.add_argument("--gelu", choices=("exact", "tanh"), default="exact",
                       help="exact erf GELU (BERT, HF parity; default) or the tanh approximation, in both frameworks")
   parser.add_argument("--precision", choices=("default", "float32", "bfloat16"), default="default",
                       help="matmul arithmetic of both frameworks (module docstring)")
-  parser.add_argument("--peak-tflops", type=float, default=None,
+  parser.add_argument("--peak-tflops", type=cli.number(0, low_open=True), default=None,
                       help="the device's dense peak in the compute dtype, for mfu_peak (default: PEAK_TFLOPS)")
   parser.add_argument("--no-hf", action="store_true", help="skip HF PyTorch (ratio is then null)")
   parser.add_argument("--no-dense", action="store_true", help="skip our dense-head variant")
@@ -277,13 +276,15 @@ def main() -> None:
                       help="with --precision bfloat16: skip our float32 step (bf16_speedup is then null)")
   parser.add_argument("--electra", action="store_true",
                       help="also time ELECTRA's step and an MLM-only step (electra_vs_mlm: their step-time ratio)")
-  parser.add_argument("--generator-size", type=float, default=0.25,
+  parser.add_argument("--generator-size", type=cli.number(0, 1, low_open=True), default=0.25,
                       help="with --electra: the generator's width / the encoder's (the paper's 1/4 by default)")
-  parser.add_argument("--attention", default="auto",
+  parser.add_argument("--attention", type=ATTENTION, default="auto",
                       help="comma-separated attention variants of our step (auto, matmul, xla, cudnn, each optionally "
                            ":bfloat16 activations), timed in the same rounds; the first is 'ours'")
   args = parser.parse_args()
-  variants = attention_variants(args.attention)
+  host_memory.retain_freed_memory()  # Both frameworks, same process, same malloc.
+  xla_flags.apply_gpu_defaults()
+  variants = args.attention
 
   if args.precision == "float32":
     jax.config.update("jax_default_matmul_precision", "float32")

@@ -36,10 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import pretrain_throughput
-from benchmarks.encoder_speed import attention_variants, variant_config
+from benchmarks.encoder_speed import ATTENTION, variant_config
 from benchmarks.timing import timed
 from configs import paths
-from encoder import errors
+from encoder import cli, errors
 from encoder.config import PRESETS, REMAT_POLICIES, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
@@ -108,25 +108,28 @@ def timed_step(cfg, sample: dict[str, np.ndarray], rows: int, count: int) -> dic
 
 
 def main() -> None:
-  xla_flags.apply_gpu_defaults()
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.remat_memory", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--policy", default="none", choices=REMAT_POLICIES, help="model.remat")
   parser.add_argument("--size", default="base", choices=sorted(PRESETS), help="encoder.config preset")
-  parser.add_argument("--seq", type=int, default=512, help="tokens per row")
+  parser.add_argument("--seq", type=cli.integer(8), default=512, help="tokens per row")
   parser.add_argument("--precision", choices=("default", "bfloat16"), default="bfloat16")
-  parser.add_argument("--probe-batch", type=int, default=8, help="the search's step: probes b and 2b rows")
-  parser.add_argument("--max-batch", type=int, default=4096, help="the search stops here")
-  parser.add_argument("--memory-limit-mb", type=float, default=None,
+  parser.add_argument("--probe-batch", type=cli.integer(1), default=8, help="the search's step: probes b and 2b rows")
+  parser.add_argument("--max-batch", type=cli.integer(1), default=4096, help="the search stops here")
+  parser.add_argument("--memory-limit-mb", type=cli.number(0, low_open=True), default=None,
                       help="the memory to fit (default: the device's bytes_limit; required where it has none)")
-  parser.add_argument("--time-batch", type=int, default=0,
+  parser.add_argument("--time-batch", type=cli.integer(0, also=(-1,)), default=0,
                       help="also time the step at this many rows (0: no; -1: the largest batch found)")
-  parser.add_argument("--steps", type=int, default=3, help="timed steps")
-  parser.add_argument("--attention", default="auto", help="the attention variant (auto, matmul, xla, cudnn, "
-                                                          "optionally :bfloat16 activations)")
+  parser.add_argument("--steps", type=cli.integer(1), default=3, help="timed steps")
+  parser.add_argument("--attention", type=ATTENTION, default="auto",
+                      help="the attention variant (auto, matmul, xla, cudnn, optionally :bfloat16 activations)")
   args = parser.parse_args()
-  (name, choice, activation), *more = attention_variants(args.attention)
+  (name, choice, activation), *more = args.attention
   if more:
-    raise errors.UserError(f"--attention {args.attention!r}: one variant per run")
+    parser.error(f"argument --attention: one variant per run, got {','.join(name for name, _, _ in args.attention)}")
+  if args.max_batch < args.probe_batch:
+    parser.error(f"argument --max-batch: expected at least --probe-batch {args.probe_batch}, got {args.max_batch}")
+  xla_flags.apply_gpu_defaults()
 
   memory = jax.local_devices()[0].memory_stats() or {}
   limit = int(args.memory_limit_mb * 2**20) if args.memory_limit_mb else memory.get("bytes_limit")

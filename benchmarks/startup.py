@@ -8,7 +8,6 @@ before/after comparison shares the machine's state; a run is killed once it has 
 (`--config.log_every_steps=1`). Prints a table and one JSON line; the CPU is named, as every speed figure is.
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 from benchmarks.encoder_speed import cpu_name
+from encoder import cli, errors
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def timed_start(repo: Path, config: str, cache: Path, steps: int) -> dict[str, float]:
   """Seconds from process start to the "starting" line, to step 1 and to step `steps` of one run in `repo`."""
   marks, start = {}, time.perf_counter()
+  output: list[str] = []  # The run's last lines: a refused run's own `error:` line is passed on.
   with tempfile.TemporaryDirectory(prefix="startup-run-") as workdir:
     command = [sys.executable, "-m", "launch.main", f"--config={config}", f"--workdir={workdir}",
                "--config.log_every_steps=1"]
@@ -35,6 +36,7 @@ def timed_start(repo: Path, config: str, cache: Path, steps: int) -> dict[str, f
       assert run.stdout is not None  # stdout=PIPE
       for line in run.stdout:
         now = time.perf_counter() - start
+        output = [*output[-20:], line]
         if line.startswith("starting"):
           marks["starting"] = now
         elif line.startswith("step 1/"):
@@ -45,21 +47,22 @@ def timed_start(repo: Path, config: str, cache: Path, steps: int) -> dict[str, f
           break
       run.wait()
     if f"step_{steps}" not in marks:
-      raise SystemExit(f"error: {repo}: launch.main exited with {run.returncode} before step {steps}")
+      child = cli.child_error(output) or f"its last line: {output[-1].strip() if output else '(none)'}"
+      raise errors.UserError(f"{repo}: launch.main exited with {run.returncode} before step {steps}: {child}")
   return marks
 
 
 def main(argv: list[str] | None = None) -> dict:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
+  parser = cli.ArgumentParser(prog="python -m benchmarks.startup", description=__doc__.split("\n\n", maxsplit=1)[0])
   parser.add_argument("--config", default="configs/finetune.py:task=sick")
-  parser.add_argument("--steps", type=int, default=3, help="steps logged before a run is stopped")
-  parser.add_argument("--rounds", type=int, default=2)
+  parser.add_argument("--steps", type=cli.integer(1), default=3, help="steps logged before a run is stopped")
+  parser.add_argument("--rounds", type=cli.integer(1), default=2)
   parser.add_argument("--repo", action="append", type=Path, help="a checkout to run (repeat to compare)")
   args = parser.parse_args(argv)
   repos = [repo.resolve() for repo in args.repo or [REPO]]
   for repo in repos:
     if not (repo / "launch" / "main.py").is_file():
-      raise SystemExit(f"error: --repo {repo}: not a checkout of this repository (no launch/main.py)")
+      raise errors.UserError(f"--repo {repo}: not a checkout of this repository (no launch/main.py)")
   times: dict[str, dict[str, list[dict[str, float]]]] = {str(repo): {"cold": [], "warm": []} for repo in repos}
   for round_ in range(args.rounds):
     for repo in repos:
@@ -82,4 +85,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-  main()
+  errors.run(main)

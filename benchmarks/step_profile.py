@@ -36,10 +36,10 @@ import jax.numpy as jnp
 from jax.profiler import ProfileData
 
 from benchmarks import pretrain_throughput
-from benchmarks.encoder_speed import attention_variants, variant_config
+from benchmarks.encoder_speed import ATTENTION, variant_config
 from benchmarks.timing import timed
 from configs import paths
-from encoder import errors
+from encoder import cli, errors
 from encoder.config import PRESETS, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer
@@ -102,19 +102,21 @@ def top_ops(trace: Path, count: int, steps: int, sources: dict[tuple[str, str], 
 
 
 def main() -> None:
-  xla_flags.apply_gpu_defaults()
-  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.ArgumentParser(prog="python -m benchmarks.step_profile", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--size", default="base", choices=sorted(PRESETS), help="encoder.config preset")
-  parser.add_argument("--seq", type=int, default=128, help="tokens per row")
-  parser.add_argument("--batch", type=int, default=256)
+  parser.add_argument("--seq", type=cli.integer(8), default=128, help="tokens per row")
+  parser.add_argument("--batch", type=cli.integer(1), default=256)
   parser.add_argument("--precision", choices=("default", "bfloat16"), default="bfloat16")
-  parser.add_argument("--steps", type=int, default=3, help="traced steps")
-  parser.add_argument("--top", type=int, default=15, help="operations listed")
+  parser.add_argument("--steps", type=cli.integer(1), default=3, help="traced steps")
+  parser.add_argument("--top", type=cli.integer(1), default=15, help="operations listed")
   parser.add_argument("--trace-dir", type=Path, default=Path("runs/step_profile"))
-  parser.add_argument("--attention", default="auto", help="comma-separated attention variants, profiled in turn "
-                                                          "(auto, matmul, xla, cudnn, optionally :bfloat16)")
+  parser.add_argument("--attention", type=ATTENTION, default="auto",
+                      help="comma-separated attention variants, profiled in turn (auto, matmul, xla, cudnn, "
+                           "optionally :bfloat16)")
   args = parser.parse_args()
-  variants = attention_variants(args.attention)
+  xla_flags.apply_gpu_defaults()
+  variants = args.attention
 
   dtype = jnp.bfloat16 if args.precision == "bfloat16" else jnp.float32
   no_dropout = any(choice != "matmul" for _, choice, _ in variants)

@@ -7,7 +7,7 @@ import dataclasses
 import difflib
 import importlib.util
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,8 +15,9 @@ from typing import Any
 import jax
 import ml_collections
 
-from configs import paths, rules
-from encoder import config as encoder_config, fields
+from configs import given, paths, rules
+from configs.common import is_finetuning, leaf_paths
+from encoder import config as encoder_config, fields, init_from
 from encoder.config import DTYPE_NAMES, EncoderConfig
 from encoder.errors import ConfigError
 
@@ -55,18 +56,6 @@ def load_config_file(spec: str) -> ml_collections.ConfigDict:
     raise ConfigError(f"{path}: defines no get_config function (--config={spec}); a config file returns its "
                       "ConfigDict from get_config(arg=None), as configs/pretrain.py does")
   return module.get_config(arg) if arg else module.get_config()
-
-
-def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
-  """{'optimizer.learning_rate': 1e-4, ...}: every leaf of a (nested) ConfigDict by dotted path."""
-  out = {}
-  for key, value in config.items():
-    path = f"{prefix}{key}"
-    if isinstance(value, ml_collections.ConfigDict):
-      out.update(leaf_paths(value, path + "."))
-    else:
-      out[path] = value
-  return out
 
 
 def _parses_as(value: str, default: Any) -> bool:
@@ -126,13 +115,19 @@ def command_line_overrides(argv: Sequence[str]) -> tuple[str | None, list[tuple[
 
 
 def check_command_line(argv: Sequence[str]) -> None:
-  """Validates every --config.* override against the config file named by --config before absl applies them."""
+  """Validates every --config.* override against the config file named by --config before absl applies them, then
+  refuses a field the command line sets that the run does not read (configs.given)."""
   spec, overrides = command_line_overrides(argv)
   if spec is None:
     if overrides:
       raise ConfigError("--config.* overrides given without --config=<file>.py[:args]")
     return
   check_overrides(load_config_file(spec), overrides, spec)
+  config = given.applied_config(argv)
+  if config is not None:  # None: absl refuses the command line itself, with its own line, when launch.main parses it.
+    asked = given.from_command_line(spec, [key for key, _ in overrides], config)
+    check_init(config, asked, spec)  # The model fields an init's checkpoint fixes, first.
+    given.check(config, asked, spec)
 
 
 def to_dict(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -151,11 +146,6 @@ def incompatible_fields(saved: dict[str, Any], wanted: dict[str, Any]) -> list[s
           if old.get(key) != new.get(key) and key not in RESUMABLE_MODEL_FIELDS and key not in added]
 
 
-def is_finetuning(config: ml_collections.ConfigDict) -> bool:
-  """Whether `config` fine-tunes a task (a config.task block) rather than pretrains (config.task = "")."""
-  return isinstance(config.get("task"), ml_collections.ConfigDict)
-
-
 def check_config(config: ml_collections.ConfigDict) -> None:
   """Everything about `config` that needs no data: each field's rule (configs.rules), the encoder's shape, the
   relations between fields and that the named files exist. Raises ConfigError naming the field; reads and writes
@@ -163,6 +153,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   finetuning = is_finetuning(config)
   fields.check_fields(leaf_paths(config), rules.rules(finetuning), prefix="config.")
   model = encoder_config.from_fields(config.model.to_dict(), vocab_size=1)  # Heads divide the width, ...
+  check_init(config)
   _check_engine(config)
   if finetuning:
     _check_finetuning(config, model)
@@ -184,10 +175,61 @@ def _check_engine(config: ml_collections.ConfigDict) -> None:
         f"micro-batches, each divisible by the {data_axis} data-parallel devices")
 
 
-def _check_length(key: str, length: int, model: EncoderConfig) -> None:
+def model_value(config: ml_collections.ConfigDict, field: str) -> str:
+  """'config.model.<field>=<value>' for a message, with where the value comes from when config.init's checkpoint set
+  it ("config.model.max_positions=16 (DIR/config.json's max_position_embeddings)")."""
+  value = config.model[field]
+  text = f"config.model.{field}={value!r}"
+  if not config.get("init") or field in init_from.TAKES:
+    return text
+  checkpoint, _ = init_from.model_fields(config.init)
+  if checkpoint.get(field) != value:
+    return text
+  return f"{text} (config.init={config.init!r}: {init_from.field_source(config.init, field)})"
+
+
+def check_init(config: ml_collections.ConfigDict, given: Mapping[str, Any] | None = None, spec: str = "") -> None:
+  """A run from config.init has its checkpoint's architecture: every config.model field but init_from.TAKES must be
+  the checkpoint's. `given`: the fields the command line set (configs.given.Given by dotted key), named in the line;
+  a field it did not set differs when the config's model is not the init's (an init given as --config.init; `spec`,
+  the --config value, then gives the string argument that reads the model from the checkpoint)."""
+  init = config.get("init")
+  if not init:
+    return
+  checkpoint, tokenizer = init_from.model_fields(init)
+  asked = (given or {}).get("data.tokenizer")
+  if asked is not None and asked.value != tokenizer:
+    raise ConfigError(f"config.data.tokenizer={asked.value!r} ({asked.how}) is not the tokenizer of config.init="
+                      f"{init!r}, {tokenizer!r}: the checkpoint's embeddings index that vocabulary; drop it, or start "
+                      "a new model (init='')")
+  asked_fields = {key[len("model."):]: value for key, value in (given or {}).items() if key.startswith("model.")}
+  differ = [field for field in dict.fromkeys([*asked_fields, *checkpoint])
+            if field in checkpoint and field not in init_from.TAKES
+            and (asked_fields[field].value if field in asked_fields else config.model.get(field)) != checkpoint[field]]
+  for field in differ:
+    theirs = checkpoint[field]
+    where = f"{field}={theirs!r} ({init_from.field_source(init, field)})"
+    asked = asked_fields.get(field)
+    ours = asked.value if asked is not None else config.model.get(field)
+    if asked is not None:
+      others = sum(f in asked_fields and asked_fields[f].how == asked.how for f in differ) - 1
+      more = f" (and {others} more field{'s' * (others > 1)} it asks for)" if others else ""
+      raise ConfigError(f"config.model.{field}={ours!r} ({asked.how}){more} cannot apply to config.init={init!r}: a "
+                        f"run from an init has its checkpoint's architecture, {where}; an init takes only the model "
+                        f"fields {', '.join(init_from.TAKES)}; drop it, or start a new model (init='')")
+    path, _, arg = spec.partition(":")
+    items = [item for item in arg.split(",") if item and not item.startswith("init=")]
+    instead = f"--config {path}:{','.join([*items, f'init={init}'])}" if path else \
+        "init as the config file's string argument"
+    raise ConfigError(f"config.model.{field}={ours!r} is not that of config.init={init!r}, whose checkpoint has "
+                      f"{where}: the config's model was not read from the checkpoint; give {instead}, which reads "
+                      "it (or set the model's fields to the checkpoint's)")
+
+
+def _check_length(key: str, length: int, config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
   if length > model.max_positions:
-    raise ConfigError(f"config.{key}={length}: expected at most config.model.max_positions={model.max_positions} "
-                      "(the longest input the encoder has positions for)")
+    raise ConfigError(f"config.{key}={length}: expected at most {model_value(config, 'max_positions')} (the longest "
+                      "input the encoder has positions for)")
 
 
 def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
@@ -200,7 +242,7 @@ def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) 
   for name, weight in weights.items():
     fields.check_field(f"config.objective_weights.{name}", weight, fields.NON_NEGATIVE)
   pipeline.validate(names, config.data.packing, config.masking.mode)
-  _check_length("data.max_length", config.data.max_length, model)
+  _check_length("data.max_length", config.data.max_length, config, model)
   masking = config.masking
   if masking.mask_prob + masking.random_prob > 1:
     raise ConfigError(f"config.masking.mask_prob={masking.mask_prob} + config.masking.random_prob="
@@ -218,15 +260,16 @@ def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) 
 
 
 def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
-  from tasks import finetune_data, registry  # pylint: disable=import-outside-toplevel  (families import flax)
+  from tasks import finetune_data, regimes, registry  # pylint: disable=import-outside-toplevel  (families import flax)
   task = config.task
   if config.num_train_steps == 0 and config.epochs == 0:
     raise ConfigError("config.epochs=0 with config.num_train_steps=0 gives no training steps: set either to at "
                       "least 1")
   if config.regime == "top_k" and not 1 <= config.top_k <= model.num_layers:
     raise ConfigError(f"config.top_k={config.top_k}: regime 'top_k' trains the top top_k layers, expected 1 to "
-                      f"config.model.num_layers={model.num_layers}")
-  _check_length("task.max_length", task.max_length, model)
+                      f"{model_value(config, 'num_layers')}")
+  regimes.check(config, num_layers=model.num_layers, width=model.hidden_size)  # LoRA's and adapters' rules.
+  _check_length("task.max_length", task.max_length, config, model)
   _check_packing(config)
   if task.positive_label and task.labels and task.positive_label not in task.labels:
     raise ConfigError(f"config.task.positive_label={task.positive_label!r}: expected one of config.task.labels "

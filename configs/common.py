@@ -6,11 +6,12 @@ one place; size presets come from encoder.config.PRESETS.
 
 import dataclasses
 import difflib
+from typing import Any
 
 import ml_collections
 
 from encoder import init_from
-from encoder.config import ARCHITECTURES, AUTO, PLATFORM_FIELDS, preset
+from encoder.config import ARCHITECTURES, AUTO, PLATFORM_FIELDS, REGIME_FIELDS, preset
 from encoder.errors import ConfigError
 
 
@@ -52,7 +53,8 @@ def model_config(size: str, arch: str = "bert", **overrides) -> ml_collections.C
   start-up."""
   if arch not in ARCHITECTURES:
     raise ConfigError(f"unknown architecture arch={arch!r}; choose one of {', '.join(sorted(ARCHITECTURES))}")
-  fields = dataclasses.asdict(preset(size, **ARCHITECTURES[arch]))
+  fields = {k: v for k, v in dataclasses.asdict(preset(size, **ARCHITECTURES[arch])).items()
+            if k not in REGIME_FIELDS}  # A run's regime sets those (config.lora, config.adapters).
   fields.update(vocab_size=0, dtype="float32", param_dtype="float32", activation_dtype="float32",
                 **dict.fromkeys(PLATFORM_FIELDS, AUTO))
   fields.update(overrides)
@@ -110,3 +112,20 @@ def model_from_init(init: str) -> tuple[ml_collections.ConfigDict, str]:
   (encoder.init_from.model_fields)."""
   fields, tokenizer = init_from.model_fields(init)
   return ml_collections.ConfigDict(fields), tokenizer
+
+
+def leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:
+  """{'optimizer.learning_rate': 1e-4, ...}: every leaf of a (nested) ConfigDict by dotted path."""
+  out = {}
+  for key, value in config.items():
+    path = f"{prefix}{key}"
+    if isinstance(value, ml_collections.ConfigDict):
+      out.update(leaf_paths(value, path + "."))
+    else:
+      out[path] = value
+  return out
+
+
+def is_finetuning(config: ml_collections.ConfigDict) -> bool:
+  """Whether `config` fine-tunes a task (a config.task block) rather than pretrains (config.task = "")."""
+  return isinstance(config.get("task"), ml_collections.ConfigDict)

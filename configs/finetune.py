@@ -7,8 +7,8 @@
 String arguments: task (a name of TASK_PRESETS), init ("hf:<name or directory>" for an imported HuggingFace BERT,
 "run:<workdir>" for the encoder of our own pretraining run's latest checkpoint, "" for random init), runlocal (a tiny
 random-init model on a slice of each split, a few steps: a smoke test; with an explicit init=, that checkpoint's model
-on the same slices). Other datasets (e.g. paraphrase or RTE TSVs) need only config: --config.task.format=tsv
---config.task.files=train:a.tsv,validation:b.tsv,test:c.tsv
+on the same slices). Other datasets (e.g. paraphrase or RTE TSVs) need only config: --config.task.dataset=
+--config.task.format=tsv --config.task.files=train:a.tsv,validation:b.tsv,test:c.tsv
 --config.task.columns=text_a:sentence1,text_b:sentence2,label:label --config.task.labels=... (see `task_block`).
 """
 
@@ -18,7 +18,7 @@ import ml_collections
 
 from configs import common
 from encoder.errors import ConfigError
-from tasks import registry
+from tasks import regimes, registry
 
 UPOS = ("ADJ", "ADP", "ADV", "AUX", "CCONJ", "DET", "INTJ", "NOUN", "NUM", "PART", "PRON", "PROPN", "PUNCT", "SCONJ",
         "SYM", "VERB", "X")  # The 17 Universal POS tags.
@@ -107,8 +107,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data.prefetch = 2  # Batches prepared ahead on background threads.
 
   config.epochs = preset["epochs"]  # Passes over the training split (num_train_steps = epochs * batches/epoch).
-  config.regime = preset.get("regime", "full")  # "full", "frozen" (head only) or "top_k" (top `top_k` layers + head).
-  config.top_k = preset.get("top_k", 0)  # Layers trained by regime "top_k".
+  # What trains, beside the head (docs/regimes.md): "full" everything, "frozen" nothing else, "top_k" the top `top_k`
+  # layers, "lora" config.lora's low-rank branches, "bitfit" the encoder's biases, "adapters" config.adapters'.
+  config.regime = preset.get("regime", "full")
+  config.top_k = preset.get("top_k", 0)  # Layers trained by regime "top_k" (read by that regime only).
+  # Regime "lora": rank (1 to hidden_size), alpha (updates scaled by alpha / rank), dropout (on LoRA's input), targets
+  # (comma-separated among query, key, value, attention_output, intermediate, output), layers ('all', 'top:<k>' or
+  # '0,1,5'); tasks.regimes.LORA_FIELDS.
+  config.lora = regimes.config_blocks()["lora"]
+  # Regime "adapters": size (the bottleneck, >= 1), placement ('attention', 'feed_forward' or 'both': Houlsby's two
+  # per block), layers (as lora's); tasks.regimes.ADAPTER_FIELDS.
+  config.adapters = regimes.config_blocks()["adapters"]
   # Layer-wise LR decay: layer l's LR is lr * layer_decay^(num_layers + 1 - depth) (1.0: none).
   config.layer_decay = preset.get("layer_decay", 1.0)
   config.optimizer = common.optimizer_config(learning_rate=preset["learning_rate"], eps=1e-8)  # AdamW.

@@ -27,7 +27,7 @@ import ml_collections
 from configs import demo, finetune, pretrain, rules
 from encoder.fields import Rule
 from objectives import registry as objective_registry
-from tasks import registry
+from tasks import regimes, registry
 
 REPO = Path(__file__).resolve().parents[1]
 # The local names that hold a config block in the config files, and the block's dotted prefix.
@@ -101,8 +101,9 @@ def comments_in(source: str) -> dict[str, str]:
 def field_comments(path: str) -> dict[str, str]:
   """`comments_in` of a config file, by its path relative to the repository; for TASK_FIELDS, the comments the task
   families declare with their `task.*` fields."""
-  if path == TASK_FIELDS:
-    return {f"task.{name}": text for name, text in registry.field_comments().items()}
+  if path == TASK_FIELDS:  # With the regimes' blocks (config.lora, config.adapters: tasks/regimes.py declares them).
+    return {f"task.{name}": text for name, text in registry.field_comments().items()} | {
+        f"{block}.{field.name}": field.comment for block, declared in regimes.BLOCKS.items() for field in declared}
   if path == OBJECTIVE_FIELDS:
     return {f"{name}.{field.name}": field.comment for name, declared in objective_registry.config_fields().items()
             for field in declared}
@@ -249,7 +250,17 @@ def page() -> str:
            "string arguments go after the file name (`--config configs/pretrain.py:size=mini,objectives=mlm+nsp`). "
            "The `model.*` fields are EncoderConfig's (encoder/config.py): a size preset's, or with `init` the "
            "checkpoint's own (fine-tuning's default, all-MiniLM-L6-v2). Paths inside the repository are shown "
-           "relative to it; relative data paths are read under the data directory ([data.md](data.md)).")
+           "relative to it; relative data paths are read under the data directory ([data.md](data.md)). A field "
+           "set explicitly (an override, or a string argument: `init=`, and `size=` and `arch=`, which ask for "
+           "model fields) that the run does not read is refused in one line naming it and why (configs/given.py): a "
+           "field of another task family, `task.format`, `files` or `columns` beside a packaged `task.dataset`, an "
+           "objective's or regime's field when it is not in use (`electra.*`, `top_k`, `layer_decay` when frozen), "
+           "a field another one overrides (`optimizer.warmup_steps` under `warmup_fraction`, `data.train_files` "
+           "under `data.prepared`), an architecture field the architecture has no use for (RoPE's thetas with "
+           "absolute positions), and with `init` every `model.*` field but those an init "
+           "takes (dropout, `initializer_range`, the dtypes, `remat`, `attention`, `kernels`, `bf16_dots`), and "
+           "another `data.tokenizer`: a run from an init has its checkpoint's architecture and vocabulary. A config "
+           "file's own values (a task preset's) are never refused.")
   lines = ["# Config reference", "", textwrap.fill(intro, 118, break_on_hyphens=False, break_long_words=False), ""]
   for name in EXPERIMENTS:
     lines += _experiment_section(name)

@@ -21,6 +21,7 @@ from encoder.fields import (
     Number,
 )
 from objectives import masking as masking_lib, pipeline, registry as objective_registry
+from tasks import regimes
 from tasks.task_fields import BOOL
 
 OPTIMIZERS = ("adamw", "lamb")
@@ -34,8 +35,8 @@ def _objectives_problem(value: str) -> str | None:
 
 
 def _init_problem(value: str) -> str | None:
-  ok = value == "" or (value.partition(":")[0] in ("hf", "run") and value.partition(":")[2])
-  return None if ok else "'hf:<name or directory>', 'run:<workdir>' or '' (random init)"
+  ok = value == "" or (value.partition(":")[0] in ("hf", "run", "peft") and value.partition(":")[2])
+  return None if ok else "'hf:<name or directory>', 'run:<workdir>' or '' (random init), or 'peft:<directory>'"
 
 
 def _comma_paths(value: str) -> str | None:
@@ -97,7 +98,7 @@ FINETUNING: dict[str, fields.Rule] = {
                         ("mlm",)),
     "objective_weights": Anything("unused by fine-tuning"),
     "num_train_steps": NON_NEGATIVE_INT, "epochs": NON_NEGATIVE_INT,
-    "regime": Choice(("full", "frozen", "top_k")), "top_k": NON_NEGATIVE_INT,
+    "regime": Choice(regimes.REGIMES), "top_k": NON_NEGATIVE_INT, **regimes.field_rules(),
     "layer_decay": Number(0.0, 1.0, low_open=True),
     "data.tokenizer": Anything("a tokenizer path or packaged checkpoint name (checked when loaded)"),
     "data.buckets": Check(_buckets_problem, "increasing positive token lengths", ((32, 16), (0, 16))),

@@ -20,6 +20,14 @@ ATTENTIONS = ("matmul", "xla", "cudnn")
 KERNELS = ("cpu", "accelerator")  # EncoderConfig.kernels: whose fast paths the modules take.
 BF16_DOTS = ("native", "float32")  # EncoderConfig.bf16_dots: what a bf16 dot reads.
 AUTO = "auto"
+# LoRA's target projections: the fused QKV's query, key and value slices, the attention's output projection, the
+# feed-forward's two dense layers (HF BERT's attention.self.{query,key,value}, attention.output.dense,
+# intermediate.dense, output.dense).
+LORA_TARGETS = ("query", "key", "value", "attention_output", "intermediate", "output")
+ADAPTER_PLACEMENTS = ("attention", "feed_forward", "both")  # Which sublayers get adapters (Houlsby: both).
+# Fields a run's regime sets (launch.model.peft_fields), not config.model: left out of its model fields.
+REGIME_FIELDS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "lora_layers", "adapter_size",
+                 "adapter_placement", "adapter_layers")
 # The fields "auto" makes concrete for the platform at start-up (`resolve_platform`): the weights never depend on them.
 PLATFORM_FIELDS = ("attention", "kernels", "bf16_dots")
 
@@ -90,6 +98,21 @@ class EncoderConfig:
   # Configs default to "auto": "float32" on such a CPU (/proc/cpuinfo, or XLA_FLAGS capping XLA below bf16
   # instructions), else "native"; chosen once at start-up and recorded in config.json. No effect with float32 dtype.
   bf16_dots: str = "native"
+  # LoRA (Hu et al., 2021) and bottleneck adapters (Houlsby et al., 2019), set by a run's regime from config.lora and
+  # config.adapters (launch.model.peft_fields; docs/regimes.md "LoRA and adapters"), never by config.model
+  # (REGIME_FIELDS). lora_rank 0: no LoRA; else each of lora_targets (LORA_TARGETS) in each block of lora_layers gets
+  # W x + (alpha / rank) B A dropout(x), A [in, rank], B [rank, out] (B starts at zero: the plain encoder's function).
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_dropout: float = 0.0  # Dropout on the LoRA branch's input, while training (PEFT's lora_dropout).
+  lora_targets: tuple[str, ...] = ()
+  lora_layers: tuple[int, ...] = ()
+  # adapter_size 0: no adapters; else each block of adapter_layers gets a bottleneck h + up(silu(down(h))) on the
+  # output of its sublayers of adapter_placement (ADAPTER_PLACEMENTS), before the residual and LayerNorm (up starts
+  # at zero: the identity).
+  adapter_size: int = 0
+  adapter_placement: str = "both"
+  adapter_layers: tuple[int, ...] = ()
 
   def __post_init__(self):
     fields.check_fields({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if "dtype" not in f.name},
@@ -112,9 +135,39 @@ class EncoderConfig:
       raise ConfigError(f"config.model.attention_dropout={self.attention_dropout}: the {self.attention!r} attention "
                         "path applies no attention dropout (jax.nn.dot_product_attention has none); expected 0.0, or "
                         "config.model.attention='matmul'")
+    self._check_regime_fields()
     if jnp.dtype(self.activation_dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(self.dtype)):
       raise ConfigError(f"config.model.activation_dtype={jnp.dtype(self.activation_dtype).name!r}: expected "
                         f"'float32' or config.model.dtype ({jnp.dtype(self.dtype).name!r})")
+
+  def _check_regime_fields(self) -> None:
+    """LoRA's and the adapters' fields, named as the run's config does (config.lora.*, config.adapters.*)."""
+    unknown = [t for t in self.lora_targets if t not in LORA_TARGETS]
+    if unknown:
+      raise ConfigError(f"config.lora.targets: unknown projection(s) {unknown}; expected some of "
+                        f"{', '.join(LORA_TARGETS)}")
+    if self.lora_rank < 0 or self.lora_rank > self.hidden_size:
+      raise ConfigError(f"config.lora.rank={self.lora_rank}: expected an integer in [1, {self.hidden_size}] (the "
+                        "width), or no LoRA")
+    if self.adapter_size < 0:
+      raise ConfigError(f"config.adapters.size={self.adapter_size}: expected an integer >= 1")
+    if self.adapter_placement not in ADAPTER_PLACEMENTS:
+      raise ConfigError(f"config.adapters.placement={self.adapter_placement!r}: expected one of "
+                        f"{', '.join(map(repr, ADAPTER_PLACEMENTS))}")
+    for name in ("lora_layers", "adapter_layers"):
+      outside = [i for i in getattr(self, name) if not 0 <= i < self.num_layers]
+      if outside:
+        field = "config.lora.layers" if name == "lora_layers" else "config.adapters.layers"
+        raise ConfigError(f"{field}: layer(s) {outside} outside the encoder's {self.num_layers} (0 to "
+                          f"{self.num_layers - 1})")
+
+  def lora_at(self, layer: int, target: str) -> bool:
+    """Whether projection `target` of block `layer` carries LoRA."""
+    return self.lora_rank > 0 and target in self.lora_targets and layer in self.lora_layers
+
+  def adapter_at(self, layer: int, sublayer: str) -> bool:
+    """Whether block `layer` has an adapter after its `sublayer` ("attention" or "feed_forward")."""
+    return self.adapter_size > 0 and layer in self.adapter_layers and self.adapter_placement in (sublayer, "both")
 
   @property
   def dots(self) -> matmul.Dots:

@@ -76,11 +76,77 @@ class Dense(nn.DenseGeneral):
     return super().__call__(inputs).astype(self.out_dtype)
 
 
-def _dense(cfg: EncoderConfig, features, name: str, axis=-1) -> nn.Module:
+def _dense(cfg: EncoderConfig, features, name: str, axis=-1, out_dtype: Any = None, use_bias: bool | None = None,
+           kernel_init: Any = None) -> nn.Module:
   """A dense layer over `axis` whose product is `matmul.matmul` in the compute dtype (float32 result and bias, then
-  the activation dtype; no bias when cfg.use_bias is off)."""
-  return Dense(features, axis=axis, use_bias=cfg.use_bias, kernel_init=_init(cfg), param_dtype=cfg.param_dtype,
-               dot_general=matmul.dense_dot_general(cfg.dtype, cfg.dots), out_dtype=cfg.activation_dtype, name=name)
+  `out_dtype`, default the activation dtype; no bias when cfg.use_bias is off)."""
+  return Dense(features, axis=axis, use_bias=cfg.use_bias if use_bias is None else use_bias,
+               kernel_init=kernel_init or _init(cfg), param_dtype=cfg.param_dtype,
+               dot_general=matmul.dense_dot_general(cfg.dtype, cfg.dots),
+               out_dtype=cfg.activation_dtype if out_dtype is None else out_dtype, name=name)
+
+
+# PEFT's initialisation of LoRA's A (torch's kaiming_uniform_ with a=sqrt(5)): uniform in +-1/sqrt(fan_in).
+lora_a_init = nn.initializers.variance_scaling(1.0 / 3.0, "fan_in", "uniform")
+
+
+class LoRA(nn.Module):
+  """LoRA's branch of a dense layer (Hu et al., 2021; PEFT's lora.Linear): x [N, in] -> float32 [N, features],
+  (alpha / rank) (dropout(x) A) B with a [in, rank] (PEFT's lora_A.weight transposed) and b [rank, features]
+  (lora_B.weight transposed, zero at init). Dropout only while training (`index`: as `dropout`'s)."""
+  cfg: EncoderConfig
+  features: int
+
+  @nn.compact
+  def __call__(self, x: Array, train: bool, index: Array | None = None) -> Array:
+    cfg = self.cfg
+    a = self.param("a", lora_a_init, (x.shape[-1], cfg.lora_rank), cfg.param_dtype)
+    b = self.param("b", nn.initializers.zeros, (cfg.lora_rank, self.features), cfg.param_dtype)
+    x = dropout(x, cfg.lora_dropout, _dropout_key(self, cfg.lora_dropout, train), index)
+    h = matmul.matmul(x, a, cfg.dtype, cfg.dots)
+    return matmul.matmul(h, b, cfg.dtype, cfg.dots) * (cfg.lora_alpha / cfg.lora_rank)
+
+
+def _project(cfg: EncoderConfig, x: Array, features, name: str, train: bool, lora: tuple[str, ...] = (),
+             axis=-1, slices: tuple[str, ...] = (), at: tuple[Array, int] | None = None) -> Array:
+  """Dense layer `name` (`_dense`) of x [batch, length, ...] per token, plus LoRA's branch `lora_<target>` for each
+  target of `lora`, added in float32 before the rounding to the activation dtype. `slices` names the parts of the
+  features' first axis (the fused QKV: query, key, value): each branch then adds to its own slice. at: (positions
+  [batch, R], length) when x holds only those rows of a block of that length: LoRA's dropout masks are then the
+  full block's at those rows."""
+  if not lora:
+    return per_token(_dense(cfg, features, name, axis), x)
+  dense = _dense(cfg, features, name, axis, out_dtype=jnp.float32)
+  sizes = (features,) if isinstance(features, int) else tuple(features)
+  width = math.prod(sizes[1:] if slices else sizes)
+  branches = {target: LoRA(cfg, width, name=f"lora_{target}") for target in lora}
+
+  def project(flat: Array) -> Array:
+    y = dense(flat)
+    inputs = flat.reshape(flat.shape[0], -1)
+    index = None
+    if at is not None and train and cfg.lora_dropout > 0:
+      index = flat_index((x.shape[0], at[1], inputs.shape[1]), at[0]).reshape(inputs.shape)
+    if slices:  # Each slice its branch's output, or zeros.
+      delta = jnp.stack([branches[t](inputs, train, index) if t in branches else jnp.zeros((flat.shape[0], width))
+                         for t in slices], axis=1)
+    else:
+      delta = branches[lora[0]](inputs, train, index)
+    return (y + delta.reshape(y.shape)).astype(cfg.activation_dtype)
+  return per_token(project, x)
+
+
+class Adapter(nn.Module):
+  """A bottleneck adapter (Houlsby et al., 2019; AdapterHub's "double_seq_bn"): h + up(silu(down(h))), h [batch,
+  length, hidden]; down [hidden, size] and up [size, hidden] with biases, up zero at init (the identity)."""
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, h: Array) -> Array:
+    cfg = self.cfg
+    down = per_token(_dense(cfg, cfg.adapter_size, "down", use_bias=True), h)
+    up = _dense(cfg, cfg.hidden_size, "up", use_bias=True, kernel_init=nn.initializers.zeros)
+    return h + per_token(up, jax.nn.silu(down))
 
 
 def _norm(cfg: EncoderConfig, name: str) -> nn.Module:
@@ -287,6 +353,7 @@ class SelfAttention(nn.Module):
     projection in the same layout. No transposes of the head layout; no attention dropout (EncoderConfig refuses it).
   """
   cfg: EncoderConfig
+  layer: int = 0  # The block's index (which projections carry LoRA: cfg.lora_at).
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, train: bool, query_positions: Array | None = None,
@@ -296,17 +363,21 @@ class SelfAttention(nn.Module):
     bool (`attention_mask`); angles: RoPE's (cos, sin) [batch, length, head_dim / 2] (`rotary_angles`), None without
     rotary positions."""
     cfg = self.cfg
-    qkv = per_token(_dense(cfg, (3, cfg.num_heads, cfg.head_dim), "qkv"), x)  # [batch, length, 3, heads, head_dim]
+    lora = lambda *targets: tuple(t for t in targets if cfg.lora_at(self.layer, t))
+    qkv = _project(cfg, x, (3, cfg.num_heads, cfg.head_dim), "qkv", train, lora("query", "key", "value"),
+                   slices=("query", "key", "value"))  # [batch, length, 3, heads, head_dim]
     q, k, v = rows(qkv[:, :, 0], query_positions), qkv[:, :, 1], qkv[:, :, 2]  # [batch, length or R, heads, d]
     if angles is not None:
       cos, sin = angles
       q, k = rotate(q, (rows(cos, query_positions), rows(sin, query_positions))), rotate(k, angles)
     mask = rows(mask, query_positions, 2)
-    output = _dense(cfg, cfg.hidden_size, "output", axis=(-2, -1))
+    at = None if query_positions is None else (query_positions, x.shape[1])
+    output = lambda context: _project(cfg, context, cfg.hidden_size, "output", train, lora("attention_output"),
+                                      axis=(-2, -1), at=at)
     if cfg.attention != "matmul":
       q, k, v = (y.astype(cfg.dtype) for y in (q, k, v))
       context = fused_attend(q, k, v, mask, cfg.attention)  # [batch, R, heads, d]
-      return per_token(output, context)
+      return output(context)
     heads_first = lambda y: matmul.transpose(y.astype(cfg.dtype), cfg.dots, (0, 2, 1, 3))  # Moves bf16, not f32.
     q = heads_first(q * (1.0 / math.sqrt(cfg.head_dim)))  # [batch, heads, R, head_dim]
     k, v = heads_first(k), heads_first(v)  # [batch, heads, length, head_dim]
@@ -321,30 +392,38 @@ class SelfAttention(nn.Module):
         full = (x.shape[0], cfg.num_heads, x.shape[1], x.shape[1])
         weights = dropout(weights, cfg.attention_dropout, key, flat_index(full, query_positions, 2))
       context = matmul.matmul(weights, v, cfg.dtype, cfg.dots)
-    return per_token(output, heads_first(context))  # [batch, R, hidden]
+    return output(heads_first(context))  # [batch, R, hidden]
 
 
 class FeedForward(nn.Module):
   """dense -> activation -> dense (BERT's intermediate and output layers); gated (GeGLU, SwiGLU: Shazeer, 2020): one
   dense layer to [2, intermediate] = (input, gate) -> act(input) * gate -> dense, HF ModernBERT's Wi -> chunk -> Wo."""
   cfg: EncoderConfig
+  layer: int = 0  # The block's index (which projections carry LoRA: cfg.lora_at).
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, train: bool = False, at: tuple[Array, int] | None = None) -> Array:
+    """x [batch, length, hidden] -> [batch, length, hidden]; at: (positions, the block's length) when x holds only
+    those rows (`_project`)."""
     cfg = self.cfg
+    lora = lambda target: (target,) if cfg.lora_at(self.layer, target) else ()
     if cfg.gated_feed_forward:
-      h = per_token(_dense(cfg, (2, cfg.intermediate_size), "intermediate"), x)  # [batch, length, 2, intermediate]
-      h = activation(cfg.hidden_act, h[:, :, 0]) * h[:, :, 1]
+      h = _project(cfg, x, (2, cfg.intermediate_size), "intermediate", train, lora("intermediate"), at=at)
+      h = activation(cfg.hidden_act, h[:, :, 0]) * h[:, :, 1]  # h: [batch, length, 2, intermediate]
     else:
-      h = activation(cfg.hidden_act, per_token(_dense(cfg, cfg.intermediate_size, "intermediate"), x))
-    return per_token(_dense(cfg, cfg.hidden_size, "output"), h)
+      h = activation(cfg.hidden_act, _project(cfg, x, cfg.intermediate_size, "intermediate", train,
+                                              lora("intermediate"), at=at))
+    return _project(cfg, h, cfg.hidden_size, "output", train, lora("output"), at=at)
 
 
 class TransformerBlock(nn.Module):
   """Attention and feed-forward sublayers, each with dropout, a residual and LayerNorm (post- or pre-LN; in pre-LN
-  the first block of an encoder with embedding_norm reads the normalized embeddings as they are)."""
+  the first block of an encoder with embedding_norm reads the normalized embeddings as they are). A block with
+  adapters (cfg.adapter_at) passes a sublayer's output after dropout through its `Adapter` before the residual (and
+  post-LN's LayerNorm), as Houlsby et al. and AdapterHub do."""
   cfg: EncoderConfig
   attention_norm: bool = True  # Pre-LN: LayerNorm the attention's input (off in the first block with embedding_norm).
+  layer: int = 0  # The block's index in the encoder (where LoRA and adapters go).
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, train: bool, query_positions: Array | None = None,
@@ -357,13 +436,18 @@ class TransformerBlock(nn.Module):
     at = query_positions
     index = flat_index(x.shape, at) if train and cfg.hidden_dropout > 0 and at is not None else None
     drop = lambda y: dropout(y, cfg.hidden_dropout, _dropout_key(self, cfg.hidden_dropout, train), index)
-    attention, feed_forward = SelfAttention(cfg, name="attention"), FeedForward(cfg, name="mlp")
+    adapt = {sublayer: Adapter(cfg, name=f"adapter_{sublayer}") if cfg.adapter_at(self.layer, sublayer)
+             else (lambda y: y) for sublayer in ("attention", "feed_forward")}
+    attention = lambda h: adapt["attention"](drop(SelfAttention(cfg, self.layer, name="attention")(
+        h, mask, train, at, angles)))
+    rows_of = None if at is None else (at, x.shape[1])  # The feed-forward reads only these rows of the block.
+    feed_forward = lambda h: adapt["feed_forward"](drop(FeedForward(cfg, self.layer, name="mlp")(h, train, rows_of)))
     if cfg.pre_layer_norm:
       h = norm("attention_layer_norm")(x) if self.attention_norm else x
-      x = rows(x, at) + drop(attention(h, mask, train, at, angles))
-      return x + drop(feed_forward(norm("output_layer_norm")(x)))
-    x = norm("attention_layer_norm")(rows(x, at) + drop(attention(x, mask, train, at, angles)))
-    return norm("output_layer_norm")(x + drop(feed_forward(x)))
+      x = rows(x, at) + attention(h)
+      return x + feed_forward(norm("output_layer_norm")(x))
+    x = norm("attention_layer_norm")(rows(x, at) + attention(x))
+    return norm("output_layer_norm")(x + feed_forward(x))
 
 
 def remat_block(policy: str) -> type[nn.Module]:
@@ -393,7 +477,7 @@ class Encoder(nn.Module):
     if cfg.embedding_width != cfg.hidden_size:  # Factorized embeddings (ELECTRA-small): [E] -> [H].
       self.embeddings_project = _dense(cfg, cfg.hidden_size, "embeddings_project")
     block = remat_block(cfg.remat)
-    self.layers = [block(cfg, attention_norm=not (cfg.embedding_norm and i == 0), name=f"layer_{i}")
+    self.layers = [block(cfg, attention_norm=not (cfg.embedding_norm and i == 0), layer=i, name=f"layer_{i}")
                    for i in range(cfg.num_layers)]
     if cfg.pre_layer_norm:
       self.final_layer_norm = _norm(cfg, "final_layer_norm")

@@ -24,7 +24,7 @@ import ml_collections
 import numpy as np
 
 from configs import demo as demo_config, samples
-from encoder import errors, init_from
+from encoder import cli, errors, init_from
 from encoder.tokenizer import load_tokenizer
 from launch import compilation_cache, host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
 from launch.model import EncoderWithHeads, encoder_config
@@ -98,10 +98,11 @@ def last_eval(workdir: Path) -> dict[str, float]:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(prog="python -m launch.demo", description=__doc__.split("\n\n")[0])
+  parser = cli.ArgumentParser(prog="python -m launch.demo", description=__doc__.split("\n\n")[0])
   parser.add_argument("--workdir", default="runs/demo", help="directory of the two runs (resumed when they exist)")
   parser.add_argument("--fresh", action="store_true", help="delete the previous runs in --workdir and start over")
-  parser.add_argument("--steps", type=int, default=demo_config.DEMO_STEPS, help="MLM optimizer steps to train for")
+  parser.add_argument("--steps", type=cli.integer(1), default=demo_config.DEMO_STEPS,
+                      help="MLM optimizer steps to train for")
   parser.add_argument("--sentence", default=SENTENCE, help="a sentence for the POS tagger to tag")
   return parser.parse_args(argv)
 
@@ -164,9 +165,9 @@ def report_pos(workdir: Path, results: dict[str, Any], sentence: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+  args = parse_args(sys.argv[1:] if argv is None else argv)
   host_memory.retain_freed_memory()
   xla_flags.apply_gpu_defaults()
-  args = parse_args(sys.argv[1:] if argv is None else argv)
   workdir = Path(args.workdir)
   if args.fresh:
     clear_runs(workdir)

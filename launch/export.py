@@ -21,7 +21,9 @@ model_type ("encoderlab-bert", "encoderlab-modernbert") and auto_map name them, 
 
   AutoModelForTokenClassification.from_pretrained(out, trust_remote_code=True)
 
-loads the run's head and fails without trust_remote_code=True. Word-level remote heads and extractive QA also get
+loads the run's head; with trust_remote_code=False transformers refuses it (a ValueError), and left unset it asks
+"Do you wish to run the custom code? [y/N]" on a terminal (15 s; "n", no answer or stdin at its end: the ValueError;
+docs/design.md). Word-level remote heads and extractive QA also get
 pipeline_encoderlab.py (config.json's custom_pipelines), which splits words and decodes answers as launch.predict.
 What no class computes (SBO; a family's head with no HF form) is saved beside as head.safetensors with head.json
 saying what it is, and one line on stderr says so.
@@ -37,17 +39,18 @@ from typing import Any, NamedTuple
 import numpy as np
 import safetensors.numpy
 
-from encoder import errors, hf
+from encoder import cli, errors, hf, peft_format
 from encoder.files import atomic_path
 from encoder.tokenizer import load_tokenizer, tokenizer_files
 from launch import hf_modeling, model_card, predict, workload
-from launch.model import encoder_config
+from launch.model import run_encoder_config
 from objectives import hf_heads
 from tasks import finetune_data, registry
 
 BESIDE_WEIGHTS = "head.safetensors"  # Head parameters no class holds: {"<objective>/<path>": array}.
 BESIDE_NOTE = "head.json"  # What they are, why no class holds them, the task they were trained for.
 CARD = "README.md"  # The model card.
+PEFT_ADAPTER = "peft_adapter"  # --peft-adapter: where a LoRA run's unmerged adapter goes (encoder.peft_format).
 TOKENIZER_CONFIG = "tokenizer_config.json"
 _EXPECTED_RUN = ("a pretraining or fine-tuning run: python -m launch.main --config configs/pretrain.py:... (or "
                  "configs/finetune.py:...) --workdir DIR")
@@ -196,13 +199,21 @@ def write_beside(out: Path, beside: dict[str, Any], note: str, task: dict[str, A
     path.write_text(json.dumps(description, indent=2, sort_keys=True, default=list) + "\n", encoding="utf-8")
 
 
-def export(workdir: str | Path, out: str | Path, checkpoint: str = "best") -> tuple[str, str]:
-  """Write the run in `workdir` (its best-dev or latest checkpoint's evaluation parameters) to `out` in HF layout;
-  -> (the class config.json names, the note on what was saved beside: "" when nothing was)."""
+def export(workdir: str | Path, out: str | Path, checkpoint: str = "best", peft_adapter: bool = False
+           ) -> tuple[str, str]:
+  """Write the run in `workdir` (its best-dev or latest checkpoint's evaluation parameters) to `out` in HF layout, a
+  LoRA run's branches merged into the dense weights (and, with `peft_adapter`, also unmerged in PEFT's format in
+  out/PEFT_ADAPTER); -> (the class config.json names, the note on what was saved beside: "" when nothing was)."""
   workdir, out = Path(workdir), checked_out(Path(out))
   config = predict.run_config(workdir, _EXPECTED_RUN)
   step, params = predict.restore_params(workdir, config, checkpoint)
-  cfg = encoder_config(config.model, load_tokenizer(config.data.tokenizer).vocab_size)
+  cfg = run_encoder_config(config, load_tokenizer(config.data.tokenizer).vocab_size)
+  if peft_adapter and not cfg.lora_rank:
+    raise errors.UserError(f"--peft-adapter: the run in {workdir} has config.regime={config.get('regime', 'full')!r}; "
+                           "only a LoRA run (regime 'lora') has a PEFT adapter to write")
+  branched, lora_cfg = params["encoder"], cfg  # Every export is a plain HF model: LoRA folded into the weights.
+  if cfg.lora_rank or cfg.adapter_size:  # (adapters cannot fold: a one-line refusal)
+    params, cfg = params | {"encoder": peft_format.merge_lora(cfg, branched)}, peft_format.base_config(cfg)
   layout, results = hf.hf_layout(cfg), predict.read_results(workdir)
   finetuned = workload.is_finetuning(config)
   plan = finetuned_plan(config, params, layout, results) if finetuned else pretraining_plan(params, cfg)
@@ -222,21 +233,39 @@ def export(workdir: str | Path, out: str | Path, checkpoint: str = "best") -> tu
                                 files=files)
   if plan.beside:
     write_beside(out, plan.beside, plan.note, plan.task)
+  if peft_adapter:
+    write_peft_adapter(out / PEFT_ADAPTER, config, lora_cfg, branched, plan)
   return plan.architecture, plan.note
 
 
+def write_peft_adapter(directory: Path, config, cfg, encoder_params: dict[str, Any], plan: Plan) -> None:
+  """The run's unmerged LoRA in PEFT's format (encoder.peft_format) in `directory`, for the base it started from (an
+  hf: init's name or directory); the task head travels with it (task_type, modules_to_save) when HF's own class
+  holds it, so that peft.PeftModel.from_pretrained(AutoModelFor<task>.from_pretrained(base), directory) gives the
+  export's outputs."""
+  kind, _, where = str(config.init).partition(":")
+  base = where if kind == "hf" else (peft_format.read_config(where).get("base_model_name_or_path")
+                                     if kind == "peft" else None)
+  native = plan.task_head is not None and not plan.remote
+  task = next((t for t, auto in AUTO_CLASSES.items() if auto == plan.auto_class), None) if native else None
+  peft_format.write_adapter(directory, cfg, encoder_params, base, task if task in peft_format.TASK_TYPES else None,
+                            plan.task_head.tensors if native and plan.task_head else None)
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(prog="python -m launch.export", description=__doc__.split("\n\n")[0])
+  parser = cli.ArgumentParser(prog="python -m launch.export", description=__doc__.split("\n\n")[0])
   parser.add_argument("--workdir", required=True, help="the run's directory (config.json, checkpoints/)")
   parser.add_argument("--checkpoint", choices=("best", "latest"), default="best",
                       help="the checkpoint best by the run's best_metric (what its test scores used) or the newest")
   parser.add_argument("--out", required=True, help="the directory to write (must not exist, or be empty)")
+  parser.add_argument("--peft-adapter", action="store_true",
+                      help=f"a LoRA run: also write its unmerged adapter in PEFT's format to OUT/{PEFT_ADAPTER}")
   return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
   args = parse_args(sys.argv[1:] if argv is None else argv)
-  architecture, note = export(args.workdir, args.out, args.checkpoint)
+  architecture, note = export(args.workdir, args.out, args.checkpoint, args.peft_adapter)
   print(f"wrote {args.out}: {architecture}")
   if note:
     print(f"note: HF loads {architecture} from {args.out} without the head in {BESIDE_WEIGHTS}: {note} (see "

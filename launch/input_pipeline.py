@@ -22,6 +22,7 @@ from configs import paths
 from encoder.errors import ConfigError
 from encoder.files import Path
 from encoder.tokenizer import load_tokenizer
+from launch import stopping
 from objectives import masking, pipeline
 
 DEVICE_KEYS_DROPPED = ("word_starts",)  # Host-only fields of the pipeline rows (used by masking).
@@ -121,8 +122,11 @@ def train_batches(rows: Rows, options: dict[str, Any], *, global_batch: int, see
   if workers > 0:
     if not flags.FLAGS.is_parsed():  # grain's workers read absl flags; a caller outside an absl app has not parsed.
       flags.FLAGS.mark_as_parsed()
+    # The workers ignore SIGTERM: a stop signalled to the whole process group must reach the loop, which saves and
+    # then stops them (launch/stopping.py).
     dataset = dataset.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers,
-                                                               per_worker_buffer_size=max(prefetch, 1)))
+                                                               per_worker_buffer_size=max(prefetch, 1)),
+                                  worker_init_fn=stopping.ignore_sigterm)
     # Copied out of grain's shared memory: arrays a device buffer aliases would keep its segments past the exit.
     dataset = dataset.map(lambda batch: {k: np.array(v) for k, v in batch.items()})
   return iter(dataset)

@@ -11,14 +11,15 @@ from ml_collections import config_flags
 
 from configs import checks
 from encoder import errors
-from launch import compilation_cache, distributed, host_memory, xla_flags
+from launch import compilation_cache, distributed, host_memory, stopping, xla_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file, e.g. configs/pretrain.py:size=mini.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: config.json, checkpoints, logs, results.")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host runs).")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host runs).")
-_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's id, 0..num_processes-1 (multi-host runs).")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host runs).", lower_bound=1)
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's id, 0..num_processes-1 (multi-host runs).",
+                                     lower_bound=0)
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Let JAX detect the cluster (TPU pods, SLURM).")
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -29,23 +30,30 @@ def parse_flags(argv: list[str]) -> list[str]:
   absl's own errors (a missing --workdir, an unknown flag) become a ConfigError."""
   checks.check_command_line(argv)
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except flags.Error as err:
     raise errors.ConfigError(f"{err} (python -m launch.main --helpshort lists the flags)") from None
+  if len(rest) > 1:
+    raise errors.ConfigError(f"unexpected arguments {rest[1:]}: launch.main takes flags only (a flag's value with a "
+                             "space in it? quote it; python -m launch.main --helpshort lists the flags)")
+  return rest
 
 
-def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+def main(argv: list[str]) -> int:
+  """Trains; exits 0 when done, stopping.stop_status() when a SIGTERM stopped it (saved, resumable)."""
+  del argv  # Only the program's name: parse_flags refused any other argument.
+  stopping.install()  # SIGTERM: ends the start-up at once; saves once training runs (launch/stopping.py).
   host_memory.retain_freed_memory()  # Before the first JAX computation starts XLA's threads.
   xla_flags.apply_gpu_defaults()
   compilation_cache.enable(_CONFIG.value.compilation_cache)  # Before the first compilation.
   logging.set_verbosity(logging.WARNING)  # Orbax and grain log every save/read at INFO.
   distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value, _DISTRIBUTED.value)
+  stopping.install()  # Again: jax.distributed's preemption notifier took SIGTERM.
   from launch import train  # pylint: disable=import-outside-toplevel  (after jax.distributed is set up)
   workdir = _WORKDIR.value
   assert workdir is not None  # A required flag: absl refuses a command line without it.
-  train.train_and_evaluate(_CONFIG.value, workdir)
+  results = train.train_and_evaluate(_CONFIG.value, workdir)
+  return stopping.stop_status() if results.get("stopped_early") else 0
 
 
 if __name__ == "__main__":

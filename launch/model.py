@@ -11,7 +11,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from encoder import peft_format, runs
 from encoder.config import EncoderConfig, from_fields
+from encoder.errors import ConfigError
 from encoder.model import Encoder, EncoderOutput
 from objectives.objective import Metrics, Objective, loss_terms
 
@@ -22,6 +24,28 @@ PACKED_INPUTS = ("input_ids", "type_ids", "positions", "segments")  # packed_<na
 def encoder_config(model: ml_collections.ConfigDict, vocab_size: int) -> EncoderConfig:
   """EncoderConfig from config.model (encoder.config.from_fields); vocab_size 0 takes the tokenizer's."""
   return from_fields(model.to_dict(), vocab_size)
+
+
+def run_encoder_config(config: ml_collections.ConfigDict, vocab_size: int, starting: bool = False) -> EncoderConfig:
+  """The encoder a run trains: config.model's (`encoder_config`) with the LoRA branches or adapters of its regime.
+  starting: the run starts from config.init now (a PEFT adapter there must agree with config.lora)."""
+  cfg = encoder_config(config.model, vocab_size)
+  return cfg.replace(**regime_fields(config, cfg, starting))
+
+
+def regime_fields(config: ml_collections.ConfigDict, cfg: EncoderConfig, starting: bool = False) -> dict[str, Any]:
+  """EncoderConfig's LoRA fields from config.lora (regime "lora") or its adapter fields from config.adapters (regime
+  "adapters"), as encoder.runs.regime_fields reads them for every reader of a run; {} for every other regime.
+  starting from init=peft:DIR: the adapter must agree with config.lora."""
+  fields = runs.regime_fields(config, cfg.num_layers)
+  if fields and starting and config.regime == "lora" and str(config.get("init", "")).startswith("peft:"):
+    adapter, _ = peft_format.read_adapter(config.init[len("peft:"):], cfg)
+    names = {"lora_rank": "rank", "lora_alpha": "alpha", "lora_targets": "targets", "lora_layers": "layers"}
+    for field, name in names.items():
+      if fields[field] != adapter[field]:
+        raise ConfigError(f"config.lora.{name}={getattr(config.lora, name)!r}: the adapter of config.init="
+                          f"{config.init!r} has {adapter[field]!r}; set config.lora.{name} to the adapter's")
+  return fields
 
 
 class EncoderWithHeads(nn.Module):

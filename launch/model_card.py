@@ -65,11 +65,13 @@ def _candidates(config: ml_collections.ConfigDict) -> Iterator[str]:
     yield from ("demo.py:pos", "demo.py:pos,runlocal")
     return
   steps = f",steps={config.num_train_steps}"
+  if config.get("init"):  # The checkpoint is the model: size= and arch= beside an init are refused (configs.given).
+    yield from (f"pretrain.py:objectives={config.objectives}{steps}{runlocal},init={config.init}"
+                for runlocal in ("", ",runlocal"))
   for size in PRESETS:
     for arch in ARCHITECTURES:
       for runlocal in ("", ",runlocal"):
-        base = f"pretrain.py:size={size},arch={arch},objectives={config.objectives}{steps}{runlocal}"
-        yield from (base + (f",{init}" if init else "") for init in inits)
+        yield f"pretrain.py:size={size},arch={arch},objectives={config.objectives}{steps}{runlocal}"
   yield f"demo.py:steps={config.num_train_steps}"
 
 
@@ -204,8 +206,9 @@ def _head_notes(export: Export, config: ml_collections.ConfigDict) -> list[str]:
     encoder = "ModernBertModel" if "ModernBert" in export.architecture else "BertModel"
     notes = [f"`{export.architecture}` is remote code: `modeling_encoderlab.py` (with `configuration_encoderlab.py`) "
              f"beside the weights, which imports only torch and transformers. The encoder is HF's own `{encoder}`; "
-             "the head is what HF has no class for. Without `trust_remote_code=True` the Auto classes refuse to load "
-             "it (its model_type is the remote config's)."]
+             "the head is what HF has no class for (its model_type is the remote config's). With "
+             "`trust_remote_code=False` the Auto classes refuse to load it; left unset, transformers asks on a "
+             "terminal whether to run the custom code (15 s; no answer or stdin at its end: refused)."]
   else:
     notes = [f"`{export.architecture}` is HF's own class: it computes the run's outputs with no remote code."]
   max_length = config.task.max_length if export.task else None

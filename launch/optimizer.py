@@ -1,7 +1,7 @@
 """The optimizer: AdamW or LAMB with BERT's linear warmup + polynomial (by default linear) decay, global-norm
 clipping, and weight decay masked off biases and LayerNorm parameters; optionally per-parameter update scales
-(fine-tuning regimes: frozen parts get 0 and no gradient in the clipping norm, layer-wise LR decay scales each
-layer's update), and optionally an exponential moving average of the parameters that evaluation uses."""
+(fine-tuning regimes: the optimizer then sees the trainable part alone, and layer-wise LR decay scales each layer's
+update), and optionally an exponential moving average of the parameters that evaluation uses."""
 
 from typing import Any, NamedTuple
 
@@ -46,9 +46,10 @@ def decay_mask(params) -> dict:
 
 def make_optimizer(opt: ml_collections.ConfigDict, num_train_steps: int,
                    scales: Any = None) -> optax.GradientTransformation:
-  """Clipping -> AdamW/LAMB with the schedule; weight decay masked by `decay_mask`. `scales` (a tree like the params,
-  `tasks.regimes.update_scales`) zeroes frozen gradients before clipping, keeps Adam moments only for the parameters
-  that train, and scales every update after."""
+  """Clipping -> AdamW/LAMB with the schedule; weight decay masked by `decay_mask`; each update times its factor in
+  `scales` (a tree like the params, `tasks.regimes.update_scales`). When some factors are 0 (frozen parameters), the
+  optimizer works on the trainable part alone, `tasks.regimes.select(tree, scales > 0)`, the tree of the step's
+  gradients (launch/steps.py): frozen parameters get no state, no clipping share and no update."""
   schedule = learning_rate_schedule(opt, num_train_steps)
   if opt.name == "adamw":
     base = optax.adamw(schedule, b1=opt.b1, b2=opt.b2, eps=opt.eps, weight_decay=opt.weight_decay, mask=decay_mask)
@@ -57,15 +58,12 @@ def make_optimizer(opt: ml_collections.ConfigDict, num_train_steps: int,
   else:
     raise errors.ConfigError(f"config.optimizer.name={opt.name!r} is not 'adamw' or 'lamb'")
   clip = optax.clip_by_global_norm(opt.clip_norm) if opt.clip_norm > 0 else optax.identity()
-  factors = set(jax.tree.leaves(scales))
-  if scales is None or factors == {1.0}:  # Nothing to scale: no extra passes over the parameters.
+  if scales is not None and 0.0 in set(jax.tree.leaves(scales)):
+    scales = regimes.select(scales, jax.tree.map(lambda s: s > 0, scales))
+  if scales is None or set(jax.tree.leaves(scales)) == {1.0}:  # Nothing to scale: no extra passes over the params.
     tx = optax.chain(clip, base)
-  elif 0.0 not in factors:
+  else:
     tx = optax.chain(clip, base, regimes.scale_updates(scales))
-  else:  # Frozen parameters (factor 0): no gradient in the clipping norm, no optimizer state, no update.
-    live = jax.tree.map(lambda s: s > 0, scales)
-    tx = optax.chain(regimes.scale_updates(jax.tree.map(float, live)), clip, optax.masked(base, live),
-                     regimes.scale_updates(scales))
   decay = opt.get("ema_decay", 0.0)
   if not 0.0 <= decay < 1.0:
     raise errors.ConfigError(f"config.optimizer.ema_decay={decay} must be in [0, 1) (0 = no average)")
@@ -94,6 +92,11 @@ def with_parameter_ema(tx: optax.GradientTransformation, decay: float) -> optax.
 
 
 def evaluation_params(state: Any) -> Any:
-  """The parameters to evaluate, select and test with: the moving average when the optimizer keeps one."""
-  return state.opt_state.ema if isinstance(state.opt_state, EmaState) else state.params
+  """The parameters to evaluate, select and test with: the moving average when the optimizer keeps one (of the
+  trainable part only when a regime freezes some: the frozen rest is the state's)."""
+  if not isinstance(state.opt_state, EmaState):
+    return state.params
+  ema = state.opt_state.ema
+  whole = len(jax.tree.leaves(ema)) == len(jax.tree.leaves(state.params))
+  return ema if whole else regimes.merge(state.params, ema)
 

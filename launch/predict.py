@@ -33,12 +33,12 @@ from typing import Any
 import jax
 import ml_collections
 
-from encoder import errors, files, init_from
+from encoder import cli, errors, files, init_from
 from encoder.config import AUTO, PLATFORM_FIELDS
 from encoder.files import Path
 from encoder.tokenizer import load_tokenizer
 from launch import checkpointing, compilation_cache, sharding, xla_flags
-from launch.model import EncoderWithHeads, encoder_config
+from launch.model import EncoderWithHeads, run_encoder_config
 from launch.programs import outputs_program
 from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
 from tasks.family import TaskFamily
@@ -172,7 +172,7 @@ class Predictor:
     tokenizer = load_tokenizer(config.data.tokenizer)
     # The run's platform choices may not run (cudnn on a CPU) or suit this machine; the values agree to rounding.
     config.model.update(dict.fromkeys(PLATFORM_FIELDS, AUTO))
-    model = EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), (family.objective(),))
+    model = EncoderWithHeads(run_encoder_config(config, tokenizer.vocab_size), (family.objective(),))
     # The run's evaluation program on a mesh of the first device: after a one-device run, its cached compilations.
     mesh = sharding.make_mesh(1, jax.devices()[:1])
     params_shardings = sharding.state_shardings(params, mesh)
@@ -359,7 +359,7 @@ def _block_starts(path: str) -> list[int]:
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-  parser = argparse.ArgumentParser(prog="python -m launch.predict", description=__doc__.split("\n\n")[0])
+  parser = cli.ArgumentParser(prog="python -m launch.predict", description=__doc__.split("\n\n")[0])
   parser.add_argument("--workdir", required=True, help="the fine-tuning run's directory (config.json, checkpoints/)")
   parser.add_argument("--checkpoint", choices=("best", "latest"), default="best",
                       help="best-dev checkpoint (what the run's test predictions used) or the newest one")

@@ -42,11 +42,12 @@ def build_programs(fns: steps.StepFns, mesh: Mesh, state_shardings: Any, *, para
   """The step's programs under `parallelism` ("jit" or "pmap") with `accum` micro-batches a step."""
   replicated = NamedSharding(mesh, P())
   if parallelism == "jit":
-    grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=accum, grad_shardings=state_shardings.params),
+    grads = steps.trained(fns, state_shardings.params)  # The trainable part's (all of them without a regime).
+    grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=accum, grad_shardings=grads),
                         in_shardings=(state_shardings, NamedSharding(mesh, sharding.batch_spec(accum))),
-                        out_shardings=(replicated, replicated, state_shardings.params))
+                        out_shardings=(replicated, replicated, grads))
     apply_step = jax.jit(functools.partial(steps.apply_step, fns),
-                         in_shardings=(state_shardings, replicated, replicated, replicated, state_shardings.params),
+                         in_shardings=(state_shardings, replicated, replicated, replicated, grads),
                          out_shardings=(state_shardings, replicated), donate_argnums=(0, 1))
     eval_step = jax.jit(functools.partial(steps.eval_step, fns),
                         in_shardings=(state_shardings.params, NamedSharding(mesh, P("data")), replicated),

@@ -20,6 +20,7 @@ import optax
 
 from launch.model import EncoderWithHeads, objective_metrics, weighted_loss
 from objectives.objective import Objective, loss_terms
+from tasks import regimes
 
 NO_STEP = 2**31 - 1  # `nonfinite_step` while every step was finite.
 
@@ -40,8 +41,20 @@ class StepFns:
   objectives: Sequence[Objective] = flax.struct.field(pytree_node=False)
   weights: dict = flax.struct.field(pytree_node=False)  # {loss term: weight} (launch.model.term_weights).
   tx: optax.GradientTransformation = flax.struct.field(pytree_node=False)
-  # Per-parameter bools like the params, False for frozen ones (fine-tuning regimes); None: every parameter trains.
+  # Per-parameter bools like the params, False for frozen ones (fine-tuning regimes: tasks.regimes.trainable); None:
+  # every parameter trains. The gradients and `tx`'s state and updates then cover the trainable part alone.
   trainable: Any = flax.struct.field(pytree_node=False, default=None)
+
+
+def trained(fns: StepFns, tree: Any) -> Any:
+  """The trainable part of a params-shaped tree (params, their shardings): the tree of the step's gradients and of
+  the optimizer's state; the whole tree when every parameter trains."""
+  return tree if fns.trainable is None else regimes.select(tree, fns.trainable)
+
+
+def with_trained(fns: StepFns, params: Any, part: Any) -> Any:
+  """`params` with its trainable part replaced by `part` (`trained`'s shape)."""
+  return part if fns.trainable is None else regimes.merge(params, part)
 
 
 def init_state(fns: StepFns, example_batch: dict[str, jax.Array], pretrained: dict | None = None, *,
@@ -52,8 +65,17 @@ def init_state(fns: StepFns, example_batch: dict[str, jax.Array], pretrained: di
   params = fns.model.init(init_key, example_batch, train=False)["params"]
   trees = pretrained or {}
   for name in trees.keys() & params.keys():
-    params = {**params, name: jax.tree.map(lambda p, q: jnp.asarray(q, p.dtype), params[name], trees[name])}
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=fns.tx.init(params), rng=dropout_key)
+    params = {**params, name: _overlay(params[name], trees[name])}
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=fns.tx.init(trained(fns, params)),
+                    rng=dropout_key)
+
+
+def _overlay(fresh: Any, loaded: Any) -> Any:
+  """`fresh` with each array `loaded` also has replaced by it (in fresh's dtype); subtrees the checkpoint lacks (the
+  lora_* and adapter_* modules of those regimes) keep their initialisation."""
+  if isinstance(fresh, dict):
+    return {k: _overlay(v, loaded[k]) if k in loaded else v for k, v in fresh.items()}
+  return jnp.asarray(loaded, fresh.dtype)
 
 
 def _pairs(metrics: dict[str, tuple]) -> dict[str, jax.Array]:
@@ -85,9 +107,11 @@ def _loss_counts(fns: StepFns, params: Any, micro_batches: dict[str, jax.Array])
 def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, accum: int,
               axis_name: str | None = None, grad_shardings: Any = None) -> tuple[jax.Array, dict[str, jax.Array], Any]:
   """Loss, metric sums and summed gradients of one step over `accum` micro-batches (a leading batch axis when
-  accum > 1) and, under pmap, devices. Compiled once per batch shape. `grad_shardings` (jit; the parameters'):
-  the gradient sums are kept in them, so that under FSDP each device adds only its shard (reduce-scatter), never a
-  whole copy."""
+  accum > 1) and, under pmap, devices. Compiled once per batch shape. The gradients are those of the trainable part
+  (`trained`): the frozen parameters enter the loss as constants, so the program computes no gradient for them
+  (no weight-gradient dot, and no backward at all below the lowest trainable parameter). `grad_shardings` (jit; the
+  gradients'): the gradient sums are kept in them, so that under FSDP each device adds only its shard
+  (reduce-scatter), never a whole copy."""
   keep = (lambda g: g) if grad_shardings is None else (lambda g: jax.lax.with_sharding_constraint(g, grad_shardings))
   micro_batches = batch if accum > 1 else jax.tree.map(lambda x: x[None], batch)
   copies = max(o.train_copies for o in fns.objectives)
@@ -104,9 +128,8 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
   if axis_name is not None:
     key = jax.random.fold_in(key, jax.lax.axis_index(axis_name))
 
-  def loss_fn(params, micro, micro_key):
-    if fns.trainable is not None:  # Frozen parameters get a zero gradient: XLA drops the backward work for them.
-      params = jax.tree.map(lambda p, t: p if t else jax.lax.stop_gradient(p), params, fns.trainable)
+  def loss_fn(part, micro, micro_key):
+    params = with_trained(fns, state.params, part)  # The frozen rest: constants of the differentiated function.
     # Without mutable=, apply returns the module's output alone (not an (output, variables) pair).
     predictions = cast(dict[str, Any],
                        fns.model.apply({"params": params}, micro, train=True, rngs={"dropout": micro_key}))
@@ -121,12 +144,13 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
   # The first micro-batch starts the sums (so the gradient is traced once when accum is 1), the rest add to them.
   first = jax.tree.map(lambda x: x[0], micro_batches)
-  (loss, metrics), grads = grad_fn(state.params, first, jax.random.fold_in(key, 0))
+  part = trained(fns, state.params)
+  (loss, metrics), grads = grad_fn(part, first, jax.random.fold_in(key, 0))
   grads = keep(grads)
   if accum > 1:
     def micro_step(carry, xs):
       micro, index = xs
-      (share, metrics), grads = grad_fn(state.params, micro, jax.random.fold_in(key, index))
+      (share, metrics), grads = grad_fn(part, micro, jax.random.fold_in(key, index))
       loss, metric_sums, grad_sums = carry
       return (loss + share, _add(metric_sums, metrics), keep(jax.tree.map(jnp.add, grad_sums, keep(grads)))), None
 
@@ -139,12 +163,15 @@ def grad_step(fns: StepFns, state: TrainState, batch: dict[str, jax.Array], *, a
 
 def apply_step(fns: StepFns, state: TrainState, acc: dict[str, jax.Array], loss: jax.Array,
                metrics: dict[str, jax.Array], grads: Any) -> tuple[TrainState, dict[str, jax.Array]]:
-  """Clipping + optimizer update, and the step's metrics added to `acc`. Independent of the batch shape, so a run
-  with several length buckets compiles it once (on a CPU ~1.5 s of the fused step's ~6 s per bucket)."""
+  """Clipping + optimizer update of the trainable part (`grads`' tree; the frozen parameters pass through untouched),
+  and the step's metrics added to `acc`. Independent of the batch shape, so a run with several length buckets
+  compiles it once (on a CPU ~1.5 s of the fused step's ~6 s per bucket)."""
   grad_norm = optax.tree.norm(grads)
-  updates, opt_state = fns.tx.update(grads, state.opt_state, state.params)
+  part = trained(fns, state.params)
+  updates, opt_state = fns.tx.update(grads, state.opt_state, part)
   new_state = state.replace(  # type: ignore[attr-defined]  # flax.struct.dataclass adds .replace at run time
-      step=state.step + 1, params=optax.apply_updates(state.params, updates), opt_state=opt_state)
+      step=state.step + 1, params=with_trained(fns, state.params, optax.apply_updates(part, updates)),
+      opt_state=opt_state)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
   metrics = metrics | _pairs({"grad_norm": (grad_norm, 1)})
   acc = _add(acc, metrics) | {

@@ -15,21 +15,30 @@ import functools
 import os
 import signal
 import sys
-import threading
 import time
 from typing import Any
 
 import jax
 import ml_collections
 import numpy as np
-from jax.experimental import multihost_utils
 
 from configs import checks
 from encoder import errors, files, flops as encoder_flops
 from encoder.config import AUTO, platform, resolve_attention, resolve_platform
 from encoder.files import Path
-from launch import checkpointing, compile_ahead, flops, metrics_writer, optimizer, sharding, steps, warm_start, workload
-from launch.model import EncoderWithHeads, encoder_config, last_positions, term_weights
+from launch import (
+  checkpointing,
+  compile_ahead,
+  flops,
+  metrics_writer,
+  optimizer,
+  sharding,
+  steps,
+  stopping,
+  warm_start,
+  workload,
+)
+from launch.model import EncoderWithHeads, last_positions, run_encoder_config, term_weights
 from launch.programs import build_programs
 from launch.progress import Progress
 from objectives import objective
@@ -108,7 +117,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   run_dir.mkdir(parents=True, exist_ok=True)
 
   # Setup: the model, its step functions and the train state (restored, or initialized on the mesh).
-  cfg = encoder_config(config.model, work.vocab_size)
+  cfg = run_encoder_config(config, work.vocab_size, starting=True)  # config.model with the regime's LoRA, adapters.
   total_steps, accum = work.total_steps, config.grad_accum_steps
   model = EncoderWithHeads(cfg, work.objectives)
   scales = work.update_scales(model)
@@ -121,12 +130,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   abstract = jax.eval_shape(init, work.example, pretrained)
   if pretrained is not None:
     warm_start.check_matches(config.init, pretrained, abstract.params)
+  # Minimal adjustments checkpoint what trains alone; the frozen rest is the init's, checked unchanged on resume.
+  partial = trainable if config.get("regime") in regimes.PARTIAL else None
+  fingerprint = checkpointing.base_fingerprint(pretrained, config.seed) if partial is not None else ""
+  if partial is not None:
+    checkpointing.check_base(run_dir, config, fingerprint)
   state_shardings = sharding.state_shardings(abstract, mesh, fsdp=config.fsdp)
   manager = checkpointing.create_manager(run_dir, config)
   target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_shardings)
-  state = checkpointing.restore_latest(manager, target, run_dir)
+  fresh = lambda: jax.jit(init, out_shardings=state_shardings)(work.example, pretrained)
+  base = fresh() if partial is not None else None  # The parameters a partial checkpoint lacks.
+  state = checkpointing.restore_latest(manager, target, run_dir, None if base is None else base.params)
   if state is None:
-    state = jax.jit(init, out_shardings=state_shardings)(work.example, pretrained)
+    state = fresh() if base is None else base
   start = int(jax.device_get(state.step))
   progress = Progress(start, total_steps, enabled=lead)
   if start >= total_steps and (run_dir / "results.json").is_file():  # A finished run: keep what it wrote.
@@ -134,6 +150,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
     progress.message(f"already trained {start} steps; results in {run_dir / 'results.json'}")
     return files.read_json(run_dir / "results.json")
   checkpointing.write_config(run_dir, config)  # What this run trains with (a finished run keeps its own).
+  if partial is not None:
+    checkpointing.write_base(run_dir, config, fingerprint)
   progress.message(f"{'resuming from checkpoint step ' + str(start) if start else 'starting'}: "
                    f"{jax.device_count()} devices in {jax.process_count()} processes, mesh {dict(mesh.shape)}, "
                    f"{config.parallelism}{', fsdp' if config.fsdp else ''}; model {cfg.num_layers}x{cfg.hidden_size}"
@@ -171,9 +189,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   ceiling = flops.matmul_ceiling(dtype=cfg.dtype, bf16_dots=cfg.bf16_dots) if config.measure_mfu else None
   schedule = optimizer.learning_rate_schedule(config.optimizer, total_steps)
 
-  # Loop: train, log, evaluate and save at their periods; SIGTERM saves and stops.
-  stop_requested = threading.Event()
-  previous_handler = signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
+  # Loop: train, log, evaluate and save at their periods; SIGTERM saves and stops (launch/stopping.py: checked after
+  # every step on the host, the step agreed between processes). Called outside launch.main: the loop's own handler.
+  own_handler = not stopping.installed()
+  if own_handler:
+    stopping.requested.clear()
+  previous_handler = signal.signal(signal.SIGTERM, lambda *_: stopping.requested.set()) if own_handler else None
+  stopping.begin_loop()
+  agreement = stopping.Agreement(jax.process_count(), stopping.distributed_client())
+  stopped = False
   batches = work.train_batches(start)
   eval_every, checkpoint_every = _periods(config, work.steps_per_epoch)
   acc, train_metrics, eval_metrics, best = programs.place(train_zero), {}, {}, None
@@ -193,9 +217,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       device_state, acc = programs.train_step(device_state, batch, acc)
       done = step + 1
       log_due = _every(done, config.log_every_steps, total_steps)
-      stop = stop_requested.is_set()
-      if jax.process_count() > 1:  # Hosts agree on stopping at log steps (saving is collective).
-        stop = log_due and bool(multihost_utils.process_allgather(np.asarray(stop)).any())
+      stop = agreement.should_stop(done, jax.process_index())  # Saving is collective: every process at `done`.
       eval_due = _every(done, eval_every, total_steps)
       save_due = _every(done, checkpoint_every, total_steps) or stop
       if not (log_due or eval_due or save_due):
@@ -229,14 +251,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
           progress.message(f"eval at step {done}: " + ", ".join(f"{k}={v:.4g}" for k, v in eval_metrics.items()))
         if config.best_metric in eval_metrics:
           value = eval_metrics[config.best_metric]
-          if best is None or (value < best[1] if config.best_mode == "min" else value > best[1]):
+          # A tie goes to the later step, as the checkpoint kept as best (launch.checkpointing.KeepBest).
+          if best is None or (value <= best[1] if config.best_mode == "min" else value >= best[1]):
             best = (done, value)
       if save_due:
         checkpointing.save(manager, done, programs.canonical(device_state),
-                           eval_metrics if eval_due and config.best_metric in eval_metrics else None)
+                           eval_metrics if eval_due and config.best_metric in eval_metrics else None, partial)
       interval_start, interval_step = time.perf_counter(), done
       if stop:
         progress.message(f"SIGTERM: saved step {done} in {run_dir / 'checkpoints'}; run again to resume")
+        stopped = done < total_steps
         break
     manager.wait_until_finished()
   finally:
@@ -244,15 +268,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
       ahead.close()
     if hasattr(batches, "close"):  # grain's worker processes (config.data.workers) and their shared memory.
       batches.close()
-    signal.signal(signal.SIGTERM, previous_handler)
     manager.close()
     writer.close()
+    stopping.end_loop()  # A SIGTERM from here on ends the process at once: the last step is saved.
+    if own_handler:
+      signal.signal(signal.SIGTERM, previous_handler)
 
   # Final results: the loop's, then the workload's (fine-tuning: the best-dev checkpoint's scores and predictions).
   final_state = programs.canonical(device_state)
   results = {"step": int(jax.device_get(final_state.step)), "train": train_metrics, "eval": eval_metrics,
              "best": None if best is None else {"metric": config.best_metric, "step": best[0], "value": best[1]},
-             "stopped_early": bool(stop_requested.is_set())}
+             "stopped_early": stopped}
   if not results["stopped_early"]:
     results |= evaluator.final(final_state)
   evaluation.write_results(run_dir, results)

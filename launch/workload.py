@@ -18,7 +18,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from configs.checks import is_finetuning
+from configs.common import is_finetuning
 from encoder import files
 from encoder.files import Path
 from launch import checkpointing, input_pipeline, metrics_writer, optimizer, sharding, steps
@@ -152,7 +152,8 @@ def _best_dev_results(config: ml_collections.ConfigDict, workdir: Path, target: 
   best_step = checkpointing.best_step(manager, config.best_metric, config.best_mode)
   params = optimizer.evaluation_params(final_state)
   if best_step is not None and best_step != int(jax.device_get(final_state.step)):
-    params = optimizer.evaluation_params(checkpointing.restore_step(manager, best_step, target))
+    base = final_state.params if config.get("regime") in regimes.PARTIAL else None  # Its frozen rest: the run's.
+    params = optimizer.evaluation_params(checkpointing.restore_step(manager, best_step, target, base))
   manager.close()
   scores = final_evaluation(params, workdir, write_files=jax.process_index() == 0)
   percent = lambda split: {k: v if k == "mse" else 100 * v for k, v in scores.get(split, {}).items()}

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from array_record.python import array_record_module
 
-from encoder import errors, files
+from encoder import cli, errors, files
 from encoder.files import Path, atomic_path, atomic_write
 from encoder.tokenizer import load_tokenizer
 from objectives import corpus as corpus_lib
@@ -340,16 +340,17 @@ def prepare(inputs: Sequence[str], tokenizer: str, out: str | Path, *, processes
 
 def main(argv: Sequence[str] | None = None) -> None:
   """The command line (module docstring)."""
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.ArgumentParser(prog="python -m objectives.prepare", description=__doc__.split("\n")[0])
   parser.add_argument("--input", action="append", required=True,
                       help="glob of text files, or tfds:NAME[:SPLIT] (repeatable)")
   parser.add_argument("--tokenizer", required=True, help="packaged checkpoint name or tokenizer file/directory")
   parser.add_argument("--out", required=True, help="output directory (resumed when it holds finished shards)")
-  parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
-  parser.add_argument("--shard-documents", type=int, default=1024, help="documents per shard")
+  parser.add_argument("--processes", type=cli.integer(1), default=os.cpu_count() or 1)
+  parser.add_argument("--shard-documents", type=cli.integer(1), default=1024, help="documents per shard")
   parser.add_argument("--tfds-data-dir", default=None, help="where tfds: inputs are prepared (tfds's default)")
   parser.add_argument("--tfds-text-key", default="text", help="the text feature of tfds: inputs")
-  parser.add_argument("--stop-after-shards", type=int, default=None, help=argparse.SUPPRESS)  # Tests: interruption.
+  parser.add_argument("--stop-after-shards", type=cli.integer(0), default=None,
+                      help=argparse.SUPPRESS)  # Tests: interruption.
   args = parser.parse_args(argv)
   metadata = prepare(args.input, args.tokenizer, args.out, processes=args.processes,
                      shard_documents=args.shard_documents, stop_after_shards=args.stop_after_shards,

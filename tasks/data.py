@@ -33,10 +33,10 @@ import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, NoReturn, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from configs import paths
-from encoder import errors
+from encoder import cli, errors
 from tasks import data_sources
 from tasks.data_sources import Dataset, Download, FileEntry, Member, Plain, SpanSplit, SquadJoin, Step
 
@@ -48,13 +48,6 @@ DOWNLOADS = ".downloads"  # Under the data directory: a derived file's inputs, r
 
 class FetchError(errors.UserError):
   """A file could not be fetched: what was found against what was expected, and what to do."""
-
-
-class _Parser(argparse.ArgumentParser):
-  """argparse whose mistakes are user errors (one line `error: ...`, status 1), as every command's are."""
-
-  def error(self, message: str) -> NoReturn:
-    raise errors.UserError(f"{self.prog}: {message} (--help lists the options)")
 
 
 def human_size(size: int) -> str:
@@ -377,7 +370,7 @@ def list_datasets(datasets: Sequence[Dataset], folded: int = 8) -> None:
 
 def parser() -> argparse.ArgumentParser:
   """The command line (module docstring)."""
-  root = _Parser(prog="python -m tasks.data", description=__doc__.split("\n")[0])
+  root = cli.ArgumentParser(prog="python -m tasks.data", description=__doc__.split("\n")[0])
   commands = root.add_subparsers(dest="command", required=True)
   listing = commands.add_parser("list", help="each dataset's licence, source, files and size")
   listing.add_argument("names", nargs="*", metavar="NAME", help="datasets to list (default: all)")

@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from encoder import errors, files
+from encoder import cli, errors, files
 
 POLL_S = 0.5
 
@@ -116,10 +116,10 @@ def _wait(procs: list[subprocess.Popen], shown, timeout_s: float | None) -> list
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
-  root = argparse.ArgumentParser(prog="python -m launch.experiments.local_cluster", description=__doc__.split("\n")[0],
-                                 usage="%(prog)s --processes N [options] -- <launch.main arguments>")
-  root.add_argument("--processes", type=int, required=True, help="number of processes (hosts)")
-  root.add_argument("--devices_per_process", type=int, default=1, help="CPU devices of each process")
+  root = cli.ArgumentParser(prog="python -m launch.experiments.local_cluster", description=__doc__.split("\n")[0],
+                            usage="%(prog)s --processes N [options] -- <launch.main arguments>")
+  root.add_argument("--processes", type=cli.integer(1), required=True, help="number of processes (hosts)")
+  root.add_argument("--devices_per_process", type=cli.integer(1), default=1, help="CPU devices of each process")
   root.add_argument("--platform", default="cpu", help="JAX_PLATFORMS of the processes ('' = inherit)")
   return root
 

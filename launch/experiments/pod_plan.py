@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from encoder import errors
+from encoder import cli, errors
 from launch.experiments import tpu_types
 
 # Tokens per CPU-second of the input pipeline reading a prepared corpus from gs:// over reading it locally (rows of
@@ -200,6 +200,15 @@ def masking_rate(work: Any, config: Any, seconds: float = MASKING_SECONDS) -> fl
   return count * batch * config.data.max_length / (time.process_time() - start)
 
 
+def smallest_fit(state_bytes: float, low_bytes: float, device_bytes: float, rows: int) -> int:
+  """The smallest factor of `rows` that, splitting the micro-batch that many times more, brings the low estimate
+  within `device_bytes` (activations scale with the micro-batch's rows; the state does not); 0 when none does."""
+  for factor in (f for f in range(1, rows + 1) if rows % f == 0):
+    if state_bytes + (low_bytes - state_bytes) / factor <= device_bytes:
+      return factor
+  return 0
+
+
 def plan(config: Any, slice_: tpu_types.SliceType, mfu: float = 0.5) -> Plan:
   """The memory and input figures of `config` on `slice_` (jax must have slice_.devices devices: `main` sees to it)."""
   import jax  # pylint: disable=import-outside-toplevel
@@ -220,11 +229,8 @@ def plan(config: Any, slice_: tpu_types.SliceType, mfu: float = 0.5) -> Plan:
   high = max(program_bytes(programs.grad_step), program_bytes(programs.apply_step))
   low = state_bytes + ACCELERATOR_RATIO * (high - state_bytes)
   device_bytes = int(USABLE_MEMORY * slice_.device_memory)
-  fits, rows = 0, config.batch_size // (accum * data_devices)
-  for factor in (f for f in range(1, rows + 1) if rows % f == 0):  # Activations scale with the micro-batch's rows.
-    if state_bytes + (low - state_bytes) / factor <= device_bytes:
-      fits = factor
-      break
+  rows = config.batch_size // (accum * data_devices)
+  fits = smallest_fit(state_bytes, low, device_bytes, rows)
   cfg = encoder_config(config.model, work.vocab_size)
   last = last_positions(work.objectives, work.example)
   step_flops = flops.step_flops(cfg, config.batch_size, config.data.max_length, None if last is None else last.shape[1],
@@ -237,29 +243,101 @@ def plan(config: Any, slice_: tpu_types.SliceType, mfu: float = 0.5) -> Plan:
               step_seconds, host_tokens, workers, process_rate, max(workers, 1) * process_rate, mfu)
 
 
+# docs/pretraining.md's table of the recipe's plans: what `plan` measured for each row (2026-11-28, on a 2-core Zen 3
+# VM: base, MLM + NSP, phase 1 batch 8,192 rows of 128, phase 2 4,096 rows of 512; --mfu 0.5): rows per micro-batch
+# per device, state and XLA:CPU's compiled peak per device (GiB), the tokens/s a host needs, and one process's masking
+# rate per CPU-second reading a local corpus. `docs_table` derives the rest (the low estimate, the usable HBM, the
+# workers and the read factor of a gs:// corpus, the verdict) with the code as it is; tests/.../test_pod_docs.py
+# fails when the page's table differs from it.
+RECIPE = (
+    (1, "v4-32", 1, 512, 1.6, 69.9, 1.12e6, 130.6e3),
+    (1, "v4-32", 4, 128, 1.6, 19.1, 1.12e6, 156.3e3),
+    (1, "v5e-16", 1, 512, 1.6, 69.9, 0.80e6, 113.6e3),
+    (1, "v5e-16", 8, 64, 1.6, 10.4, 0.80e6, 123.6e3),
+    (2, "v4-32", 1, 256, 1.6, 191.5, 1.03e6, 453.8e3),
+    (2, "v4-32", 8, 32, 1.6, 26.0, 1.03e6, 405.6e3),
+    (2, "v5e-16", 1, 256, 1.6, 191.5, 0.74e6, 418.6e3),
+    (2, "v5e-16", 16, 16, 1.6, 13.9, 0.74e6, 307.9e3),
+)
+
+
+def recipe_plans() -> list[tuple[int, Plan]]:
+  """(phase, Plan) of every RECIPE row, with a gs:// corpus (the recipe's), as `plan` would make it today."""
+  from launch import input_pipeline  # pylint: disable=import-outside-toplevel
+  out = []
+  for phase, name, accum, rows, state, high, need, rate in RECIPE:
+    slice_ = tpu_types.slice_type(name)
+    state_bytes, high_bytes = state * tpu_types.GIB, high * tpu_types.GIB
+    low_bytes = state_bytes + ACCELERATOR_RATIO * (high_bytes - state_bytes)
+    device_bytes = int(USABLE_MEMORY * slice_.device_memory)
+    workers = input_pipeline.worker_count(-1, "tpu", slice_.host_cores)
+    process = rate * BUCKET_READ_FACTOR
+    out.append((phase, Plan(slice_, rows, accum, int(state_bytes), int(high_bytes), int(low_bytes), device_bytes,
+                            smallest_fit(state_bytes, low_bytes, device_bytes, rows), 0.0, need, workers, process,
+                            max(workers, 1) * process, 0.5)))
+  return out
+
+
+def docs_table() -> str:
+  """docs/pretraining.md's table of the recipe's plans (`recipe_plans`), as Markdown."""
+  lines = ["| phase, slice | rows per device | memory per device: accelerator estimate - XLA:CPU's | HBM usable | "
+           "a host needs / its workers supply from gs:// (tokens/s) | verdict |", "|---|---|---|---|---|---|"]
+  for phase, p in recipe_plans():
+    rows = f"{p.rows_per_device}" + (f" x {p.accum}" if p.accum > 1 else "")
+    problems = p.problems()
+    verdict = ("fits and can be fed" if not problems and p.high_bytes <= p.device_bytes else
+               "may not fit (only the accelerator estimate fits)" if not problems else
+               "**refused**: " + "; ".join(
+                   f"`grad_accum_steps={p.fits_accum * p.accum}`" if problem.startswith("memory") else
+                   f"input: {problem.split('; ')[-1]}" for problem in problems))
+    lines.append(f"| {phase}, {p.slice.name.replace('v5litepod', 'v5e')}, `grad_accum_steps={p.accum}` | {rows} | "
+                 f"{_gib(p.low_bytes)} - {_gib(p.high_bytes)} GiB | {_gib(p.device_bytes)} GiB | "
+                 f"{p.host_tokens_per_s / 1e6:.2f}M / {p.supply_tokens_per_s / 1e6:.2f}M ({p.workers} workers) | "
+                 f"{verdict} |")
+  return "\n".join(lines)
+
+
 def parse_main_args(main_args: Sequence[str]) -> Any:
-  """launch.main's arguments -> its config (the same parsing and checks: a mistake is one line)."""
+  """launch.main's arguments -> its config, with the checks launch.main makes before it trains (the parsing, then
+  configs.checks.check_config, as launch.train does first): a config launch.main refuses is refused here, in one
+  line, by the same check."""
   from absl import flags  # pylint: disable=import-outside-toplevel
 
+  from configs import checks  # pylint: disable=import-outside-toplevel
   from launch import main as launch_main  # pylint: disable=import-outside-toplevel
   launch_main.parse_flags(["launch.main", *main_args])
-  return flags.FLAGS.config
+  config = flags.FLAGS.config
+  checks.check_config(config)
+  return config
+
+
+def parser() -> argparse.ArgumentParser:
+  """The command-line interface (see the module docstring)."""
+  root = cli.ArgumentParser(prog="python -m launch.experiments.pod_plan", description=__doc__.split("\n")[0])
+  root.add_argument("--type", required=True, help="slice: v4-32, v5e-16, ...")
+  root.add_argument("--mfu", type=cli.number(0, 1, low_open=True), default=0.5,
+                    help="the fraction of the chips' bf16 peak the step reaches, in (0, 1]")
+  return root
 
 
 def main(argv: Sequence[str] | None = None) -> None:
   """Prints the plan; exits 1 with `error: --plan: ...` lines' first when the config cannot fit or be fed."""
   argv = list(sys.argv[1:] if argv is None else argv)
   split = argv.index("--") if "--" in argv else len(argv)
-  parser = argparse.ArgumentParser(prog="python -m launch.experiments.pod_plan", description=__doc__.split("\n")[0])
-  parser.add_argument("--type", required=True, help="slice: v4-32, v5e-16, ...")
-  parser.add_argument("--mfu", type=float, default=0.5, help="the fraction of the chips' bf16 peak the step reaches")
-  args = parser.parse_args(argv[:split])
+  args = parser().parse_args(argv[:split])
   slice_ = tpu_types.slice_type(args.type)
+  if not argv[split + 1:]:
+    raise errors.UserError("--plan: expected launch.main's arguments after --, e.g. -- --config "
+                           "configs/pretrain.py:size=base --workdir gs://my-bucket/runs/base")
   import jax  # pylint: disable=import-outside-toplevel
   jax.config.update("jax_platforms", "cpu")
   jax.config.update("jax_num_cpu_devices", slice_.devices)  # Before the backend starts: a mesh of the slice's size.
   with contextlib.redirect_stdout(sys.stderr):  # Library chatter (compilation, grain) stays off the report.
-    result = plan(parse_main_args(argv[split + 1:]), slice_, args.mfu)
+    config = parse_main_args(argv[split + 1:])
+    if slice_.devices % config.mesh_model:
+      raise errors.ConfigError(f"config.mesh_model={config.mesh_model}: expected a divisor of the {slice_.devices} "
+                               f"devices of {slice_.name}")
+    result = plan(config, slice_, args.mfu)
   print(result.report(), flush=True)
   print(json.dumps({k: v for k, v in result._asdict().items() if k != "slice"} | {"type": slice_.name}), flush=True)
   problems = result.problems()

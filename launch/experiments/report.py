@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from encoder import errors, files
+from encoder import cli, errors, files
 from launch.experiments.sweep import LOG_NAME, POINT_FILE
 from tasks import registry
 from tasks.scoring import kinds, score
@@ -316,11 +316,11 @@ def write_report(paths: Sequence[str | Path], out: str | Path, baselines: Sequen
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
-  root = argparse.ArgumentParser(prog="python -m launch.experiments.report", description=__doc__.split("\n")[0])
+  root = cli.ArgumentParser(prog="python -m launch.experiments.report", description=__doc__.split("\n")[0])
   root.add_argument("paths", nargs="+", help="workdirs and/or sweep roots")
   root.add_argument("--baseline", action="append", default=[], help="group or run the others are tested against")
   root.add_argument("--out", help="output directory (default: <path>/report for one path, else report)")
-  root.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="bootstrap samples")
+  root.add_argument("--samples", type=cli.integer(1), default=DEFAULT_SAMPLES, help="bootstrap samples")
   return root
 
 

@@ -19,7 +19,6 @@ one suite and gives a table of points x tasks, each point compared with `--basel
 OUT/suite.md and OUT/suite.json (every number); OUT defaults to PATH/suite_report for one path, else suite_report.
 """
 
-import argparse
 import json
 import statistics
 from collections.abc import Sequence
@@ -29,7 +28,7 @@ from typing import Any, cast
 import numpy as np
 
 from configs.sweeps import suite
-from encoder import errors, files
+from encoder import cli, errors, files
 from launch.experiments import report
 from launch.experiments.sweep import POINT_FILE
 from tasks import registry
@@ -294,11 +293,10 @@ def write(paths: Sequence[str | Path], out: str | Path, samples: int = DEFAULT_S
 
 def suite_main(argv: Sequence[str] | None = None) -> None:
   """Parses the command line, writes the report, prints it."""
-  parser = argparse.ArgumentParser(prog="python -m launch.experiments.suite_report",
-                                   description=__doc__.split("\n")[0])
+  parser = cli.ArgumentParser(prog="python -m launch.experiments.suite_report", description=__doc__.split("\n")[0])
   parser.add_argument("paths", nargs="+", help="a suite's sweep root, or two (A then B) to compare")
   parser.add_argument("--out", help="output directory (default: <path>/suite_report for one path, else suite_report)")
-  parser.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help="bootstrap samples")
+  parser.add_argument("--samples", type=cli.integer(1), default=DEFAULT_SAMPLES, help="bootstrap samples")
   parser.add_argument("--by-point", action="store_true",
                       help="an ablation's root: one row per pretraining point (sweep_point.json's parent)")
   parser.add_argument("--baseline", help="with --by-point: the point every other is compared with (p-values)")

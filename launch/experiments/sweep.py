@@ -46,7 +46,7 @@ from typing import Any
 
 from configs import checks
 from configs.sweeps.points import SEED_KEY
-from encoder import errors, files
+from encoder import cli, errors, files
 
 ARG_PREFIX = ":"  # Point keys starting with it are the config file's string arguments.
 CHAIN_SEPARATOR = "__"  # Between a chained point's parent name and its own.
@@ -272,7 +272,7 @@ def select(points: Sequence[Point], patterns: Sequence[str]) -> list[Point]:
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring)."""
-  root = argparse.ArgumentParser(prog="python -m launch.experiments.sweep", description=__doc__.split("\n")[0])
+  root = cli.ArgumentParser(prog="python -m launch.experiments.sweep", description=__doc__.split("\n")[0])
   root.add_argument("--sweep", required=True, help="sweep file, optionally with its argument: path.py[:arg]")
   root.add_argument("--root", help="directory of the points' workdirs (default runs/<sweep file name>)")
   root.add_argument("--print", action="store_true", help="print one launch.main command per point, run nothing")

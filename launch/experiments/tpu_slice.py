@@ -4,9 +4,11 @@ Rules from Google's docs and gcloud's source (Google Cloud SDK 528, googleclouds
 - Queued resources (cloud.google.com/tpu/docs/queued-resources; states: the v2 API's QueuedResourceState) pass
   through ACCEPTED / WAITING_FOR_RESOURCES / PROVISIONING / CREATING to ACTIVE; a preempted Spot one goes
   SUSPENDING -> SUSPENDED ("the resources ... have been deleted", no longer eligible for allocation) and a refused
-  one to FAILED. Neither comes back: it is deleted (`queued-resources delete --force --quiet`; without --force the
-  API deletes only one whose nodes are gone or that is ACCEPTED, FAILED or SUSPENDED: REST queuedResources.delete) and
-  created again. A SUSPENDED or FAILED one still holds its name (a create with the same name clashes) and its quota.
+  one to FAILED (its reason in state.failedData.error). Neither comes back: it is deleted (`queued-resources delete
+  --force --quiet`; without --force the API deletes only one whose nodes are gone or that is ACCEPTED, FAILED or
+  SUSPENDED: REST queuedResources.delete) and created again; a FAILED one at most --max_requeues times, its reason
+  printed each time; past that the launch stops with the reason on its last line and keeps the resource to inspect.
+  A SUSPENDED or FAILED one still holds its name (a create with the same name clashes) and its quota.
 - A node (TPU VM) is READY when usable; PREEMPTED or TERMINATED is terminal (command_lib/compute/tpus/tpu_vm/ssh.py
   ValidateTPUState refuses ssh/scp to it: TPUInUnusableTerminalState), so it is deleted and created again;
   CREATING, STARTING, RESTARTING, REPAIRING are waited for; STOPPED, STOPPING, DELETING, HIDDEN, HIDING are refused
@@ -50,7 +52,7 @@ def commands(args: argparse.Namespace) -> dict[str, list[str]]:
   out = {"describe node": gcloud(args, "tpu-vm", "describe", args.name, "--format=value(state,acceleratorType)")}
   if args.queued:
     out |= {"describe queued resource": gcloud(args, "queued-resources", "describe", args.name,
-                                               "--format=value(state.state)"),
+                                               "--format=value(state.state,state.failedData.error.message)"),
             "create": gcloud(args, "queued-resources", "create", args.name, f"--node-id={args.name}",
                              f"--accelerator-type={kind.name}", f"--runtime-version={version}", *spot,
                              *autocheckpoint, alpha=args.autocheckpoint),
@@ -66,7 +68,7 @@ def _describe(run: Runner, what: str, argv: list[str]) -> list[str] | None:
   """The describe's output fields, None when the resource does not exist; another failure is an error."""
   found = run(what, argv, True)
   if found.returncode == 0:
-    return found.stdout.split()
+    return found.stdout.rstrip("\n").split("\t")  # value(): the fields tab-separated (a message has spaces).
   if "NOT_FOUND" in found.stderr:
     return None
   last = (found.stderr.strip().splitlines() or [f"exit {found.returncode}"])[-1]
@@ -96,10 +98,22 @@ def ensure(args: argparse.Namespace, run: Runner, sleep: Callable[[float], None]
   """Leaves a READY slice of --type named --name: reuses one, waits for one on its way, deletes a preempted or
   failed one (and its queued resource) and creates it again, creates a missing one (queued: waits until ACTIVE)."""
   cmd = commands(args)
+  failures = 0
   while True:
     if args.queued:
       found = _describe(run, "find the queued resource", cmd["describe queued resource"])
       state = found[0] if found else None
+      if state == "FAILED":
+        failures += 1
+        reason = (found[1] if found and len(found) > 1 else "") or "(no failedData.error message)"
+        if failures > args.max_requeues:
+          raise errors.UserError(f"queued resource {args.name} FAILED {failures} time(s), over --max_requeues="
+                                 f"{args.max_requeues}; it is kept for `gcloud compute tpus queued-resources "
+                                 f"describe {args.name}`; the reason: {reason}")
+        print(f"# queued resource {args.name} FAILED: {reason}; deleting and queueing it again (re-queue {failures} "
+              f"of --max_requeues={args.max_requeues})", flush=True)
+        _checked(run, "delete the failed queued resource", cmd["delete"])
+        continue
       if state in DEAD_QUEUED:
         print(f"# queued resource {args.name} is {state}: it no longer allocates; deleting and queueing it again",
               flush=True)

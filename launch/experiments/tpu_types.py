@@ -36,6 +36,16 @@ GENERATIONS = {
     "v6e": Generation("v2-alpha-tpuv6e", False, 1, 8, 32, 918, (180, 180), False),
 }
 ALIASES = {"v5e": "v5litepod"}  # What people call it -> gcloud's accelerator type prefix.
+# The accelerator types Google offers (cloud.google.com/tpu/docs/v2 ... v6e, "Configurations": the tables of
+# accelerator types, v5p's of its common shapes); anything else is refused before a create could fail.
+SIZES = {
+    "v2": (8, 32, 128, 256, 512),
+    "v3": (8, 32, 64, 128, 256, 512, 1024, 2048),
+    "v4": (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 4096),
+    "v5litepod": (1, 4, 8, 16, 32, 64, 128, 256),
+    "v5p": (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288),
+    "v6e": (1, 4, 8, 16, 32, 64, 128, 256),
+}
 
 
 class SliceType(NamedTuple):
@@ -53,7 +63,7 @@ class SliceType(NamedTuple):
 
 
 def slice_type(name: str) -> SliceType:
-  """'v5e-16' -> SliceType('v5litepod-16', ...); an unknown generation or count is an error naming the known ones."""
+  """'v5e-16' -> SliceType('v5litepod-16', ...); an unknown generation or size is an error naming the known ones."""
   generation, _, count = name.partition("-")
   generation = ALIASES.get(generation, generation)
   known = ", ".join(sorted(set(GENERATIONS) | set(ALIASES)))
@@ -61,10 +71,10 @@ def slice_type(name: str) -> SliceType:
     raise errors.UserError(f"--type {name}: expected <generation>-<cores or chips> with a generation of {known} "
                            "(e.g. v4-32, v5e-16)")
   g = GENERATIONS[generation]
-  chips, odd = divmod(int(count), 2) if g.counts_cores else (int(count), 0)
-  if odd or chips < 1 or (chips > g.single_host_chips and chips % 4):
-    raise errors.UserError(f"--type {name}: {count} is not a {generation} slice size (an even number of cores, "
-                           f"whole 4-chip hosts past {g.single_host_chips} chips)")
+  if int(count) not in SIZES[generation]:
+    raise errors.UserError(f"--type {name}: {count} is not a {generation} slice size; Cloud TPU offers "
+                           f"{', '.join(f'{generation}-{n}' for n in SIZES[generation])}")
+  chips = int(count) // 2 if g.counts_cores else int(count)
   single = chips <= g.single_host_chips
   hosts = 1 if single else chips // 4
   devices = chips * g.devices_per_chip

@@ -179,8 +179,11 @@ class QuestionAnsweringPipeline(Pipeline):
       raise ValueError("question answering needs the export's tokenizer: pipeline('question-answering', "
                        "model=directory, trust_remote_code=True) loads it")
     head = self.model.config.encoderlab_head
-    question = self.tokenizer(inputs["question"], add_special_tokens=False)["input_ids"][:head["max_question_length"]]
-    encoding = self.tokenizer(inputs["context"], add_special_tokens=False, return_offsets_mapping=True)
+    # Whole texts, cut into windows of max_length below: verbose=False, or the tokenizer warns that a context longer
+    # than model_max_length (the run's max_length) "will result in indexing errors", which no window has.
+    question = self.tokenizer(inputs["question"], add_special_tokens=False, verbose=False)["input_ids"][
+        :head["max_question_length"]]
+    encoding = self.tokenizer(inputs["context"], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     context, offsets = encoding["input_ids"], [tuple(span) for span in encoding["offset_mapping"]]
     budget = head["max_length"] - len(question) - 3
     if budget < 1:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoder import errors
+from encoder import cli, errors
 from tasks.embeddings.extract import Embedder
 from tasks.embeddings.layers import parse_layers
 from tasks.embeddings.standardize import Standardizer
@@ -197,18 +197,29 @@ def print_report(result: dict, count: int, lines: int, args: argparse.Namespace)
               f"mean {d['mean']:8.3f}  std {d['std']:7.3f}")
 
 
+def _pairs(text: str) -> int | str:
+  """--pairs: 'all', or a count >= 1."""
+  if text != "all" and not (text.isdigit() and int(text) >= 1):
+    raise errors.UserError(f"expected a number of pairs >= 1 or 'all', got {text!r}")
+  return text if text == "all" else int(text)
+
+
+PAIRS = cli.Parsed(_pairs, bad=("0", "some"))
+
+
 def parser() -> argparse.ArgumentParser:
   """The command line (module docstring)."""
-  p = argparse.ArgumentParser(prog="python -m tasks.embeddings.anisotropy", description=__doc__.split("\n")[0])
+  p = cli.ArgumentParser(prog="python -m tasks.embeddings.anisotropy", description=__doc__.split("\n")[0])
   p.add_argument("--init", required=True, help='the checkpoint: "hf:all-MiniLM-L6-v2", "hf:DIR" or "run:WORKDIR"')
   p.add_argument("--input", required=True, help="text file, one text per line, whitespace-separated words")
   p.add_argument("--layers", default="last", help='a layer or mix ("last", "3", "last4_mean", "mean:2,3"), or '
                  'several reported one by one ("0,3,6", "all")')
-  p.add_argument("--pairs", default="100000", help='random distinct pairs, or "all" (exact, every pair)')
-  p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (over lines) for the 95%% CI")
-  p.add_argument("--seed", type=int, default=0)
-  p.add_argument("--top", type=int, default=5, help="rogue dimensions to list")
-  p.add_argument("--limit", type=int, default=None, help="first N lines only")
+  p.add_argument("--pairs", type=PAIRS, default="100000", help='random distinct pairs, or "all" (exact, every pair)')
+  p.add_argument("--bootstrap", type=cli.integer(1), default=1000,
+                 help="bootstrap resamples (over lines) for the 95%% CI")
+  p.add_argument("--seed", type=cli.integer(0), default=0)
+  p.add_argument("--top", type=cli.integer(1), default=5, help="rogue dimensions to list")
+  p.add_argument("--limit", type=cli.integer(1), default=None, help="first N lines only")
   fit = p.add_mutually_exclusive_group()
   fit.add_argument("--fit-out", help="save the standardizer fitted on these vectors (.npz)")
   fit.add_argument("--standardizer", help="apply this saved standardizer instead of fitting one")
@@ -218,10 +229,6 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> None:
   """Measures and prints (module docstring); the last line is one JSON object."""
   args = parser().parse_args(argv)
-  if args.pairs != "all":
-    if not args.pairs.isdigit() or int(args.pairs) < 1:
-      raise errors.UserError(f"--pairs must be a positive number or 'all', got {args.pairs!r}")
-    args.pairs = int(args.pairs)
   lines = read_word_lines(args.input, args.limit)
   embedder = Embedder.from_init(args.init)
   vectors, line_of, names = word_vectors(embedder, lines, args.layers)

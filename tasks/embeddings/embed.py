@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import tqdm
 
-from encoder import errors
+from encoder import cli, errors
 from tasks.embeddings import store
 from tasks.embeddings.extract import TRANSFER_DTYPES, Embedder
 from tasks.embeddings.layers import parse_layers
@@ -128,7 +128,7 @@ def encode_file(args: argparse.Namespace) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-  root = argparse.ArgumentParser(prog="python -m tasks.embeddings.embed", description=__doc__.split("\n")[0])
+  root = cli.ArgumentParser(prog="python -m tasks.embeddings.embed", description=__doc__.split("\n")[0])
   root.add_argument("--init", required=True, help='checkpoint: "hf:<name or dir>" or "run:<workdir>"')
   root.add_argument("--input", required=True, type=Path, help="UTF-8 text file, one text per line")
   root.add_argument("--out", required=True, type=Path, help="store directory (created; resumed if it holds one)")
@@ -137,14 +137,16 @@ def parser() -> argparse.ArgumentParser:
   root.add_argument("--pooling", default="mean", choices=("mean", "first", "subword"))
   root.add_argument("--dtype", default="float32", choices=sorted(TRANSFER_DTYPES), help="stored dtype")
   root.add_argument("--compute-dtype", default="float32", choices=("float32", "bfloat16"))
-  root.add_argument("--max-length", type=int, default=128, help="subwords per window incl. [CLS] and [SEP]")
-  root.add_argument("--stride", type=int, default=None, help="window stride for longer lines (default: half)")
-  root.add_argument("--batch-size", type=int, default=64)
-  root.add_argument("--buckets", type=lambda s: tuple(int(b) for b in s.split(",")), default=(16, 32, 64, 128),
+  root.add_argument("--max-length", type=cli.integer(3), default=128, help="subwords per window incl. [CLS] and [SEP]")
+  root.add_argument("--stride", type=cli.integer(1), default=None,
+                    help="window stride for longer lines (default: half)")
+  root.add_argument("--batch-size", type=cli.integer(1), default=64)
+  root.add_argument("--buckets", type=cli.integers(1), default=(16, 32, 64, 128),
                     help="padded lengths, comma-separated (one jit shape each)")
-  root.add_argument("--lines-per-shard", type=int, default=4096)
+  root.add_argument("--lines-per-shard", type=cli.integer(1), default=4096)
   root.add_argument("--quiet", action="store_true", help="no progress bar")
-  root.add_argument("--debug-stop-after", type=int, default=-1, help=argparse.SUPPRESS)  # Tests: stop after N shards.
+  root.add_argument("--debug-stop-after", type=cli.integer(1, also=(-1,)), default=-1,
+                    help=argparse.SUPPRESS)  # Tests: stop after N shards.
   return root
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from configs import paths
-from encoder import errors
+from encoder import cli, errors
 from tasks.embeddings.extract import Embedder
 from tasks.readers import semcor as semcor_reader
 from tasks.readers.lines import ReaderError, numbered_lines
@@ -260,7 +260,7 @@ def occurrences(args: argparse.Namespace, forms: list[str]) -> tuple[Occurrences
 
 def parser() -> argparse.ArgumentParser:
   """The command line (module docstring)."""
-  p = argparse.ArgumentParser(prog="python -m tasks.embeddings.picture", description=__doc__.split("\n")[0])
+  p = cli.ArgumentParser(prog="python -m tasks.embeddings.picture", description=__doc__.split("\n")[0])
   p.add_argument("--init", required=True, help='the checkpoint: "hf:all-MiniLM-L6-v2", "hf:DIR" or "run:WORKDIR"')
   p.add_argument("--word", required=True, help="the word (a SemCor lemma when coloured by sense)")
   p.add_argument("--out", required=True, help="the PNG to write")
@@ -269,8 +269,9 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--forms", help="comma-separated word forms to collect (default: --word)")
   p.add_argument("--layers", default="last", help='one layer or a mix: "last", "3", "last4_mean"')
   p.add_argument("--projection", default="auto", choices=PROJECTIONS)
-  p.add_argument("--annotate", type=int, default=6, help="occurrences annotated with their context")
-  p.add_argument("--max-points", type=int, default=2000, help="draw at most this many occurrences (the first)")
+  p.add_argument("--annotate", type=cli.integer(0), default=6, help="occurrences annotated with their context")
+  p.add_argument("--max-points", type=cli.integer(1), default=2000,
+                 help="draw at most this many occurrences (the first)")
   return p
 
 

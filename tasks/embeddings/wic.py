@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from configs import paths
-from encoder import errors
+from encoder import cli, errors
 from tasks.embeddings.extract import Embedder
 from tasks.embeddings.layers import select_layers
 from tasks.embeddings.standardize import Standardizer
@@ -262,20 +262,19 @@ def print_table(result: dict) -> None:
 
 def parser() -> argparse.ArgumentParser:
   """The command line (module docstring)."""
-  p = argparse.ArgumentParser(prog="python -m tasks.embeddings.wic", description="Word similarity in context on WiC")
+  p = cli.ArgumentParser(prog="python -m tasks.embeddings.wic", description="Word similarity in context on WiC")
   p.add_argument("--init", required=True, help='the checkpoint: "hf:all-MiniLM-L6-v2", "hf:DIR" or "run:WORKDIR"')
   p.add_argument("--data", help="the WiC directory (default: the data directory's wic/)")
   p.add_argument("--pooling", default="mean", choices=("mean", "first"), help="subwords -> word vector")
-  p.add_argument("--folds", type=int, default=FOLDS, help="cross-validation folds on train (split by lemma)")
-  p.add_argument("--seed", type=int, default=0, help="assignment of lemmas to folds")
+  p.add_argument("--folds", type=cli.integer(2), default=FOLDS, help="cross-validation folds on train (split by lemma)")
+  p.add_argument("--seed", type=cli.integer(0), default=0, help="assignment of lemmas to folds")
   return p
 
 
 def main(argv: Sequence[str] | None = None) -> None:
   """Evaluates on WiC (module docstring): the table of choices, then one JSON line."""
   args = parser().parse_args(argv)
-  if args.folds < 2:
-    raise errors.UserError(f"--folds {args.folds} must be at least 2")
+
   log = lambda message: print(message, file=sys.stderr, flush=True)
   result = evaluate_wic(Embedder.from_init(args.init), args.data or paths.data_file("wic"), pooling=args.pooling,
                         folds=args.folds, seed=args.seed, log=log)

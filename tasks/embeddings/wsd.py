@@ -40,7 +40,7 @@ import jax
 import numpy as np
 
 from configs import paths
-from encoder import errors
+from encoder import cli, errors
 from encoder.array_files import load_npz
 from tasks.embeddings.layers import parse_layers, select_layers
 from tasks.readers import raganato, semcor, wordnet as wordnet_reader
@@ -423,12 +423,11 @@ def predict_command(args: argparse.Namespace) -> dict:
 def parser(score: bool) -> argparse.ArgumentParser:
   """The command line of `score` or of the main command (module docstring)."""
   if score:
-    root = argparse.ArgumentParser(prog="python -m tasks.embeddings.wsd score",
-                                   description="the framework's Scorer.java")
+    root = cli.ArgumentParser(prog="python -m tasks.embeddings.wsd score", description="the framework's Scorer.java")
     root.add_argument("--gold", required=True, help="gold key file: 'id key [key ...]' per line")
     root.add_argument("--pred", required=True, help="prediction key file, the same format")
     return root
-  root = argparse.ArgumentParser(prog="python -m tasks.embeddings.wsd", description=__doc__.split("\n")[0])
+  root = cli.ArgumentParser(prog="python -m tasks.embeddings.wsd", description=__doc__.split("\n")[0])
   root.add_argument("--init", required=True, help="checkpoint: hf:all-MiniLM-L6-v2, hf:/hf/dir or run:/workdir")
   root.add_argument("--layers", nargs="+", default=None,
                     help="layer specs to compare (default: every layer 0..L and last4_mean)")
@@ -436,15 +435,16 @@ def parser(score: bool) -> argparse.ArgumentParser:
                     help="subword pooling of a word's vector")
   root.add_argument("--extension", nargs="+", default=list(EXTENSIONS), choices=EXTENSIONS,
                     help="none: plain 1-NN; lmms: cover unseen senses by synset, hypernyms, lexicographer file")
-  root.add_argument("--lambdas", nargs="+", type=float, default=list(LAMBDAS),
+  root.add_argument("--lambdas", nargs="+", type=cli.number(0), default=list(LAMBDAS),
                     help="weights of the sense-frequency prior log p(sense) (0: cosine only)")
   root.add_argument("--data-dir", default=None, help="shared data directory (default: $ENCODERLAB_DATA or "
                     "../shared/data)")
   root.add_argument("--cache-dir", default="runs/wsd_cache", help="where SemCor sense sums are cached")
   root.add_argument("--no-cache", action="store_true", help="encode SemCor again and write no cache")
   root.add_argument("--out", default="runs/wsd", help="directory for the key files and the table")
-  root.add_argument("--max-length", type=int, default=128, help="subwords per window (longer sentences: windows)")
-  root.add_argument("--batch-size", type=int, default=64, help="sentences per encoder batch")
+  root.add_argument("--max-length", type=cli.integer(3), default=128,
+                    help="subwords per window (longer sentences: windows)")
+  root.add_argument("--batch-size", type=cli.integer(1), default=64, help="sentences per encoder batch")
   return root
 
 

@@ -8,6 +8,7 @@ is not O or B-, I-, E-, S- + a type (strict mode: a tag of the scheme) is a User
 """
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -57,7 +58,8 @@ def read_label_column(path: str) -> Column:
 
 
 def read_score_column(path: str) -> tuple[list[float], list[int]]:
-  """Numbers (last column of each non-blank line) with their line numbers; a non-number names its line."""
+  """Numbers (last column of each non-blank line) with their line numbers; a non-number, or one that is not finite
+  (nan, inf: they would make every correlation nan), names its line."""
   labels, lines = read_label_column(path)
   values = []
   for (text,), (number,) in zip(labels, lines):
@@ -65,6 +67,8 @@ def read_score_column(path: str) -> tuple[list[float], list[int]]:
       values.append(float(text))
     except ValueError:
       raise ReaderError(path, number, f"a number in the last column, got {text!r}") from None
+    if not math.isfinite(values[-1]):
+      raise ReaderError(path, number, f"a finite number in the last column, got {text!r}")
   return values, [n for (n,) in lines]
 
 
@@ -147,9 +151,35 @@ def format_table(scores: dict[str, Any], first: str) -> str:
   return "\n".join([head] + rows + ([f"{'accuracy':<14}{scores['accuracy']:>10.4f}"] if "accuracy" in scores else []))
 
 
+def _is_int(value: Any) -> bool:
+  """An int and not a bool (JSON's true is an int to isinstance)."""
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _span_problem(prediction: list, words: int) -> str | None:
+  """What is wrong with a run's predicted [[start, end, type], ...] (None when valid): the checks
+  `tasks.readers.spans` makes of a gold span (offsets inside the sentence, a non-empty type, no duplicate), and the
+  documented order of the fields."""
+  seen = set()
+  for i, span in enumerate(prediction):
+    if isinstance(span, list) and len(span) == 3 and isinstance(span[0], str) and _is_int(span[2]):
+      return (f"prediction[{i}] in the documented field order [start, end, type], got {span!r} (the type first: "
+              f"write [{span[1]!r}, {span[2]!r}, {span[0]!r}])")
+    if not (isinstance(span, list) and len(span) == 3 and _is_int(span[0]) and _is_int(span[1])
+            and isinstance(span[2], str) and span[2]):
+      return f"prediction[{i}] to be [start: int, end: int, type: non-empty str], got {span!r}"
+    if not 0 <= span[0] < span[1] <= words:
+      return f"prediction[{i}] to have 0 <= start < end <= {words} (the word count; end exclusive), got {span!r}"
+    if tuple(span) in seen:
+      return f"prediction[{i}] not to repeat an earlier span, got {span!r} twice"
+    seen.add(tuple(span))
+  return None
+
+
 def read_predicted_spans(path: str, gold: Sequence[dict], gold_path: str, scheme: str) -> list[set]:
   """Each sentence's predicted (type, start, end) spans from a run's predictions/<split>.jsonl, checked line by line
-  against the gold sentences."""
+  against the gold sentences and as the gold's spans are (`_span_problem`); a tagger's tags are at most one per word
+  (words past max_length are untagged)."""
   rows = [(n, line) for n, line in numbered_lines(path) if line.strip()]
   if len(rows) != len(gold):
     raise errors.UserError(f"{path}: {len(rows)} sentences but {gold_path} has {len(gold)}: the files must have the "
@@ -163,12 +193,17 @@ def read_predicted_spans(path: str, gold: Sequence[dict], gold_path: str, scheme
     if not isinstance(row, dict) or row.get("words") != record["words"] or not isinstance(row.get("prediction"), list):
       raise ReaderError(path, number, 'a run\'s prediction line {"words", ..., "prediction"} with the words of '
                         f"the same sentence in {gold_path}")
-    prediction = row["prediction"]
-    if all(isinstance(tag, str) for tag in prediction):  # A tagger's tags.
+    prediction, words = row["prediction"], len(record["words"])
+    if prediction and all(isinstance(tag, str) for tag in prediction):  # A tagger's tags.
       if not all(tag_schemes.is_scheme_tag(tag, LENIENT_SCHEME) for tag in prediction):
         raise ReaderError(path, number, f"tags O or B-, I-, E-, S- + a type, got {prediction[:8]!r}")
+      if len(prediction) > words:
+        raise ReaderError(path, number, f'at most a tag per word ({words}) in "prediction", got {len(prediction)}')
       predicted.append(set(tag_schemes.spans_from_tags(prediction, scheme)))
-    elif all(isinstance(s, list) and len(s) == 3 for s in prediction):
+    elif all(isinstance(s, list) for s in prediction):
+      problem = _span_problem(prediction, words)
+      if problem:
+        raise ReaderError(path, number, problem)
       predicted.append({(label, start, end) for start, end, label in prediction})
     else:
       raise ReaderError(path, number, f'a "prediction" of [start, end, type] spans or of tags, got {prediction[:4]!r}')

@@ -23,7 +23,9 @@ Every score (table and JSON) is a fraction in
 
 Nothing is scored from a file that is not UTF-8, holds no sentences (labels), is misaligned with gold, or has a tag
 that is not O or B-, I-, E-, S- + a type (in --mode strict: a tag of --scheme): one line `error: path:line: ...`
-on stderr and exit status 1 instead.
+on stderr and exit status 1 instead. Prediction files are checked as gold files are: a score that is not a finite
+number, a question id given twice or an answer that is not a string, a span outside its sentence, a duplicate span,
+or span fields in another order than [start, end, type] are refused at their line in either file.
 """
 
 import argparse
@@ -31,7 +33,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from encoder import errors
+from encoder import cli, errors
 from tasks.scoring import kinds, tag_schemes
 
 
@@ -62,7 +64,7 @@ def _add_options(sub: argparse.ArgumentParser, options: Sequence[str]) -> None:
 
 def parser() -> argparse.ArgumentParser:
   """The command-line interface (see the module docstring): a subcommand per scoring kind, and `bootstrap`."""
-  root = argparse.ArgumentParser(prog="python -m tasks.scoring.score", description=__doc__.split("\n")[0])
+  root = cli.ArgumentParser(prog="python -m tasks.scoring.score", description=__doc__.split("\n")[0])
   commands = root.add_subparsers(dest="command", required=True)
   for name, kind in kinds.KINDS.items():
     sub = commands.add_parser(name)
@@ -73,8 +75,8 @@ def parser() -> argparse.ArgumentParser:
   sub.add_argument("--gold", required=True, help="gold file")
   sub.add_argument("--pred-a", required=True, help="system A's predictions (is A better than B?)")
   sub.add_argument("--pred-b", required=True, help="system B's predictions")
-  sub.add_argument("--samples", type=int, default=10_000, help="bootstrap samples b")
-  sub.add_argument("--seed", type=int, default=0, help="seed of the resampling")
+  sub.add_argument("--samples", type=cli.integer(1), default=10_000, help="bootstrap samples b")
+  sub.add_argument("--seed", type=cli.integer(0), default=0, help="seed of the resampling")
   sub.add_argument("--task", choices=kinds.bootstrapped(), default="conll")
   _add_options(sub, ("mode", "scheme"))
   return root

@@ -12,12 +12,15 @@ import collections
 import json
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from encoder import errors
+from tasks.readers.lines import ReaderError
+from tasks.readers.squad import _line_of
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -75,41 +78,115 @@ def scores(golds: Sequence[Sequence[str]], predictions: Sequence[str | None], ve
   return {"exact_match": float(mean[0]), "f1": float(mean[1])}
 
 
+def _question_problem(qa) -> str | None:
+  """What is wrong with a gold question as the metric reads it (None when valid): an id and answer texts."""
+  if not isinstance(qa, dict) or not isinstance(qa.get("id"), str) or not qa["id"]:
+    return f'a question {{"id": non-empty str, "answers": [{{"text": str}}, ...]}}, got {_short(qa)}'
+  answers = qa.get("answers")
+  if not isinstance(answers, list):
+    return f'question {qa["id"]!r} to have a list of "answers", got {_short(answers)}'
+  for i, answer in enumerate(answers):
+    if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
+      return f'answers[{i}] of question {qa["id"]!r} to be {{"text": str, ...}}, got {_short(answer)}'
+  return None
+
+
 def read_gold(path: str | Path) -> tuple[list[str], list[list[str]], bool]:
   """(question ids, gold answer texts, whether it is SQuAD 2.0 data) of a SQuAD JSON file, or of a run's
-  `predictions/<split>.jsonl` (records with "id" and "answers")."""
+  `predictions/<split>.jsonl` (records with "id" and "answers"); a malformed question or an id used twice is an
+  error at its line."""
   text = _read(path)
-  try:
-    whole = _json_or_none(text)
-    if isinstance(whole, dict) and "data" in whole:
+  whole = _json_or_none(text)
+  if isinstance(whole, dict) and "data" in whole:
+    try:
       questions = [qa for article in whole["data"] for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
-    else:
-      questions = [json.loads(line) for line in text.splitlines() if line.strip()]
-    ids = [str(qa["id"]) for qa in questions]
-    answers = [[a["text"] for a in qa["answers"]] for qa in questions]
-    version2 = any(qa.get("is_impossible") or not qa["answers"] for qa in questions)
-  except (json.JSONDecodeError, KeyError, TypeError) as err:
-    raise errors.UserError(f'{path}: expected SQuAD JSON ({{"data": [articles with paragraphs and qas]}}) or JSON '
-                           f"lines of questions with id and answers, found unreadable content ({err})") from None
-  if not ids:
+    except (KeyError, TypeError) as err:
+      raise errors.UserError(f'{path}: expected SQuAD JSON ({{"data": [{{"paragraphs": [{{"qas": [...]}}]}}]}}), '
+                             f"found no {err} where the format has it") from None
+    # The line of the i-th question: that of its id's occurrence (found only for an error: the search is slow).
+    key = lambda qa: json.dumps(qa.get("id"), ensure_ascii=False) if isinstance(qa, dict) else "{"
+    line_of = lambda i: _line_of(text, key(questions[i]), [key(q) for q in questions[:i + 1]].count(key(questions[i])))
+  else:
+    questions, lines = [], []  # The questions and their lines.
+    for number, line in enumerate(text.splitlines(), start=1):
+      if line.strip():
+        try:
+          questions.append(json.loads(line))
+        except json.JSONDecodeError as err:
+          raise ReaderError(path, number, f'SQuAD JSON ({{"data": [...]}}) or a JSON line per question with "id" and '
+                            f'"answers", found invalid JSON at column {err.colno}: {err.msg}') from None
+        lines.append(number)
+    line_of = lambda i: lines[i]
+  first: dict[str, int] = {}
+  for i, qa in enumerate(questions):
+    problem = _question_problem(qa)
+    if problem is not None:
+      raise ReaderError(path, line_of(i), problem)
+    if qa["id"] in first:
+      raise ReaderError(path, line_of(i), f"each question id once, found {qa['id']!r} again, first at line "
+                        f"{line_of(first[qa['id']])}")
+    first[qa["id"]] = i
+  if not questions:
     raise errors.UserError(f"{path}: expected SQuAD questions, found none")
+  ids = [qa["id"] for qa in questions]
+  answers = [[a["text"] for a in qa["answers"]] for qa in questions]
+  version2 = any(qa.get("is_impossible") or not qa["answers"] for qa in questions)
   return ids, answers, version2
 
 
 def read_predictions(path: str | Path, ids: Sequence[str]) -> list[str | None]:
-  """The official {question id: answer text} JSON, in the order of `ids` (None where a question has none); an id
-  that is not a gold question is an error."""
+  """The official {question id: answer text} JSON, in the order of `ids` (None where a question has none). Checked as
+  the gold is, each at its line: an answer that is not a string, an id given twice (JSON would keep the last one
+  silently) and an id that is not a gold question are errors."""
+  text = _read(path)
   try:
-    predicted = json.loads(_read(path))
+    whole = json.loads(text)
   except json.JSONDecodeError as err:
-    raise errors.UserError(f"{path}: expected the official {{question id: answer text}} JSON, found invalid JSON "
-                           f"({err})") from None
-  if not isinstance(predicted, dict) or not all(isinstance(v, str) for v in predicted.values()):
-    raise errors.UserError(f"{path}: expected the official {{question id: answer text}} JSON object")
-  unknown = next((key for key in predicted if key not in set(ids)), None)
-  if unknown is not None:
-    raise errors.UserError(f"{path}: question id {unknown!r} is not in the gold file")
+    raise ReaderError(path, err.lineno, f"the official {{question id: answer text}} JSON, found invalid JSON at "
+                      f"column {err.colno}: {err.msg}") from None
+  if not isinstance(whole, dict):
+    raise ReaderError(path, 1, f"the official {{question id: answer text}} JSON object, found a "
+                      f"{type(whole).__name__}")
+  gold = set(ids)
+  predicted: dict[str, str] = {}
+  lines: dict[str, int] = {}  # The line of each id.
+  for key, value, line in _members(text):
+    if not isinstance(value, str):
+      raise ReaderError(path, line, f"the answer text of question {key!r} to be a string, got {_short(value)}")
+    if key in predicted:
+      raise ReaderError(path, line, f"each question id once, found {key!r} again, first at line {lines[key]}")
+    if key not in gold:
+      raise ReaderError(path, line, f"question ids of the gold file, found {key!r}, which is not in it")
+    predicted[key], lines[key] = value, line
   return [predicted.get(i) for i in ids]
+
+
+def _members(text: str) -> Iterator[tuple[str, Any, int]]:
+  """(key, value, 1-based line of the key) of each member of `text`, a valid JSON object, duplicates included (which
+  json.loads would drop)."""
+  decoder = json.JSONDecoder()
+  at = _skip_space(text, text.index("{") + 1)
+  line, counted = 1, 0  # The line of text[counted], counted forward as `at` moves (not from 0 for each member).
+  while text[at] != "}":
+    line, counted = line + text.count("\n", counted, at), at
+    key, at = decoder.raw_decode(text, at)
+    value, at = decoder.raw_decode(text, _skip_space(text, _skip_space(text, at) + 1))  # Past the ':'.
+    yield key, value, line
+    at = _skip_space(text, at)
+    at = _skip_space(text, at + 1) if text[at] == "," else at
+
+
+def _skip_space(text: str, at: int) -> int:
+  """The index of the first character at or after `at` that is not JSON whitespace."""
+  while at < len(text) and text[at] in " \t\n\r":
+    at += 1
+  return at
+
+
+def _short(value: Any) -> str:
+  """A value in an error line, cut to 80 characters."""
+  text = repr(value)
+  return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _json_or_none(text: str):

@@ -1,6 +1,7 @@
 """The config fuzz test: every field docs/config.md lists (configs.reference), given a value of the wrong type and each
 value its rule refuses (configs.rules), on a runlocal config, is refused with one line naming the field, before any
 data is read; a few of them through `python -m launch.main` against a finished run, whose files stay as they were.
+Every entry point's flags (launch.main's --config, --workdir, ... included) are fuzzed by tests/test_cli_fuzz.py.
 """
 
 import hashlib

@@ -20,6 +20,7 @@ from launch import predict, train
 from tasks import finetune_data, readers, registry, span_ner
 from tasks.scoring import metrics
 from tests.conftest import require_data
+from tests.launch.conftest import run_config
 
 pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
 
@@ -134,16 +135,14 @@ def test_nested_gold_without_task_nested_is_refused_at_its_line(files, tmp_path)
 
 # --- GENIA: real nested data ----------------------------------------------------------------------------------------
 
-GENIA_STEPS = 40  # Ten passes over 64 sentences in batches of 16.
+GENIA_STEPS = 40  # Ten passes over 64 sentences in batches of 16 (tests/launch/conftest.py's genia_nested run).
 
 
 @pytest.fixture(scope="module")
-def genia_run(tmp_path_factory):
-  require_data("genia_nested/train.jsonl")
-  config = finetune.get_config("task=genia_nested,runlocal")
-  config.epochs = GENIA_STEPS * config.batch_size // 64
-  workdir = tmp_path_factory.mktemp("genia")
-  return config, workdir, train.train_and_evaluate(config, workdir)
+def genia_run(trained):
+  """(config, workdir, results) of the session's shared genia_nested run (test_export exports it too)."""
+  workdir = trained("genia_nested")
+  return run_config("genia_nested"), workdir, json.loads((workdir / "results.json").read_text())
 
 
 def test_genia_learns_beyond_the_null_prior_within_a_few_steps(genia_run):

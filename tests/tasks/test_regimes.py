@@ -48,7 +48,8 @@ def test_frozen_parameters_stay_bitwise_equal_under_adamw():
 
 
 def test_bad_regime_names_the_choices():
-  with pytest.raises(ConfigError, match=re.escape("config.regime='half': expected one of 'full', 'frozen', 'top_k'")):
+  with pytest.raises(ConfigError, match=re.escape("config.regime='half': expected one of 'full', 'frozen', 'top_k', "
+                                                  "'lora', 'bitfit', 'adapters'")):
     regimes.update_scales(PARAMS, num_layers=2, regime="half")
   with pytest.raises(ConfigError, match=re.escape("config.top_k=0")):
     regimes.update_scales(PARAMS, num_layers=2, regime="top_k", top_k=0)
@@ -98,3 +99,128 @@ def test_hf_reference_learning_rates_weight_decay_and_frozen_parameters_match_ou
       checked += 1
   assert checked == len(hf_names) and len(of_tensor) == sum(p.requires_grad for p in hf_names.values())
   assert 0 < len(of_tensor) < len(hf_names) if regime != "full" else len(of_tensor) == len(hf_names)
+
+
+# A layer as the encoder builds it under lora (query and value targeted) and adapters (both placements): the module
+# names the regimes select by (`lora_<target>`, `adapter_<placement>`).
+LAYER = {"attention": {"qkv": {"kernel": jnp.ones((4, 3, 2, 2)), "bias": jnp.ones((3, 2, 2))},
+                       "output": {"kernel": jnp.ones((2, 2, 4)), "bias": jnp.ones(4)},
+                       "lora_query": {"a": jnp.ones((4, 1)), "b": jnp.zeros((1, 4))},
+                       "lora_value": {"a": jnp.ones((4, 1)), "b": jnp.zeros((1, 4))}},
+         "attention_layer_norm": {"scale": jnp.ones(4), "bias": jnp.zeros(4)},
+         "adapter_attention": {"down": {"kernel": jnp.ones((4, 2)), "bias": jnp.zeros(2)},
+                               "up": {"kernel": jnp.zeros((2, 4)), "bias": jnp.zeros(4)}},
+         "mlp": {"intermediate": {"kernel": jnp.ones((4, 8)), "bias": jnp.ones(8)},
+                 "output": {"kernel": jnp.ones((8, 4)), "bias": jnp.ones(4)}},
+         "output_layer_norm": {"scale": jnp.ones(4), "bias": jnp.zeros(4)}}
+TREE = {"encoder": {"embeddings": {"word_embeddings": {"embedding": jnp.ones((10, 4))},
+                                   "layer_norm": {"scale": jnp.ones(4), "bias": jnp.zeros(4)}},
+                    "layer_0": {k: v for k, v in LAYER.items() if k != "adapter_attention"}, "layer_1": LAYER,
+                    "pooler": {"kernel": jnp.ones((4, 4)), "bias": jnp.zeros(4)}},
+        "classification": {"classifier": {"kernel": jnp.ones((4, 2)), "bias": jnp.zeros(2)}}}
+
+
+def _trained(regime: str) -> set[str]:
+  flat = _flat(regimes.trainable(TREE, num_layers=2, regime=regime))
+  return {path.replace("']['", "/").strip("[']") for path, trains in flat.items() if trains}
+
+
+def test_each_regime_trains_its_own_parameters_and_the_head():
+  head = {"classification/classifier/kernel", "classification/classifier/bias"}
+  lora = {f"encoder/layer_{i}/attention/lora_{t}/{m}" for i in (0, 1) for t in ("query", "value") for m in "ab"}
+  assert _trained("lora") == head | lora
+  assert _trained("bitfit") == head | {p for p in _trained("full") if p.startswith("encoder") and p.endswith("/bias")}
+  assert "encoder/layer_1/attention/qkv/bias" in _trained("bitfit")
+  assert "encoder/layer_1/attention_layer_norm/bias" in _trained("bitfit")  # LayerNorm biases: BitFit's b_LN.
+  adapters = {f"encoder/layer_1/adapter_attention/{m}/{w}" for m in ("down", "up") for w in ("kernel", "bias")}
+  norms = {f"encoder/layer_1/{n}/{w}" for n in ("attention_layer_norm", "output_layer_norm") for w in ("scale", "bias")}
+  assert _trained("adapters") == head | adapters | norms  # layer_0 holds no adapter: its LayerNorms stay.
+  assert "encoder/pooler/kernel" in _trained("frozen") and "encoder/pooler/kernel" not in _trained("lora")
+
+
+def test_select_and_merge_split_and_rejoin_the_tree():
+  mask = regimes.trainable(TREE, num_layers=2, regime="lora")
+  part = regimes.select(TREE, mask)
+  assert set(part) == {"encoder", "classification"} and set(part["encoder"]) == {"layer_0", "layer_1"}
+  moved = jax.tree.map(lambda x: x + 1, part)
+  merged = regimes.merge(TREE, moved)
+  assert jax.tree.structure(merged) == jax.tree.structure(TREE)
+  np.testing.assert_array_equal(merged["encoder"]["layer_1"]["attention"]["lora_query"]["b"], 1.0)
+  assert merged["encoder"]["layer_1"]["attention"]["qkv"]["kernel"] is TREE["encoder"]["layer_1"]["attention"]["qkv"][
+      "kernel"]  # Frozen leaves: the very arrays, not copies.
+
+
+def _config(**fields):
+  from configs import finetune  # pylint: disable=import-outside-toplevel
+  config = finetune.get_config("task=sst2,runlocal").unlock()
+  for key, value in fields.items():
+    *blocks, name = key.split(".")
+    block = config
+    for b in blocks:
+      block = block[b]
+    block[name] = value
+  return config
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"regime": "lora", "lora.rank": 0}, "config.lora.rank=0: expected an integer >= 1"),
+    ({"regime": "lora", "lora.rank": 65}, "config.lora.rank=65: expected 1 to the model's width "
+                                          "(config.model.hidden_size=64)"),
+    ({"regime": "lora", "lora.targets": "query,ffn"}, "config.lora.targets='query,ffn': expected distinct projections"),
+    ({"regime": "lora", "lora.layers": "top:9"}, "config.lora.layers='top:9': expected top:1 to top:2"),
+    ({"regime": "adapters", "adapters.size": 0}, "config.adapters.size=0: expected an integer >= 1"),
+    ({"regime": "adapters", "adapters.placement": "ffn"}, "config.adapters.placement='ffn': expected one of"),
+    ({"regime": "bitfit", "lora.rank": 4}, "config.lora.rank=4 is read by regime 'lora' only, and "
+                                           "config.regime='bitfit': leave it at its default 8"),
+    ({"regime": "lora", "adapters.size": 16}, "config.adapters.size=16 is read by regime 'adapters' only"),
+    ({"regime": "top_k", "top_k": 3}, "config.top_k=3: regime 'top_k' trains the top top_k layers, expected 1 to"),
+])
+def test_bad_regime_fields_end_in_one_line_naming_the_field(fields, message):
+  from configs import checks  # pylint: disable=import-outside-toplevel
+  config = _config(**fields)
+  with pytest.raises(ConfigError, match=re.escape(message)) as raised:
+    checks.check_config(config)
+  assert "\n" not in str(raised.value)
+
+
+def test_top_k_given_with_lora_is_refused_naming_the_field():
+  """A top_k the user gives under another regime (configs/given.py, which refuses fields a run does not read)."""
+  from configs import given  # pylint: disable=import-outside-toplevel
+  config = _config(regime="lora", top_k=2)
+  with pytest.raises(ConfigError, match=re.escape("config.top_k=2 (--config.top_k on the command line) has no effect: "
+                                                  "config.regime='lora'")):
+    given.check(config, given.from_command_line("configs/finetune.py:task=sst2,runlocal", ["top_k", "regime"], config),
+                "configs/finetune.py:task=sst2,runlocal")
+
+
+def test_a_regime_block_field_given_under_another_regime_is_refused_naming_its_regime():
+  """configs/given.py's REGIME_READERS lists every field of the regime blocks (it cannot import them: JAX)."""
+  from configs import given  # pylint: disable=import-outside-toplevel
+  assert {k for k in given.REGIME_READERS if "." in k} == set(regimes.field_rules())
+  config = _config(regime="bitfit", **{"adapters.size": 16})
+  with pytest.raises(ConfigError, match=re.escape(
+      "config.adapters.size=16 (--config.adapters.size on the command line) has no effect: config.regime='bitfit' "
+      "(--config.regime on the command line) does not read it (read by regime 'adapters')")):
+    given.check(config, given.from_command_line("configs/finetune.py:task=sst2,runlocal", ["adapters.size", "regime"],
+                                                config), "configs/finetune.py:task=sst2,runlocal")
+
+
+def test_the_optimizer_of_a_regime_keeps_state_for_the_trainable_part_and_evaluates_the_whole_tree():
+  """make_optimizer with frozen factors works on `select`'s part (moments and the parameter EMA alike);
+  evaluation_params puts the EMA of that part on the frozen rest."""
+  from configs import common  # pylint: disable=import-outside-toplevel
+  from launch import optimizer, steps  # pylint: disable=import-outside-toplevel
+  scales = regimes.update_scales(TREE, num_layers=2, regime="bitfit")
+  part = regimes.select(TREE, jax.tree.map(lambda s: s > 0, scales))
+  tx = optimizer.make_optimizer(common.optimizer_config(warmup_steps=1, ema_decay=0.5), 10, scales)
+  opt_state = tx.init(part)
+  assert len(jax.tree.leaves(opt_state.ema)) == len(jax.tree.leaves(part)) < len(jax.tree.leaves(TREE))
+  for _ in range(2):  # The first step's learning rate is warm-up's 0.
+    updates, opt_state = tx.update(jax.tree.map(jnp.ones_like, part), opt_state, part)
+    part = optax.apply_updates(part, updates)
+  state = steps.TrainState(step=jnp.zeros((), jnp.int32), params=regimes.merge(TREE, part), opt_state=opt_state,
+                           rng=jnp.zeros(2, jnp.uint32))
+  evaluated = optimizer.evaluation_params(state)
+  assert jax.tree.structure(evaluated) == jax.tree.structure(TREE)
+  np.testing.assert_array_equal(evaluated["encoder"]["pooler"]["kernel"], TREE["encoder"]["pooler"]["kernel"])
+  assert not np.array_equal(evaluated["encoder"]["pooler"]["bias"], TREE["encoder"]["pooler"]["bias"])

@@ -16,19 +16,49 @@ TPU API's documentation:
 - queued-resources delete without --force succeeds only for an ACCEPTED, FAILED or SUSPENDED one or one without nodes
   (REST queuedResources.delete's `force`); with --force it deletes the node too. A missing resource is NOT_FOUND.
 - --autocheckpoint-enabled exists only in the alpha track (create.yaml: release_tracks [ALPHA]).
-- A queued resource stays WAITING_FOR_RESOURCES for $FAKE_QUEUE_WAITS describes (default 1), then becomes ACTIVE
-  with a READY node.
-Commands whose text contains $FAKE_SSH_FAIL_ON exit 3 (a failing step).
+- Flags: each command takes only the flags its reference page lists (cloud.google.com/sdk/gcloud/reference/...:
+  FLAGS below) and gcloud's wide flags; any other is "unrecognized arguments" (exit 2), as gcloud's parser says.
+- Queued-resource states (the v2 API's QueuedResourceState): a new one is WAITING_FOR_RESOURCES for
+  $FAKE_QUEUE_WAITS describes (default 1), PROVISIONING for one, then ACTIVE with a READY node, or, when
+  $FAKE_QUEUE_FAIL is set, FAILED with state.failedData.error.message = its text (every time it is queued); one a test
+  sets SUSPENDING becomes SUSPENDED at the next describe, its node deleted. describe's --format=value(a.b,c) prints
+  the named fields of the resource's API form, tab-separated, as gcloud does.
+Commands whose text contains $FAKE_SSH_FAIL_ON exit 3 (a failing step). The start command (it writes the systemd
+unit) runs for real on each worker, in bash in its home, with a sandbox sudo (/etc/... moved under the home) and a
+sandbox systemctl (it records its calls in ~/systemctl.log and needs the unit file): the shell the hosts run. The
+bucket probe (a command containing `write-probe`) fails with exit 7, printing the account, when $FAKE_BUCKET_READONLY
+names the VMs' service account.
 """
 
 import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 WORKERS = {"v4-8": 1, "v4-32": 4, "v5litepod-8": 1, "v5litepod-16": 4, "v6e-8": 1, "v6e-16": 4}
+WIDE = {"account", "billing-project", "configuration", "flags-file", "flatten", "format", "help", "project", "quiet",
+        "impersonate-service-account", "log-http", "trace-token", "user-output-enabled", "verbosity", "zone"}
+_SSH_COMMON = {"worker", "batch-size", "dry-run", "force-key-file-overwrite", "internal-ip", "plain",
+               "ssh-key-expiration", "ssh-key-expire-after", "strict-host-key-checking", "tunnel-through-iap"}
+_CREATE_COMMON = {"async", "boot-disk", "data-disk", "description", "internal-ips", "labels", "metadata",
+                  "metadata-from-file", "network", "range", "reserved", "scopes", "service-account",
+                  "shielded-secure-boot", "spot", "subnetwork", "tags", "accelerator-type", "topology", "type"}
+FLAGS = {  # The reference pages' flags (GA; the alpha track adds ALPHA_FLAGS).
+    "tpu-vm create": _CREATE_COMMON | {"version", "preemptible"},
+    "tpu-vm describe": set(), "tpu-vm delete": {"async"},
+    "tpu-vm ssh": _SSH_COMMON | {"command", "container", "output-directory", "ssh-flag"},
+    "tpu-vm scp": _SSH_COMMON | {"compress", "recurse", "scp-flag"},
+    "queued-resources create": _CREATE_COMMON | {"runtime-version", "node-id", "node-count", "node-prefix",
+                                                 "guaranteed", "valid-after-duration", "valid-after-time",
+                                                 "valid-until-duration", "valid-until-time", "reservation-host-folder",
+                                                 "reservation-host-organization", "reservation-host-project"},
+    "queued-resources describe": set(), "queued-resources delete": {"async", "force"},
+    "storage rsync": {"recursive", "delete-unmatched-destination-objects", "checksums-only", "dry-run"},
+}
+ALPHA_FLAGS = {"tpu-vm create": {"autocheckpoint-enabled"}, "queued-resources create": {"autocheckpoint-enabled"}}
 UNUSABLE = ("STOPPED", "STOPPING", "DELETING", "HIDDEN")
 TERMINAL = ("PREEMPTED", "TERMINATED")
 
@@ -71,12 +101,83 @@ def workers(command: str, flag: str, count: int) -> list[int]:
   return sorted(indexes)
 
 
+def check_flags(command: str, key: str, options: dict[str, str], alpha: bool) -> None:
+  """gcloud's parser: a flag the command does not have is refused."""
+  known = WIDE | FLAGS[key] | (ALPHA_FLAGS.get(key, set()) if alpha else set())
+  unknown = sorted(f"--{k}" for k in options if k not in known)
+  if unknown:
+    fail(command, f"unrecognized arguments: {' '.join(unknown)}", 2)
+
+
+def render(resource: dict, fmt: str) -> str:
+  """--format=value(a.b,c): the fields, tab-separated (a missing one empty)."""
+  fields = fmt.removeprefix("value(").removesuffix(")").split(",")
+
+  def get(path: str) -> str:
+    value: object = resource
+    for part in path.split("."):
+      value = value.get(part, "") if isinstance(value, dict) else ""
+    return str(value)
+  return "\t".join(get(f.strip()) for f in fields)
+
+
 def usable(command: str, node: dict) -> None:
   """ValidateTPUState."""
   if node["state"] in TERMINAL:
     fail(command, f'This TPU has terminal state "{node["state"]}", so it cannot be used anymore.')
   if node["state"] in UNUSABLE:
     fail(command, f'This TPU has state "{node["state"]}", so it cannot be currently connected to.')
+
+
+def advance(resource: dict, name: str, nodes: dict) -> None:
+  """One describe's worth of a queued resource's life (module docstring)."""
+  if resource["state"] == "WAITING_FOR_RESOURCES":
+    resource["waits"] -= 1
+    if resource["waits"] < 0:
+      resource["state"] = "PROVISIONING"
+  elif resource["state"] == "PROVISIONING":
+    if os.environ.get("FAKE_QUEUE_FAIL"):
+      resource["state"], resource["error"] = "FAILED", os.environ["FAKE_QUEUE_FAIL"]
+    else:
+      resource["state"] = "ACTIVE"
+      nodes[resource["node"]] = {"state": "READY", "type": resource["type"], "queued": name}
+  elif resource["state"] == "SUSPENDING":
+    resource["state"] = "SUSPENDED"
+    nodes.pop(resource["node"], None)
+
+
+UNIT = "encoderlab"
+SUDO = """#!/bin/bash
+# The sandbox's sudo: runs its command with every /etc/... argument moved under $HOME/etc.
+args=()
+for a in "$@"; do case "$a" in /etc/*) args+=("$HOME$a");; *) args+=("$a");; esac; done
+exec "${args[@]}"
+"""
+SYSTEMCTL = """#!/bin/bash
+# The sandbox's systemctl: records its arguments; enable and restart need the unit file.
+echo "$*" >> "$HOME/systemctl.log"
+unit="${@: -1}"
+case "$1" in daemon-reload) exit 0;; esac
+test -f "$HOME/etc/systemd/system/$unit.service" || { echo "Failed to $1 $unit.service: Unit not found." >&2; exit 5; }
+"""
+
+
+def start(command: str, name: str, worker: int, text: str) -> None:
+  """The start command on a worker, run by bash in its sandbox home (sudo and systemctl the sandbox's own, above);
+  a failure is the command's, as over ssh."""
+  sandbox = home(name, worker)
+  tools = sandbox / ".fake-bin"
+  tools.mkdir(exist_ok=True)
+  for tool, script in (("sudo", SUDO), ("systemctl", SYSTEMCTL)):
+    (tools / tool).write_text(script)
+    (tools / tool).chmod(0o755)
+  (sandbox / "etc" / "systemd" / "system").mkdir(parents=True, exist_ok=True)
+  env = os.environ | {"HOME": str(sandbox), "PATH": f"{tools}:{os.environ['PATH']}"}
+  ran = subprocess.run(["bash", "-c", text], env=env, cwd=sandbox, capture_output=True, text=True, check=False)
+  print(ran.stdout, end="")
+  if ran.returncode:
+    print(ran.stderr, file=sys.stderr, end="")
+    sys.exit(ran.returncode)
 
 
 def home(name: str, worker: int) -> Path:
@@ -91,7 +192,11 @@ def local(path: str, name: str, worker: int) -> Path:
 
 
 def copy(source: Path, destination: Path, recurse: bool) -> None:
-  for found in sorted(source.parent.glob(source.name)) if "*" in source.name else [source]:
+  matched = sorted(source.parent.glob(source.name)) if "*" in source.name else [source]
+  if not matched or not matched[0].exists():
+    print(f"scp: {source}: No such file or directory", file=sys.stderr)
+    sys.exit(1)
+  for found in matched:
     target = destination / found.name if destination.is_dir() else destination
     if found.is_dir():
       if not recurse:
@@ -110,7 +215,8 @@ def main(argv: list[str]) -> None:
   alpha = argv[:1] == ["alpha"]
   argv = argv[1:] if alpha else argv
   if argv[:2] == ["storage", "rsync"]:
-    positional, _ = flags(argv[2:])
+    positional, options = flags(argv[2:])
+    check_flags("storage.rsync", "storage rsync", options, alpha)
     source = Path(os.environ["FAKE_GCS"]) / positional[0].removeprefix("gs://")
     if not source.is_dir():
       fail("storage.rsync", f"The following URLs matched no objects or files: {positional[0]}")
@@ -120,8 +226,7 @@ def main(argv: list[str]) -> None:
   group, verb = argv[2], argv[3]
   command = f"{'alpha.' if alpha else ''}compute.tpus.{group}.{verb}"
   positional, options = flags(argv[4:])
-  if "autocheckpoint-enabled" in options and not alpha:
-    fail(command, "unrecognized arguments: --autocheckpoint-enabled", 2)
+  check_flags(command, f"{group} {verb}", options, alpha)
   name = positional[0]
   if verb == "scp":  # The node is named by the remote side: NAME:path.
     name = next(p.split(":", 1)[0] for p in positional if ":" in p)
@@ -137,12 +242,10 @@ def main(argv: list[str]) -> None:
     elif resource is None:
       fail(command, f"NOT_FOUND: Resource 'projects/p/locations/z/queuedResources/{name}' was not found")
     elif verb == "describe":
-      if resource["state"] == "WAITING_FOR_RESOURCES":
-        resource["waits"] -= 1
-        if resource["waits"] < 0:
-          resource["state"] = "ACTIVE"
-          nodes[resource["node"]] = {"state": "READY", "type": resource["type"], "queued": name}
-      print(resource["state"])
+      advance(resource, name, nodes)
+      view = {"state": {"state": resource["state"]} | (
+          {"failedData": {"error": {"code": 9, "message": resource["error"]}}} if resource.get("error") else {})}
+      print(render(view, options.get("format", "value(state.state)")))
     elif verb == "delete":
       if "force" not in options and resource["state"] not in ("ACCEPTED", "FAILED", "SUSPENDED") \
           and resource["node"] in nodes:
@@ -159,7 +262,8 @@ def main(argv: list[str]) -> None:
     elif node is None:
       fail(command, f"NOT_FOUND: Resource 'projects/p/locations/z/nodes/{name}' was not found")
     elif verb == "describe":
-      print(f"{node['state']}\t{node['type']}")
+      print(render({"state": node["state"], "acceleratorType": node["type"]},
+                   options.get("format", "value(state,acceleratorType)")))
     elif verb == "delete":
       del nodes[name]
     elif verb in ("ssh", "scp"):
@@ -171,6 +275,12 @@ def main(argv: list[str]) -> None:
           fail(command, "Invalid value for [--worker]: cannot target multiple workers without the `--command` flag.")
         if os.environ.get("FAKE_SSH_FAIL_ON") and os.environ["FAKE_SSH_FAIL_ON"] in options.get("command", ""):
           sys.exit(3)
+        if os.environ.get("FAKE_BUCKET_READONLY") and "write-probe" in options.get("command", ""):
+          print(f"cannot write as {os.environ['FAKE_BUCKET_READONLY']}")
+          sys.exit(7)
+        if f"/etc/systemd/system/{UNIT}.service" in options.get("command", ""):
+          for worker in chosen:
+            start(command, name, worker, options["command"])
       else:
         source, destination = positional[0], positional[1]
         from_workers = source.startswith(f"{name}:")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-FAST = ["--poll_s", "0.2", "--grace_s", "3", "--restart_delay_s", "0.1"]
+FAST = ["--poll_s", "0.2", "--grace_s", "3", "--restart_delay_s", "0.1", "--host_timeout_s", "1"]
 
 
 def _start(workdir: str, tmp_path: Path, worker: int, hosts: int, script: dict, *options: str) -> subprocess.Popen:
@@ -54,7 +54,7 @@ def test_done_everywhere_then_on_end(tmp_path):
   codes = _wait([_start(str(workdir), tmp_path, w, 2, {}) for w in range(2)])
   assert codes == [0, 0]
   logs = workdir / "logs"
-  assert [(_status(logs, w)["state"], _status(logs, w)["attempt"]) for w in range(2)] == [("done", 0), ("done", 0)]
+  assert [(_status(logs, w)["state"], _status(logs, w)["generation"]) for w in range(2)] == [("done", 0), ("done", 0)]
   assert "standin worker 1 attempt 0: --config configs/pretrain.py:size=base" in (logs / "worker-1.log").read_text()
   assert (tmp_path / "on_end.txt").read_text() == "deleted by worker 0\n"  # Worker 0 only, once.
 
@@ -68,11 +68,13 @@ def test_a_failure_for_good_stops_the_others_and_names_the_worker(tmp_path):
   logs = workdir / "logs"
   failed = _status(logs, 2)
   assert (failed["state"], failed["exit"], failed["final"]) == ("failed", 1, True)
-  assert failed["reason"] == "error: config.batch_size=7 must split into micro-batches"
+  reason = ("error: config.batch_size=7 must split into micro-batches (the code failed 1 time(s), "
+            "--max_attempts=1)")
+  assert failed["reason"] == reason
   for worker in (0, 1):
     stopped = _status(logs, worker)
     assert stopped["state"] == "stopped"
-    assert stopped["reason"] == "worker 2 failed for good: error: config.batch_size=7 must split into micro-batches"
+    assert stopped["reason"] == f"worker 2 failed for good: {reason}"
   assert stopped["exit"] == 0 and "SIGTERM: saved" in (logs / "worker-1.log").read_text()  # It saved.
   assert _status(logs, 0)["exit"] == -signal.SIGKILL  # The stuck one was killed after --grace_s.
   assert (tmp_path / "on_end.txt").read_text() == "deleted by worker 0\n"
@@ -84,10 +86,11 @@ def test_a_failed_attempt_restarts_every_worker(tmp_path):
   script = {"0/0": "hang", "1/0": "fail:RuntimeError: DEADLINE_EXCEEDED: barrier timed out"}
   assert _wait([_start(str(workdir), tmp_path, w, 2, script) for w in range(2)]) == [0, 0]
   logs = workdir / "logs"
-  assert [(_status(logs, w)["state"], _status(logs, w)["attempt"]) for w in range(2)] == [("done", 1), ("done", 1)]
+  assert [(_status(logs, w)["state"], _status(logs, w)["generation"]) for w in range(2)] == [("done", 1), ("done", 1)]
   log0 = (logs / "worker-0.log").read_text()
-  assert "run run1 attempt 0" in log0 and "SIGTERM: saved" in log0 and "run run1 attempt 1" in log0
-  assert json.loads((logs / "attempt.json").read_text()) == {"run_id": "run1", "attempt": 1}
+  assert "run run1 generation 0" in log0 and "SIGTERM: saved" in log0 and "run run1 generation 1" in log0
+  generation = json.loads((logs / "generation-1.json").read_text())
+  assert (generation["cause"], generation["failures"], generation["worker"]) == ("failure", 1, 1)
 
 
 @pytest.mark.slow
@@ -108,7 +111,8 @@ def test_a_restarted_host_restarts_the_run_and_sigterm_stops_it(tmp_path):
   for process in (first[0], again):
     process.send_signal(signal.SIGTERM)
   assert _wait([first[0], again]) == [0, 0]
-  assert [(_status(logs, w)["state"], _status(logs, w)["attempt"]) for w in range(2)] == [("stopped", 1)] * 2
+  assert [(_status(logs, w)["state"], _status(logs, w)["generation"]) for w in range(2)] == [("stopped", 1)] * 2
+  assert json.loads((logs / "generation-1.json").read_text())["cause"] == "host"  # Not a failure of the code.
   assert (logs / "worker-1.log").read_text().count("SIGTERM: saved") == 1  # Attempt 0's run was killed, not saved.
   assert not (tmp_path / "on_end.txt").exists()
 
@@ -118,7 +122,7 @@ def _exists_state(logs: Path, worker: int, state: str, attempt: int) -> bool:
     status = _status(logs, worker)
   except (FileNotFoundError, json.JSONDecodeError):
     return False
-  return status["state"] == state and status["attempt"] == attempt
+  return status["state"] == state and status["generation"] == attempt
 
 
 def _local_log(tmp_path: Path, worker: int) -> str:
@@ -144,9 +148,9 @@ def test_logs_and_statuses_in_a_bucket(tmp_path):
     script = {"0/0": "hang", "1/0": "fail:error: a broken shard"}
     assert _wait([_start(workdir, tmp_path, w, 2, script) for w in range(2)], timeout=300) == [0, 0]
     names = gcs_emulator.objects(host, "run/logs/")
-    assert names == ["run/logs/attempt.json", "run/logs/worker-0.json", "run/logs/worker-0.log",
+    assert names == ["run/logs/generation-1.json", "run/logs/worker-0.json", "run/logs/worker-0.log",
                      "run/logs/worker-1.json", "run/logs/worker-1.log"]
     from encoder import files  # pylint: disable=import-outside-toplevel
     status = json.loads(files.path(f"{workdir}/logs/worker-1.json").read_text())
-    assert (status["state"], status["attempt"]) == ("done", 1)
+    assert (status["state"], status["generation"]) == ("done", 1)
     assert "error: a broken shard" in files.path(f"{workdir}/logs/worker-1.log").read_text()

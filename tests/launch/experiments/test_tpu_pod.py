@@ -40,9 +40,10 @@ from launch.experiments import tpu_pod, tpu_types
 REPO = Path(__file__).resolve().parents[3]
 FAKE = Path(__file__).with_name("fake_gcloud.py")
 MAIN_ARGS = ["--config", "configs/pretrain.py:size=base,objectives=mlm+nsp", "--workdir", "gs://bucket/runs/base"]
-V5E = ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--project", "lab", "--spot", "--queued",
+V5E = ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--project", "my-lab", "--spot", "--queued",
        "--skip_plan", "--poll_s", "0.01"]
 V4 = ["--name", "bert", "--zone", "us-central2-b", "--type", "v4-32", "--skip_plan", "--poll_s", "0.01"]
+SLICE = ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--project", "my-lab"]  # --logs, --stop, ...
 
 
 @pytest.fixture(name="world")
@@ -100,25 +101,27 @@ def _commands(stdout: str) -> list[str]:
 @pytest.mark.slow
 def test_dry_runs_print_every_command_and_gcloud_parses_them(world):
   v4 = _pod(world, ["--name", "bert", "--zone", "us-central2-b", "--type", "v4-32", "--dry-run"])
-  v5e = _pod(world, ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--project", "lab", "--spot",
+  v5e = _pod(world, ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--project", "my-lab", "--spot",
                      "--queued", "--autocheckpoint", "--delete_when_done", "--dry-run"])
   assert v4.returncode == 0 and v5e.returncode == 0, v4.stderr + v5e.stderr
-  flags = "--zone=us-west4-a --project=lab"
+  flags = "--zone=us-west4-a --project=my-lab"
   commands = _commands(v5e.stdout)
   assert commands[0] == shlex.join([sys.executable, "-m", "launch.experiments.pod_plan", "--type", "v5e-16", "--mfu",
                                     "0.5", "--", *MAIN_ARGS])
   assert commands[1:5] == [
       f"gcloud compute tpus tpu-vm describe bert '--format=value(state,acceleratorType)' {flags}",
-      f"gcloud compute tpus queued-resources describe bert '--format=value(state.state)' {flags}",
+      f"gcloud compute tpus queued-resources describe bert '--format=value(state.state,state.failedData.error."
+      f"message)' {flags}",
       "gcloud alpha compute tpus queued-resources create bert --node-id=bert --accelerator-type=v5litepod-16 "
       f"--runtime-version=v2-alpha-tpuv5-lite --spot --autocheckpoint-enabled {flags}",
       f"gcloud compute tpus queued-resources delete bert --force --quiet {flags}"]
-  assert commands[5] == (f"gcloud compute tpus tpu-vm scp /tmp/encoderlab.tar.gz bert:/tmp/encoderlab.tar.gz "
+  assert shlex.split(commands[5])[4:7] == ["ssh", "bert", "--worker=0"] and "write-probe" in commands[5]
+  assert commands[6] == (f"gcloud compute tpus tpu-vm scp /tmp/encoderlab.tar.gz bert:/tmp/encoderlab.tar.gz "
                          f"--worker=all {flags}")
-  assert [shlex.split(c)[4:7] for c in commands[6:9]] == [["ssh", "bert", "--worker=all"]] * 3
+  assert [shlex.split(c)[4:7] for c in commands[7:10]] == [["ssh", "bert", "--worker=all"]] * 3
   assert ("--on_end '[\"gcloud\", \"compute\", \"tpus\", \"queued-resources\", \"delete\", \"bert\", \"--force\", "
-          "\"--quiet\", \"--zone=us-west4-a\", \"--project=lab\", \"--async\"]'") in v5e.stdout
-  assert "--hosts 4 --max_attempts 3" in v5e.stdout and "#   KillMode=mixed" in v5e.stdout
+          "\"--quiet\", \"--zone=us-west4-a\", \"--project=my-lab\", \"--async\"]'") in v5e.stdout
+  assert "--hosts 4 --max_attempts 3 --wait_hours 6" in v5e.stdout and "#   KillMode=mixed" in v5e.stdout
   assert _commands(v4.stdout)[2:4] == [
       "gcloud compute tpus tpu-vm create bert --accelerator-type=v4-32 --version=tpu-ubuntu2204-base "
       "--zone=us-central2-b", "gcloud compute tpus tpu-vm delete bert --quiet --zone=us-central2-b"]
@@ -128,15 +131,19 @@ def test_dry_runs_print_every_command_and_gcloud_parses_them(world):
                  main_args=["--workdir", "gs://bucket/runs/base"])
   stop = _pod(world, ["--name", "bert", "--zone", "us-west4-a", "--type", "v5e-16", "--stop", "--dry-run"], [])
   assert _commands(logs_gs.stdout)[1:] == ["gcloud storage rsync --recursive gs://bucket/runs/base/logs out"]
-  assert _commands(logs.stdout)[1:] == [f"gcloud compute tpus tpu-vm scp 'bert:~/encoderlab-logs/worker-{w}.*' out "
-                                        f"--worker={w} --zone=us-west4-a" for w in range(4)]
+  assert _commands(logs.stdout)[1:] == [
+      *(f"gcloud compute tpus tpu-vm scp 'bert:~/encoderlab-logs/worker-{w}.*' out --worker={w} --zone=us-west4-a"
+        for w in range(4)),
+      *(f"gcloud compute tpus tpu-vm scp 'bert:~/encoderlab-logs/supervisor.log' out/supervisor-{w}.log "
+        f"--worker={w} --zone=us-west4-a" for w in range(4))]
   assert _commands(stop.stdout) == ["gcloud compute tpus tpu-vm ssh bert --worker=all '--command=sudo systemctl "
                                     "disable -q --now encoderlab && echo stopped on $(hostname)' --zone=us-west4-a"]
   assert not (world["tmp"] / "calls.log").exists()  # Nothing ran.
   if shutil.which("gcloud", path=os.environ["PATH"]) is None:
     pytest.skip("no real gcloud here to parse the commands")
   # Each distinct shape once: an ssh's --command text and an scp's worker number do not change the parsing.
-  shape = lambda argv: [re.sub(r"^--command=.*", "--command=true", re.sub(r"worker-\d", "worker-0", a)) for a in argv]
+  shape = lambda argv: [re.sub(r"^--command=.*", "--command=true", re.sub(r"(worker|supervisor)-\d", r"\1-0", a))
+                        for a in argv]
   printed = {shlex.join(shape(shlex.split(c))): True for out in (v4, v5e, logs, logs_gs, stop)
              for c in _commands(out.stdout) if c.startswith("gcloud")}
   script = next(line for line in v5e.stdout.splitlines() if line.startswith("#   exec "))
@@ -167,9 +174,10 @@ def test_queued_spot_slice_created_recreated_after_preemption_and_reused(world):
   assert created.returncode == 0, created.stderr
   assert _calls(world) == ["queued-resources describe", "tpu-vm describe", "queued-resources create",
                            "queued-resources describe", "queued-resources describe", "queued-resources describe",
-                           "tpu-vm describe", "tpu-vm scp", "tpu-vm ssh", "tpu-vm ssh",
-                           "tpu-vm ssh"]
+                           "queued-resources describe", "tpu-vm describe", "tpu-vm ssh", "tpu-vm scp", "tpu-vm ssh",
+                           "tpu-vm ssh", "tpu-vm ssh"]
   assert "queued resource bert is WAITING_FOR_RESOURCES; waiting" in created.stdout
+  assert "queued resource bert is PROVISIONING; waiting" in created.stdout
   assert _state(world)["queued"]["bert"]["spot"] and _state(world)["nodes"]["bert"]["state"] == "READY"
   for worker in range(4):  # Every worker got the tracked files as they are here; nothing untracked.
     with tarfile.open(world["tmp"] / "homes" / "bert" / str(worker) / "tmp" / "encoderlab.tar.gz") as tarball:
@@ -187,7 +195,7 @@ def test_queued_spot_slice_created_recreated_after_preemption_and_reused(world):
           in relaunched.stdout)
   reused = _pod(world, V5E)
   assert reused.returncode == 0, reused.stderr
-  assert _calls(world)[:3] == ["queued-resources describe", "tpu-vm describe", "tpu-vm scp"]
+  assert _calls(world)[:4] == ["queued-resources describe", "tpu-vm describe", "tpu-vm ssh", "tpu-vm scp"]
   state = _state(world)  # A plain TPU VM holds the name: queueing one would clash (ALREADY_EXISTS).
   state["queued"] = {}
   state["nodes"]["bert"]["queued"] = None
@@ -231,39 +239,43 @@ def test_logs_stop_and_delete(world):
   for worker in range(4):
     failed = worker == 2
     (logs / f"worker-{worker}.json").write_text(json.dumps({
-        "run_id": "r1", "worker": worker, "attempt": 2, "state": "failed" if failed else "stopped", "exit": 1,
+        "run_id": "r1", "worker": worker, "generation": 2, "state": "failed" if failed else "stopped", "exit": 1,
         "final": failed, "host": f"t1v-{worker}", "time": "2026-12-01 10:00:00 UTC",
         "reason": reason if failed else f"worker 2 failed for good: {reason}"}))
     (logs / f"worker-{worker}.log").write_text(f"log of worker {worker}\n")
-  read = _pod(world, [*V5E, "--logs", str(world["tmp"] / "out")])
+  read = _pod(world, [*SLICE, "--logs", str(world["tmp"] / "out")], ["--workdir", "gs://bucket/runs/base"])
   assert read.returncode == 0, read.stderr
   assert _calls(world) == ["storage rsync gs://bucket/runs/base/logs"]
   assert (world["tmp"] / "out" / "worker-3.log").read_text() == "log of worker 3\n"
   lines = read.stdout.splitlines()
-  assert f"worker 2 (t1v-2): failed for good, run r1 attempt 2, exit 1, at 2026-12-01 10:00:00 UTC: {reason}" in lines
-  assert (f"worker 0 (t1v-0): stopped, run r1 attempt 2, exit 1, at 2026-12-01 10:00:00 UTC: worker 2 failed for "
+  assert (f"worker 2 (t1v-2): failed for good, run r1 generation 2, exit 1, at 2026-12-01 10:00:00 UTC: {reason}"
+          in lines)
+  assert (f"worker 0 (t1v-0): stopped, run r1 generation 2, exit 1, at 2026-12-01 10:00:00 UTC: worker 2 failed for "
           f"good: {reason}") in lines
   for worker in range(4):  # A workdir on a shared filesystem: each worker's own copy, one scp each.
-    home = world["tmp"] / "homes" / "bert" / str(worker) / "encoderlab-logs"
-    home.mkdir(parents=True)
+    home = world["tmp"] / "homes" / "bert" / str(worker) / "encoderlab-logs"  # The start command made it.
+    home.mkdir(parents=True, exist_ok=True)
     shutil.copy(logs / f"worker-{worker}.json", home)
     shutil.copy(logs / f"worker-{worker}.log", home)
-  shared = _pod(world, [*V5E, "--logs", str(world["tmp"] / "out2")], ["--workdir", "/shared/run"])
+  (home / "supervisor.log").write_text("Traceback ...\nPermissionError: 403 gs://bucket/runs/base/logs\n")  # Worker 3.
+  shared = _pod(world, [*SLICE, "--logs", str(world["tmp"] / "out2")], ["--workdir", "/shared/run"])
   assert shared.returncode == 0, shared.stderr
-  assert _calls(world) == ["tpu-vm scp"] * 4 and (world["tmp"] / "out2" / "worker-2.json").is_file()
+  assert _calls(world) == ["tpu-vm scp"] * 8 and (world["tmp"] / "out2" / "worker-2.json").is_file()
+  assert (f"worker 3: its supervisor failed: PermissionError: 403 gs://bucket/runs/base/logs (all of it in "
+          f"{world['tmp'] / 'out2' / 'supervisor-3.log'})") in shared.stdout.splitlines()
   old = _fake(world, "compute", "tpus", "tpu-vm", "scp", "bert:~/encoderlab-logs/*.log", "out", "--worker=all",
               "--zone=z")
   assert old.returncode == 1 and old.stderr == ("ERROR: (gcloud.compute.tpus.tpu-vm.scp) Invalid value for "
                                                 "[--worker]: cannot target multiple workers while copying files to "
                                                 "client.\n")
   _calls(world)
-  stop = _pod(world, [*V5E, "--stop"], [])
+  stop = _pod(world, [*SLICE, "--stop"], [])
   assert stop.returncode == 0 and _calls(world) == ["tpu-vm ssh"]
   assert "systemctl disable -q --now encoderlab" in stop.stdout
-  deleted = _pod(world, [*V5E, "--delete"], [])
+  deleted = _pod(world, [*SLICE, "--queued", "--delete"], [])
   assert deleted.returncode == 0 and _calls(world) == ["queued-resources describe", "queued-resources delete"]
   assert _state(world) == {"nodes": {}, "queued": {}}
-  again = _pod(world, [*V5E, "--delete"], [])
+  again = _pod(world, [*SLICE, "--queued", "--delete"], [])
   assert again.returncode == 0 and "bert: nothing to delete" in again.stdout
 
 
@@ -318,8 +330,8 @@ def test_the_plan_refuses_a_config_before_anything_is_created(world):
   refused = _pod(world, [a for a in V4 if a != "--skip_plan"],
                  ["--config", config, *MAIN_ARGS[2:], "--config.batch_size=40"])
   assert refused.returncode == 1, refused.stderr
-  assert refused.stderr == ("error: config.batch_size=40: expected a multiple of grad_accum_steps (1) x the 16 "
-                            "data-parallel devices of v4-32\n")
+  assert refused.stderr == ("error: config.batch_size=40: expected a multiple of grad_accum_steps=1 micro-batches, "
+                            "each divisible by the 16 data-parallel devices\n")  # launch.main's own check.
   assert _calls(world) == []
 
 
@@ -347,7 +359,8 @@ def test_the_run_script_runs_the_supervisor_and_systemd_accepts_the_unit(tmp_pat
   assert lines[0] == f"{home / 'encoderlab'} {home / 'encoderlab-data'}"
   on_end = ["gcloud", "compute", "tpus", "tpu-vm", "delete", "bert", "--quiet", "--zone=z", "--async"]
   assert lines[1:] == ["-m", "launch.experiments.pod_worker", "--workdir", "gs://bucket/runs/base", "--run_id", "r1",
-                       "--hosts", "4", "--max_attempts", "3", "--on_end", json.dumps(on_end), "--", *MAIN_ARGS]
+                       "--hosts", "4", "--max_attempts", "3", "--wait_hours", "6", "--on_end", json.dumps(on_end),
+                       "--", *MAIN_ARGS]
   if shutil.which("systemd-analyze") is None:
     pytest.skip("no systemd-analyze here")
   (tmp_path / "encoderlab-run.sh").write_text(script)
@@ -369,4 +382,4 @@ def test_slice_types_and_refusals():
     tpu_types.slice_type("v4-33")
   with pytest.raises(SystemExit, match="error: --autocheckpoint: Autocheckpoint supports v2-v4 and v5e slices, not "
                                        "v6e"):
-    tpu_pod.main(["--name", "b", "--zone", "z", "--type", "v6e-8", "--autocheckpoint", "--dry-run"])
+    tpu_pod.main(["--name", "b", "--zone", "us-east5-b", "--type", "v6e-8", "--autocheckpoint", "--dry-run"])

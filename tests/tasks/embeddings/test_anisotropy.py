@@ -145,7 +145,7 @@ def test_command_reports_raw_and_standardized_per_layer(tmp_path, monkeypatch, c
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--pairs", "many"], "--pairs must be a positive number or 'all'"),
+    (["--pairs", "many"], "argument --pairs: expected a number of pairs >= 1 or 'all', got 'many'"),
     (["--layers", "last", "--standardizer", "STATS"], r"fitted on vectors of shape \(2, 16\), --layers last gives"),
 ])
 def test_command_errors_are_one_line(tmp_path, monkeypatch, capsys, extra, message):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from encoder import errors
 from launch.experiments import report, suite_report
 from tasks import classification, registry
 from tasks.readers.lines import numbered_lines
@@ -100,7 +101,7 @@ def test_register_gives_the_kind_a_score_command_and_a_bootstrap(tmp_path, capsy
   expected = bootstrap.paired_bootstrap(matches(A), matches(B), lambda s: s[:, 0] / s[:, 1], 2000, 1)
   assert (printed["metric"], printed["a"], printed["b"]) == ("exact", 6 / 8, 3 / 8)
   assert printed["delta"] == pytest.approx(3 / 8, abs=1e-15) and printed["p_value"] == expected.p_value
-  with pytest.raises(SystemExit):  # A kind outside the registry is refused by the command line, as before.
+  with pytest.raises(errors.UserError, match="invalid choice: 'exactly'"):  # A kind outside the registry: refused.
     score.parser().parse_args(["bootstrap", "--task", "exactly", "--gold", "g", "--pred-a", "a", "--pred-b", "b"])
 
 

@@ -183,4 +183,5 @@ def test_a_prediction_for_an_unknown_question_is_one_line(tmp_path):
   pred.write_text(json.dumps({"q9": "x"}), encoding="utf-8")
   with pytest.raises(SystemExit) as exit_info:
     score.main(["squad", "--gold", str(gold), "--pred", str(pred)])
-  assert str(exit_info.value.code) == f"error: {pred}: question id 'q9' is not in the gold file"
+  assert str(exit_info.value.code) == (f"error: {pred}:1: expected question ids of the gold file, found 'q9', which "
+                                       "is not in it")
