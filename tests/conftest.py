@@ -13,16 +13,13 @@ from pathlib import Path
 
 import jax
 import pytest
+from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache
 
 from configs import paths
 from launch import compilation_cache
 
 # The tests check the math against numpy and torch in full float32: no TF32 matmuls when they run on a recent GPU.
 jax.config.update("jax_default_matmul_precision", "float32")
-# No test reads or writes the user's compilation cache: entry points called in-process (launch.predict.main) would turn
-# it on for the rest of the session, and a loaded program is not compiled (tests count compilations). A test that
-# wants a cache gives its subprocess one (test_compilation_cache, test_sweep).
-os.environ[compilation_cache.ENV] = "off"
 
 TRUE_SPELLINGS = ("1", "true", "yes", "on", "y")
 
@@ -60,6 +57,30 @@ if NO_DATA_ENV not in os.environ:
   os.environ[NO_DATA_ENV] = tempfile.mkdtemp(prefix="encoderlab-tests-no-data-")
   atexit.register(shutil.rmtree, os.environ[NO_DATA_ENV], ignore_errors=True)
 os.environ[paths.DATA_ENV] = os.environ[NO_DATA_ENV]
+
+# One compilation cache for the whole session (JAX's persistent cache, launch.compilation_cache): the first process
+# makes an empty folder that its xdist workers and every subprocess a test starts inherit, so a tiny program that many
+# tests build (the same encoder, step or run) is compiled once per session, not once per test or process. The user's
+# cache is never read or written, and each `pytest` invocation starts cold (the numerics lane compiles for another
+# ISA). A loaded program is the same executable (tests/launch/test_compilation_cache.py); a test that counts
+# compilations turns the cache off for itself (`no_compilation_cache`), and one that tests the cache gives its
+# subprocess its own.
+SESSION_CACHE_ENV = "ENCODERLAB_TESTS_COMPILATION_CACHE"
+if SESSION_CACHE_ENV not in os.environ:
+  os.environ[SESSION_CACHE_ENV] = tempfile.mkdtemp(prefix="encoderlab-tests-xla-")
+  atexit.register(shutil.rmtree, os.environ[SESSION_CACHE_ENV], ignore_errors=True)
+os.environ[compilation_cache.ENV] = os.environ[SESSION_CACHE_ENV]
+compilation_cache.enable("")
+
+
+@pytest.fixture
+def no_compilation_cache():
+  """This test compiles every program it runs (it counts compilations): the session cache is off until it ends."""
+  jax.config.update("jax_enable_compilation_cache", False)
+  jax_compilation_cache.reset_cache()  # JAX decides at the first compilation whether a cache is used, then keeps it.
+  yield
+  compilation_cache.enable("")
+  jax_compilation_cache.reset_cache()
 
 
 def require_data(relative: str) -> Path:
@@ -128,7 +149,8 @@ def pytest_runtest_protocol(item, nextitem):
 # The test files that use tests/launch/conftest.py's session-wide `trained` runs: one worker runs them all, so that
 # each run is trained once (a file missing here still passes, on whichever worker, training its runs again).
 TRAINED_RUN_USERS = frozenset(f"tests/launch/test_{name}.py" for name in (
-    "continued_pretraining", "export", "finetune", "mrpc", "pinned_results", "predict", "question_answering"))
+    "continued_pretraining", "damaged_checkpoint", "export", "finetune", "mrpc", "nested_spans", "pinned_results",
+    "predict", "question_answering"))
 
 
 @pytest.hookimpl(optionalhook=True)

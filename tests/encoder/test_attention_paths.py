@@ -51,7 +51,7 @@ def _batch():
 
 def _random_params(cfg, ids):
   """Encoder(cfg)'s parameters made random everywhere (LayerNorm scales and biases too)."""
-  init = Encoder(cfg).init(jax.random.key(0), ids)["params"]
+  init = jax.jit(Encoder(cfg).init)(jax.random.key(0), ids)["params"]  # One program, not one per operation.
   rng = np.random.default_rng(1)
   return jax.tree.map(lambda a: np.asarray(a) + rng.normal(0.0, 0.1, a.shape).astype(np.float32), init)
 
@@ -77,11 +77,12 @@ def _outputs_and_gradients(cfg, params, last_positions=None):
     out = run(params)
     last = out.last if last_positions is None else out.at(last_positions)
     weights = real if last_positions is None else jnp.take_along_axis(real, last_positions, axis=1)
-    return jnp.sum(jnp.sin(last) * weights[..., None]) + jnp.sum(out.pooled ** 2)
+    return jnp.sum(jnp.sin(last) * weights[..., None]) + jnp.sum(out.pooled ** 2), out
 
-  out = jax.jit(run)(params)
+  # Outputs and gradient from one program (one compilation per path, not two).
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
   hidden = [np.asarray(h) * np.asarray(real)[..., None] for h in out.hidden_states[:-1]]
-  return hidden + [out.pooled], jax.jit(jax.grad(loss))(params)
+  return hidden + [out.pooled], grads
 
 
 @pytest.mark.slow
@@ -116,9 +117,14 @@ def test_odd_lengths_padded_for_cudnn_give_the_same_attention(rows, keys):
   k, v = (jnp.asarray(rng.normal(size=(2, keys, 3, 8)), jnp.float32) for _ in range(2))
   mask = jnp.asarray(rng.random((2, 1, rows, keys)) < 0.7).at[..., 0].set(True)
   run = lambda even: lambda q, k, v: fused_attend(q, k, v, mask, "xla", even)
-  got, want = (jax.value_and_grad(lambda *a, even=even: jnp.sum(jnp.sin(run(even)(*a))), argnums=(0, 1, 2))(q, k, v)
-               for even in (True, False))
-  assert run(True)(q, k, v).shape == q.shape
+
+  @jax.jit
+  def outputs_and_gradients(q, k, v):  # Both paddings in one program (one compilation per shape).
+    return [(run(even)(q, k, v), jax.value_and_grad(lambda *a, even=even: jnp.sum(jnp.sin(run(even)(*a))),
+                                                    argnums=(0, 1, 2))(q, k, v)) for even in (True, False)]
+
+  (padded, got), (_, want) = outputs_and_gradients(q, k, v)
+  assert padded.shape == q.shape
   _assert_close(got, want)
 
 
@@ -139,9 +145,10 @@ def test_xla_path_equals_matmul_path_in_electra():
   objective = registry.build("electra", {"rtd_weight": 50.0})
   batch = _electra_batch()
   results = {}
+  # The attention path has no parameters: both models start from the same tree (one initialization).
+  params = jax.jit(EncoderWithHeads(_cfg("bert"), (objective,)).init)(jax.random.key(0), batch)["params"]
   for path in ("xla", "matmul"):
     model = EncoderWithHeads(_cfg("bert").replace(attention=path), (objective,))
-    params = model.init(jax.random.key(0), batch)["params"]
 
     def loss(params):
       predictions = model.apply({"params": params}, batch, train=True, rngs={"dropout": jax.random.key(4)})  # noqa: B023  (called within the iteration)
@@ -202,7 +209,7 @@ def test_bf16_activations_keep_statistics_and_softmax_in_float32(path):
   cfg = TINY.replace(dtype=jnp.bfloat16, activation_dtype=jnp.bfloat16, attention=path)
   ids, types, positions, segments = _batch()
   model = Encoder(cfg)
-  params = model.init(jax.random.key(0), ids)
+  params = jax.eval_shape(model.init, jax.random.key(0), ids)  # Traced only: shapes suffice.
 
   def loss(params):
     out = model.apply(params, ids, types, positions, segments, train=True, rngs={"dropout": jax.random.key(1)})
@@ -234,7 +241,7 @@ def test_bf16_activations_of_minilm_stay_close_to_float32():
     ids[row, :len(e)] = e
   real = ids != 0
   bf16 = cfg.replace(dtype=jnp.bfloat16, activation_dtype=jnp.bfloat16)
-  out = [Encoder(c).apply({"params": params}, jnp.asarray(ids)).hidden_states for c in (cfg, bf16)]
+  out = [jax.jit(Encoder(c).apply)({"params": params}, jnp.asarray(ids)).hidden_states for c in (cfg, bf16)]
   for a, b in zip(*out):
     a, b = np.asarray(a)[real], np.asarray(b)[real]
     assert np.linalg.norm(a - b) <= 0.03 * np.linalg.norm(a)

@@ -1,6 +1,7 @@
 """Encoder: parameter counts equal HF BertModel's (ModernBertModel's; ElectraModel's with factorized embeddings);
 padding and packing never change an output."""
 
+import functools
 import re
 
 import jax
@@ -61,7 +62,7 @@ def test_parameter_count_matches_published_sizes(name, millions):
 @pytest.fixture(scope="module")
 def tiny_model():
   model = Encoder(TINY)
-  params = model.init(jax.random.key(0), jnp.ones((1, 16), jnp.int32))
+  params = jax.jit(model.init)(jax.random.key(0), jnp.ones((1, 16), jnp.int32))  # One program, not one per operation.
   return jax.jit(lambda ids, types, pos, segs: model.apply(params, ids, types, pos, segs).hidden_states)
 
 
@@ -178,9 +179,9 @@ def test_mixed_precision_keeps_fp32_params_and_hidden_states():
   cfg = TINY.replace(dtype=jnp.bfloat16)
   model = Encoder(cfg)
   ids = jnp.asarray([[3, 4, 5, 0]])
-  params = model.init(jax.random.key(0), ids)
+  params = jax.jit(model.init)(jax.random.key(0), ids)
   assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(params))
-  out, f32 = model.apply(params, ids), Encoder(TINY).apply(params, ids)
+  out, f32 = jax.jit(model.apply)(params, ids), jax.jit(Encoder(TINY).apply)(params, ids)
   assert all(h.dtype == jnp.float32 for h in out.hidden_states) and out.pooled.dtype == jnp.float32
   assert not np.array_equal(out.last, f32.last)  # The matmuls really ran in bf16.
 
@@ -200,7 +201,7 @@ def test_bf16_forward_of_minilm_stays_close_to_float32():
   for row, e in enumerate(encoded):
     ids[row, :len(e)] = e
   real = ids != 0
-  out = {dtype: Encoder(cfg.replace(dtype=dtype)).apply({"params": params}, jnp.asarray(ids))
+  out = {dtype: jax.jit(Encoder(cfg.replace(dtype=dtype)).apply)({"params": params}, jnp.asarray(ids))
          for dtype in (jnp.float32, jnp.bfloat16)}
   for a, b in zip(out[jnp.float32].hidden_states, out[jnp.bfloat16].hidden_states):
     a, b = np.asarray(a)[real], np.asarray(b)[real]
@@ -212,11 +213,27 @@ def test_dropout_is_active_only_in_training():
   cfg = TINY.replace(hidden_dropout=0.5)
   model = Encoder(cfg)
   ids = jnp.asarray([[3, 4, 5, 6]])
-  params = model.init(jax.random.key(0), ids)
-  eval_a, eval_b = model.apply(params, ids).last, model.apply(params, ids).last
+  params = jax.jit(model.init)(jax.random.key(0), ids)
+  apply = jax.jit(lambda params, train, key: model.apply(params, ids, train=train, rngs={"dropout": key}).last,
+                  static_argnums=1)  # Two programs (evaluation, training), not one per operation.
+  eval_a, eval_b = apply(params, False, jax.random.key(1)), apply(params, False, jax.random.key(2))
   np.testing.assert_array_equal(eval_a, eval_b)
-  train = model.apply(params, ids, train=True, rngs={"dropout": jax.random.key(1)}).last
+  train = apply(params, True, jax.random.key(1))
   assert not np.allclose(np.asarray(train), np.asarray(eval_a))  # Dropout 0.5 changes values by O(1).
+
+
+@functools.cache
+def _remat_gradient(cfg):
+  """(parameters, (loss, gradients), dots in the compiled gradient) of a tanh loss on a fixed batch, dropout on; one
+  compilation per config (the plain encoder's is shared by every policy)."""
+  ids = jnp.asarray(np.random.RandomState(0).randint(1, cfg.vocab_size, (2, 12)))
+  weights = jnp.asarray(np.random.RandomState(1).randn(cfg.hidden_size), jnp.float32)
+  model = Encoder(cfg)
+  params = jax.jit(model.init)(jax.random.key(0), ids)["params"]
+  loss = lambda p: jnp.tanh(model.apply({"params": p}, ids, train=True, rngs={"dropout": jax.random.key(2)}
+                                        ).last @ weights).sum()
+  step = jax.jit(jax.value_and_grad(loss)).lower(params).compile()
+  return params, step(params), step.as_text().count(" dot(")
 
 
 @pytest.mark.slow
@@ -225,18 +242,8 @@ def test_remat_gives_the_plain_values_and_gradients_and_recomputes(policy):
   """Same parameter tree, outputs and gradients (dropout on) as the plain encoder; "full" and the no-batch-dims policy
   redo forward products in the backward (more dots in the compiled gradient)."""
   cfg = TINY.replace(hidden_dropout=0.1, attention_dropout=0.1)
-  ids = jnp.asarray(np.random.RandomState(0).randint(1, cfg.vocab_size, (2, 12)))
-  weights = jnp.asarray(np.random.RandomState(1).randn(cfg.hidden_size), jnp.float32)
-
-  def gradient(model):
-    params = model.init(jax.random.key(0), ids)["params"]
-    loss = lambda p: jnp.tanh(model.apply({"params": p}, ids, train=True, rngs={"dropout": jax.random.key(2)}
-                                          ).last @ weights).sum()
-    step = jax.jit(jax.value_and_grad(loss))
-    return params, step(params), step.lower(params).compile().as_text().count(" dot(")
-
   (params, (loss, grads), dots), (params_r, (loss_r, grads_r), dots_r) = (
-      gradient(Encoder(cfg)), gradient(Encoder(cfg.replace(remat=policy))))
+      _remat_gradient(cfg), _remat_gradient(cfg.replace(remat=policy)))
   assert jax.tree.structure(params) == jax.tree.structure(params_r)
   # Remat recomputes the same products: measured equal to the bit on Zen 3, gradients within 1.2e-7 (1/100 of the
   # bound); the bounds allow a recomputation that XLA fuses in another order.
@@ -292,6 +299,8 @@ def test_last_positions_equal_the_full_last_block(arch, train):
   def run(params, positions):
     return model.apply(params, ids, attention_segments=segments, train=train, last_positions=positions, rngs=rngs)
 
+  # Op by op, not jitted: the six cases share these shapes, so after the first case every operation's program is
+  # already compiled (measured cheaper than one jitted program per case).
   full, part = run(params, None), run(params, last_positions)
   assert part.last.shape == (3, 4, cfg.hidden_size)
   for a, b in zip(full.hidden_states[:-1], part.hidden_states[:-1]):

@@ -43,9 +43,15 @@ def test_matmul_and_its_gradients_equal_float64(dtype, transpose_b, shapes, bf16
   if transpose_b:
     b_shape = b_shape[:-2] + b_shape[-2:][::-1]
   a, b = rng.normal(size=a_shape).astype(np.float32), rng.normal(size=b_shape).astype(np.float32)
-  out, vjp = jax.vjp(jax.jit(lambda a, b: matmul(a, b, dtype, Dots(True, bf16_units), transpose_b)), a, b)
-  g = rng.normal(size=out.shape).astype(np.float32)
-  da, db = vjp(g)
+  product = lambda a, b: matmul(a, b, dtype, Dots(True, bf16_units), transpose_b)
+  g = rng.normal(size=jax.eval_shape(product, a, b).shape).astype(np.float32)
+
+  @jax.jit
+  def forward_and_back(a, b, g):  # One program (one compilation) for the product and both gradients.
+    out, vjp = jax.vjp(product, a, b)
+    return out, *vjp(g)
+
+  out, da, db = forward_and_back(a, b, g)
   a64, b64, g64 = _rounded(a, dtype), _rounded(b, dtype), _rounded(g, dtype)
   b64 = np.swapaxes(b64, -1, -2) if transpose_b else b64
   want_db = np.swapaxes(a64, -1, -2) @ g64
@@ -96,14 +102,17 @@ def test_attention_equals_the_einsum_reference(query_positions):
   bias = additive_bias(mask)
   positions = None if query_positions is None else jnp.asarray(query_positions)
   attention = SelfAttention(TINY)
-  params = attention.init(jax.random.key(0), x, mask, False)
+  params = jax.jit(lambda x: attention.init(jax.random.key(0), x, mask, False))(x)
   loss = lambda fn: lambda params, x: jnp.sum(jnp.sin(fn(params, x)))
   ours = lambda params, x: attention.apply(params, x, mask, False, positions)
   reference = lambda params, x: _einsum_attention(params, x, bias, TINY, positions)
+  # Both attentions, outputs and gradients, in one program (one compilation).
+  both = jax.jit(lambda params, x: [(fn(params, x), jax.grad(loss(fn), argnums=(0, 1))(params, x))
+                                    for fn in (ours, reference)])
+  (out, got), (out_reference, want) = both(params, x)
   # Two float32 attentions (9 keys, head size 16; the scale folded into q rounds once more): measured 3e-8 on outputs
   # of ~0.06 and gradients 1/60 of their bounds on Zen 3, while a missing scale or a wrong mask moves them by 1e-1.
-  np.testing.assert_allclose(ours(params, x), reference(params, x), rtol=1e-5, atol=1e-6)
-  got, want = jax.grad(loss(ours), argnums=(0, 1))(params, x), jax.grad(loss(reference), argnums=(0, 1))(params, x)
+  np.testing.assert_allclose(out, out_reference, rtol=1e-5, atol=1e-6)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.abs(b).max()))
 
@@ -139,8 +148,10 @@ def test_blocked_attention_equals_one_piece(dtype, length, block):
   segments[1, -(length // 4 + 1):] = 0
   bias = additive_bias(attention_mask(jnp.asarray(segments)))
   want, bound, scale = _attention_float64(q, k, v, bias, dtype)
-  assert_within(blocked_attend(q, k, v, bias, dtype, TINY.dots, block), want, bound, scale, "blocked")
-  assert_within(attend(q, k, v, bias, dtype, TINY.dots), want, bound, scale, "one piece")
+  blocked, one_piece = jax.jit(lambda q, k, v, bias: (blocked_attend(q, k, v, bias, dtype, TINY.dots, block),
+                                                      attend(q, k, v, bias, dtype, TINY.dots)))(q, k, v, bias)
+  assert_within(blocked, want, bound, scale, "blocked")  # Both in one program (one compilation).
+  assert_within(one_piece, want, bound, scale, "one piece")
 
 
 @pytest.mark.slow
@@ -153,9 +164,9 @@ def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
   rng = np.random.default_rng(3)
   ids = jnp.asarray(rng.integers(1, 97, size=(2, 300)))
   segments = jnp.asarray(np.where(np.arange(300) < 280, 1, 0)[None].repeat(2, 0))
-  params = model.init(jax.random.key(0), ids, attention_segments=segments)
+  params = jax.jit(lambda ids: model.init(jax.random.key(0), ids, attention_segments=segments))(ids)
   forward = lambda p: model.apply(p, ids, attention_segments=segments).last
-  blocked = forward(params)
+  blocked = jax.jit(forward)(params)
   has_loop = lambda fn: "scan" in str(jax.make_jaxpr(fn)(params))
   assert has_loop(forward) == (cfg.kernels == "cpu") == (jax.default_backend() == "cpu")
   other = Encoder(cfg.replace(kernels="accelerator" if cfg.kernels == "cpu" else "cpu"))
@@ -166,7 +177,8 @@ def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
   monkeypatch.setattr(model_module, "BLOCK_ABOVE", 10**9)
   # Post-LN O(1) states through two layers of blocked or one-piece attention (the same sums in other orders,
   # test_blocked_attention_equals_one_piece bounds each): measured 7.2e-7, 1/50 of the bound, on Zen 3.
-  np.testing.assert_allclose(blocked, forward(params), rtol=1e-5, atol=1e-5)
+  one_piece = jax.jit(lambda p: model.apply(p, ids, attention_segments=segments).last)  # Traced anew, after the patch.
+  np.testing.assert_allclose(blocked, one_piece(params), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -181,7 +193,7 @@ def test_every_training_product_is_a_plain_dot_on_cpu(dtype, bf16_units):
                      bf16_dots="native" if bf16_units else "float32")
   model = Encoder(cfg)
   ids = jnp.ones((2, 16), jnp.int32)
-  params = model.init(jax.random.key(0), ids)
+  params = jax.eval_shape(model.init, jax.random.key(0), ids)  # Lowered, not run: shapes suffice.
 
   def loss(params):
     out = model.apply(params, ids, train=True, rngs={"dropout": jax.random.key(1)})

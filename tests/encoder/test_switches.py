@@ -2,6 +2,7 @@
 bias-free encoder has no bias, a window covering the sequence is global attention, GeGLU/SwiGLU equal a numpy
 restatement; padding and packing (positions restarting per sequence) never change an output under any switch."""
 
+import functools
 import re
 
 import jax
@@ -26,15 +27,18 @@ def _cfg(arch: str):
   return cfg.replace(local_attention_window=WINDOW) if cfg.local_attention_window else cfg
 
 
+@functools.cache
 def _params(cfg, seed: int = 0):
-  """Encoder(cfg)'s parameters made random everywhere (LayerNorm scales and biases too, not the init's 1 and 0)."""
-  init = Encoder(cfg).init(jax.random.key(seed), jnp.ones((1, 8), jnp.int32))["params"]
+  """Encoder(cfg)'s parameters made random everywhere (LayerNorm scales and biases too, not the init's 1 and 0); made
+  once per config (tests share them) by one compiled init."""
+  init = jax.jit(Encoder(cfg).init)(jax.random.key(seed), jnp.ones((1, 8), jnp.int32))["params"]
   rng = np.random.default_rng(seed)
   return jax.tree.map(lambda a: np.asarray(a) + rng.normal(0.0, 0.1, a.shape).astype(np.float32), init)
 
 
-def _leaves(tree) -> dict[str, tuple]:
-  """{"a/b/leaf": shape} of a parameter tree."""
+def _leaves(cfg) -> dict[str, tuple]:
+  """{"a/b/leaf": shape} of Encoder(cfg)'s parameter tree (traced, not computed)."""
+  tree = jax.eval_shape(Encoder(cfg).init, jax.random.key(0), jnp.ones((1, 8), jnp.int32))["params"]
   return {"/".join(k.key for k in path): leaf.shape for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
 
 
@@ -47,7 +51,7 @@ def test_padding_and_packing_never_change_outputs(arch):
   params = _params(cfg)
   apply = jax.jit(lambda ids, pos, segs: Encoder(cfg).apply({"params": params}, ids, None, pos, segs).hidden_states)
   rng = np.random.default_rng(1)
-  lengths = [5, 11, 7]
+  lengths = [5, 11, 5]  # Two lengths alone, and the padded row as long as the packed one: 3 compiled shapes.
   sequences = [rng.integers(1, cfg.vocab_size, size=n) for n in lengths]
   alone = [apply(s[None], np.arange(len(s))[None], np.ones((1, len(s)), np.int32)) for s in sequences]
   row = np.concatenate(sequences + [np.zeros(3, int)])[None]
@@ -59,7 +63,9 @@ def test_padding_and_packing_never_change_outputs(arch):
     for p, a in zip(packed, outputs):
       np.testing.assert_allclose(np.asarray(p[0, start:start + n]), np.asarray(a[0]), atol=2e-5, rtol=1e-5)
     start += n
-  padded = apply(np.pad(sequences[1], (0, 5))[None], np.arange(16)[None], (np.arange(16) < 11)[None].astype(int))
+  width = row.shape[1]
+  padded = apply(np.pad(sequences[1], (0, width - 11))[None], np.arange(width)[None],
+                 (np.arange(width) < 11)[None].astype(int))
   for p, a in zip(padded, alone[1]):  # As above: measured 7.2e-7.
     np.testing.assert_allclose(np.asarray(p[0, :11]), np.asarray(a[0]), atol=2e-5, rtol=1e-5)
 
@@ -73,16 +79,16 @@ def test_padding_and_packing_never_change_outputs(arch):
      {"final_layer_norm/scale", "final_layer_norm/bias"}, set()),
 ])
 def test_each_switch_changes_only_its_parameters(arch, removed, added, reshaped):
-  plain, switched = _leaves(_params(TINY)), _leaves(_params(_cfg(arch)))
+  plain, switched = _leaves(TINY), _leaves(_cfg(arch))
   assert set(plain) - set(switched) == removed and set(switched) - set(plain) == added
   assert {k for k in set(plain) & set(switched) if plain[k] != switched[k]} == reshaped
 
 
 def test_bias_free_encoder_has_no_bias_parameters():
-  names = _leaves(_params(_cfg("no_bias")))
+  names = _leaves(_cfg("no_bias"))
   assert names and not [name for name in names if name.endswith("bias")]
-  assert set(names) == {name for name in _leaves(_params(TINY)) if not name.endswith("bias")}
-  assert not [name for name in _leaves(_params(_cfg("modernbert"))) if name.endswith("bias")]
+  assert set(names) == {name for name in _leaves(TINY) if not name.endswith("bias")}
+  assert not [name for name in _leaves(_cfg("modernbert")) if name.endswith("bias")]
 
 
 def test_rotary_scores_depend_only_on_relative_positions():
@@ -114,10 +120,10 @@ def test_rotary_encoder_sees_only_relative_positions():
   for arch, invariant in (("rope", True), ("bert", False)):
     cfg = _cfg(arch)
     params = _params(cfg)
-    run = lambda shift: np.asarray(Encoder(cfg).apply({"params": params}, ids, None, np.arange(12)[None] + shift).last)  # noqa: B023  (called within the iteration)
+    run = jax.jit(lambda shift: Encoder(cfg).apply({"params": params}, ids, None, np.arange(12)[None] + shift).last)  # noqa: B023  (called within the iteration)
     # RoPE: the same angle differences up to the angles' rounding (5e-4 worst case on scores, see above; measured
     # far less); a learned position table changes the inputs by O(1).
-    assert np.allclose(run(0), run(9), atol=1e-4) == invariant
+    assert np.allclose(run(0), run(9), atol=1e-4) == invariant  # One program for both shifts.
 
 
 @pytest.mark.slow
@@ -169,7 +175,7 @@ def test_modernbert_gradients_under_remat_equal_the_plain_block():
   def grad(c):
     loss = lambda p: jnp.sum(jnp.tanh(Encoder(c).apply({"params": p}, ids, train=True,
                                                        rngs={"dropout": jax.random.key(1)}).last))
-    return jax.grad(loss)(params)
+    return jax.jit(jax.grad(loss))(params)
 
   for a, b in zip(jax.tree.leaves(grad(cfg)), jax.tree.leaves(grad(cfg.replace(remat="full")))):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # Recomputed products: measured equal on Zen 3.

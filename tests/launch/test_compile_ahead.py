@@ -18,6 +18,8 @@ monitoring.register_event_duration_secs_listener(
 monitoring.register_event_duration_secs_listener(
     lambda event, duration, fun_name="", **_: TRACES.update([fun_name]) if event.endswith("jaxpr_trace_duration")
     else None)
+# The counts below are of this process's compilations: no program comes from the session's compilation cache.
+pytestmark = pytest.mark.usefixtures("no_compilation_cache")
 
 
 def _step(state, batch):

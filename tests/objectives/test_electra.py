@@ -58,6 +58,18 @@ def ours(checkpoint):
   return EncoderWithHeads(cfg, (objective,)), {"encoder": params, **heads}, objective
 
 
+@pytest.fixture(scope="module")
+def predict(ours):
+  """The imported model's evaluation-mode ELECTRA predictions and their (loss, metrics): one program per shape."""
+  model, _, objective = ours
+
+  def run(params, batch):
+    predictions = model.apply({"params": params}, batch, train=False)["electra"]
+    return predictions, objective.loss(predictions, batch)
+
+  return jax.jit(run)
+
+
 def _batch(rng, rows, length, lengths, width=4):
   """A masked batch: padding after each row's length, up to `width` masked positions per row (fewer in short rows,
   the rest padding entries), masked tokens [MASK] or kept, as the pipeline leaves them."""
@@ -87,11 +99,11 @@ def test_import_gives_the_models_tree(ours):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rows, length, lengths", [(2, 12, [12, 7]), (3, 9, [4, 9, 2]), (1, 20, [20])])
-def test_logits_and_loss_match_transformers(checkpoint, ours, rows, length, lengths):
+def test_logits_and_loss_match_transformers(checkpoint, ours, predict, rows, length, lengths):
   models, _ = checkpoint
-  model, params, objective = ours
+  params = ours[1]
   batch, original = _batch(np.random.default_rng(length), rows, length, lengths)
-  predictions = jax.jit(lambda p, b: model.apply({"params": p}, b, train=False))(params, batch)["electra"]
+  predictions, (loss, metrics) = predict(params, batch)
   replaced = np.asarray(predictions["input_ids"])
   real = batch["masked_weights"] > 0
   valid = batch["attention_segments"] > 0
@@ -111,7 +123,6 @@ def test_logits_and_loss_match_transformers(checkpoint, ours, rows, length, leng
   # 3.4e-8 on the Intel Xeon VM (docs/results.md), the loss here 1.8e-7 relative on Zen 3 (1/50 of its bound).
   assert np.abs(np.asarray(predictions["generator"])[real] - generator_logits[real]).max() <= 1e-4
   assert np.abs(np.asarray(predictions["discriminator"])[valid] - discriminator.logits.numpy()[valid]).max() <= 1e-4
-  loss, metrics = objective.loss(predictions, batch)
   reference = generator.loss.item() + RTD_WEIGHT * discriminator.loss.item()
   np.testing.assert_allclose(float(loss), reference, rtol=1e-5)
   assert float(metrics["rtd_loss"][1]) == valid.sum() and float(metrics["generator_mlm_loss"][1]) == real.sum()
@@ -135,7 +146,7 @@ def test_a_sampled_original_counts_as_original():
            "masked_weights": np.array([[1.0, 1.0, 0.0]])}
   predictions = {"generator": jnp.zeros((1, 3, 10)), "discriminator": jnp.array([[-5.0, -5.0, 5.0, -5.0, 5.0]]),
                  "input_ids": jnp.array([[1, 7, 6, 9, 0]])}  # Position 1: sampled its original; 2: replaced.
-  _, metrics = electra.build({"rtd_weight": 1.0}).loss(predictions, batch)
+  _, metrics = jax.jit(electra.build({"rtd_weight": 1.0}).loss)(predictions, batch)  # One program.
   assert float(metrics["rtd_loss"][1]) == 4 and float(metrics["rtd_accuracy"][0]) == 4
   expected = np.log1p(np.exp(-5.0))  # Every real token predicted right with margin 5: -log sigmoid(5).
   np.testing.assert_allclose(float(metrics["rtd_loss"][0]) / 4, expected, rtol=1e-5)  # 4 float32 log1p's: a few u.
@@ -153,9 +164,8 @@ def test_gradients(ours):
     total, count = objective.loss(predictions["electra"], batch)[1][f"{name}_loss"]
     return total / count
 
-  norm = lambda tree: float(sum(jnp.abs(x).sum() for x in jax.tree.leaves(tree)))
-  rtd = jax.jit(jax.grad(term), static_argnums=1)(params, "rtd")
-  mlm = jax.jit(jax.grad(term), static_argnums=1)(params, "generator_mlm")
+  norm = lambda tree: float(sum(np.abs(np.asarray(x)).sum() for x in jax.tree.leaves(tree)))  # numpy: no programs.
+  rtd, mlm = jax.jit(lambda params: [jax.grad(term)(params, name) for name in ("rtd", "generator_mlm")])(params)
   assert norm(rtd["electra"]["generator"]) == 0.0
   assert norm(rtd["encoder"]["embeddings"]["word_embeddings"]) > 0 and norm(rtd["encoder"]["layer_1"]) > 0
   assert norm(mlm["encoder"]["embeddings"]["word_embeddings"]) > 0 and norm(mlm["electra"]["generator"]) > 0
@@ -183,7 +193,7 @@ def test_the_discriminator_learns_to_find_replacements(ours, monkeypatch):
     return batch
 
   held_out = batch(64)
-  params = model.init(jax.random.key(0), held_out)["params"]
+  params = jax.jit(model.init)(jax.random.key(0), held_out)["params"]
   optimizer = optax.adam(3e-3)
 
   @jax.jit
