@@ -38,8 +38,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from configs import paths
-from encoder import cli, errors, pretrained
+from encoder import cli, errors, paths, pretrained
 from encoder.config import PRESETS
 from objectives import corpus as corpus_lib, prepare
 

@@ -33,8 +33,7 @@ import jax
 import numpy as np
 
 from benchmarks.encoder_speed import cpu_name
-from configs import paths
-from encoder import cli, errors, pretrained
+from encoder import cli, errors, paths, pretrained
 from launch import flops
 from tasks import batching
 from tasks.embeddings.extract import Embedder, pack_rows

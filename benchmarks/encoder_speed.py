@@ -53,8 +53,7 @@ import numpy as np
 
 from benchmarks import torch_device
 from benchmarks.timing import timed
-from configs import paths
-from encoder import Encoder, EncoderOutput, cli, errors, load_hf_checkpoint, load_tokenizer, matmul, minilm_path
+from encoder import Encoder, EncoderOutput, cli, errors, load_hf_checkpoint, load_tokenizer, matmul, minilm_path, paths
 from encoder.config import DTYPE_NAMES, EncoderConfig, resolve_platform
 from launch import flops, host_memory, xla_flags
 

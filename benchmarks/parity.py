@@ -31,8 +31,7 @@ import torch
 import transformers
 from transformers.models.bert.tokenization_bert_legacy import BertTokenizerLegacy
 
-from configs import paths
-from encoder import Encoder, EncoderOutput, cli, errors
+from encoder import Encoder, EncoderOutput, cli, errors, paths
 from encoder.hf import GENERATOR_DIRECTORY
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer

@@ -21,8 +21,7 @@ import jax
 
 from benchmarks import torch_device
 from benchmarks.timing import timed
-from configs import paths
-from encoder import cli, errors
+from encoder import cli, errors, paths
 from encoder.pretrained import minilm_path
 from launch import xla_flags
 from launch.predict import Predictor, read_config

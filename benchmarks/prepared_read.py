@@ -27,8 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from configs import paths
-from encoder import cli, errors
+from encoder import cli, errors, paths
 
 TRAIN = "wikitext-2/raw/wiki.train.raw"
 

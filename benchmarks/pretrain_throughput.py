@@ -69,8 +69,8 @@ import numpy as np
 from benchmarks import torch_device
 from benchmarks.encoder_speed import ATTENTION, variant_config
 from benchmarks.timing import timed
-from configs import common, paths
-from encoder import cli, errors, flops as encoder_flops
+from configs import common
+from encoder import cli, errors, flops as encoder_flops, paths
 from encoder.config import ARCHITECTURES, PRESETS, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer

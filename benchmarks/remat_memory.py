@@ -38,8 +38,7 @@ import numpy as np
 from benchmarks import pretrain_throughput
 from benchmarks.encoder_speed import ATTENTION, variant_config
 from benchmarks.timing import timed
-from configs import paths
-from encoder import cli, errors
+from encoder import cli, errors, paths
 from encoder.config import PRESETS, REMAT_POLICIES, preset
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer

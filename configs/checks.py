@@ -15,9 +15,9 @@ from typing import Any
 import jax
 import ml_collections
 
-from configs import given, paths, rules
+from configs import given, rules
 from configs.common import is_finetuning, leaf_paths
-from encoder import config as encoder_config, fields, init_from
+from encoder import config as encoder_config, fields, init_from, paths
 from encoder.config import DTYPE_NAMES, EncoderConfig
 from encoder.errors import ConfigError
 

@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 from absl import flags
 
-from configs import paths
+from encoder import paths
 from encoder.errors import ConfigError
 from encoder.files import Path
 from encoder.tokenizer import load_tokenizer

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import ml_collections
 
-from configs import checks, demo, finetune, paths, pretrain
-from encoder import errors
+from configs import checks, demo, finetune, pretrain
+from encoder import errors, paths
 from encoder.config import ARCHITECTURES, PRESETS
 from launch import predict
 from tasks import tfds_builders

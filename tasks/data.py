@@ -4,8 +4,8 @@
   python -m tasks.data fetch NAME [NAME ...] [--data-dir DIR] [--mirror URL]
   python -m tasks.data fetch all                              every dataset (155 MB)
 
-Files go to --data-dir, else $ENCODERLAB_DATA, else ~/.cache/encoderlab/data (`configs.paths.fetch_dir`, where
-`configs.paths.data_dir` looks too), at the relative paths of docs/data.md's "Layout". Before a dataset, its licence
+Files go to --data-dir, else $ENCODERLAB_DATA, else ~/.cache/encoderlab/data (`encoder.paths.fetch_dir`, where
+`encoder.paths.data_dir` looks too), at the relative paths of docs/data.md's "Layout". Before a dataset, its licence
 and source are printed. Each download goes to `<file>.part` beside its final name, is checked (size and SHA-256) and
 renamed into place; a file already there with the right checksum is skipped; an interrupted download resumes from its
 `.part` with an HTTP Range request (and starts over when the server ignores it). A derived file (a member of an
@@ -35,8 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from configs import paths
-from encoder import cli, errors
+from encoder import cli, errors, paths
 from tasks import data_sources
 from tasks.data_sources import Dataset, Download, FileEntry, Member, Plain, SpanSplit, SquadJoin, Step
 
@@ -337,7 +336,7 @@ def select(names: Sequence[str]) -> list[Dataset]:
 
 
 def writable_root(data_dir: str | None) -> Path:
-  """The data directory (--data-dir, else configs.paths.fetch_dir()), created; refused when it cannot be written."""
+  """The data directory (--data-dir, else encoder.paths.fetch_dir()), created; refused when it cannot be written."""
   root = Path(data_dir).expanduser() if data_dir else paths.fetch_dir()
   where = "--data-dir" if data_dir else f"${paths.DATA_ENV} or the default"
   try:

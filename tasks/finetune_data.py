@@ -28,8 +28,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from configs import paths
-from encoder import errors
+from encoder import errors, paths
 from encoder.config import platform
 from encoder.tokenizer import load_tokenizer
 from tasks import batching, readers, registry, tfds_builders

@@ -33,10 +33,20 @@ def family(task: Mapping[str, Any]) -> TaskFamily:
   return family_class(task["name"])(task)
 
 
+def _family_names() -> tuple[str, ...]:
+  return tuple(FAMILIES)
+
+
+def common_fields() -> tuple[Field, ...]:
+  """task_fields.COMMON with `name`'s allowed values, the registered families (read when a value is checked)."""
+  return tuple(field._replace(rule=fields.Choice(_family_names)) if field.name == "name" else field
+               for field in task_fields.COMMON)
+
+
 def declared_fields() -> dict[str, list[tuple[str, Field]]]:
-  """Every config.task field -> [(who declares it, its declaration)]: task_fields.COMMON's ("every family") first,
-  then each registered family's `config_fields` in registry order (a field several families read, each of them)."""
-  declared: dict[str, list[tuple[str, Field]]] = {field.name: [("every family", field)] for field in task_fields.COMMON}
+  """Every config.task field -> [(who declares it, its declaration)]: `common_fields` ("every family") first, then
+  each registered family's `config_fields` in registry order (a field several families read, each of them)."""
+  declared: dict[str, list[tuple[str, Field]]] = {field.name: [("every family", field)] for field in common_fields()}
   for name, cls in FAMILIES.items():
     for field in cls.config_fields:
       declared.setdefault(field.name, []).append((name, field))

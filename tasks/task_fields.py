@@ -10,15 +10,9 @@ from encoder.fields import PROBABILITY, Anything, Check, Choice, Field, Number
 BOOL = Anything("true or false")
 
 
-def _registry_names(kind: str):
-  """The names of the families' or the datasets' registry, imported when a value is checked (they import heads)."""
-  def names() -> tuple[str, ...]:
-    if kind == "families":
-      from tasks import registry  # pylint: disable=import-outside-toplevel
-      return tuple(registry.FAMILIES)
-    from tasks import tfds_builders  # pylint: disable=import-outside-toplevel
-    return ("", *tfds_builders.PRESETS)
-  return names
+def _datasets() -> tuple[str, ...]:
+  from tasks import tfds_builders  # pylint: disable=import-outside-toplevel  # It imports tensorflow_datasets.
+  return ("", *tfds_builders.PRESETS)
 
 
 def _formats() -> tuple[str, ...]:
@@ -43,9 +37,11 @@ def _columns_problem(value: str) -> str | None:
 
 
 COMMON: tuple[Field, ...] = (
-    Field("name", "", Choice(_registry_names("families")),  # No default: every preset names its family.
+    # No default: every preset names its family. Its choices, the registered families, are filled in by
+    # tasks.registry (`common_fields`), which imports the families, which import this module.
+    Field("name", "", Choice(()),
           "tasks.registry name: classification, regression, tagging, span_ner, question_answering."),
-    Field("dataset", "", Choice(_registry_names("datasets")),
+    Field("dataset", "", Choice(_datasets),
           'tasks.tfds_builders.PRESETS name ("" = the files below).'),
     Field("format", "tsv", Choice(_formats),
           'Reader of `files` when dataset is "": tsv, conll, conllu, spans or squad.'),

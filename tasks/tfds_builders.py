@@ -26,8 +26,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging as absl_logging
 
-from configs import paths
-from encoder import errors
+from encoder import errors, paths
 from tasks import readers
 
 # Record shapes of each reader format.

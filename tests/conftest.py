@@ -15,7 +15,7 @@ import jax
 import pytest
 from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache
 
-from configs import paths
+from encoder import paths
 from launch import compilation_cache
 
 # The tests check the math against numpy and torch in full float32: no TF32 matmuls when they run on a recent GPU.

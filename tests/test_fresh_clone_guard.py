@@ -7,13 +7,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from configs import paths
+from encoder import paths
 from tests import conftest
 
 REPO = Path(__file__).resolve().parents[1]
 WIKITEXT = "wikitext-2/raw/wiki.valid.raw"
 # What a subprocess finds: the data directory, and whether a preset's file is under it.
-PROBE = ("from configs import paths\n"
+PROBE = ("from encoder import paths\n"
          "print(paths.data_dir())\n"
          f"print((paths.data_dir() / {WIKITEXT!r}).is_file())\n")
 
@@ -42,7 +42,7 @@ def test_an_undeclared_read_fails_a_test_and_a_declared_one_passes(tmp_path):
   locally too), the one that asks passes or skips, and a test after it is back on the empty folder."""
   (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F401,F403  (the guard's fixtures)\n")
   (tmp_path / "test_inner.py").write_text(textwrap.dedent(f"""
-      from configs import paths
+      from encoder import paths
       from tests.conftest import require_data
 
       def test_undeclared():

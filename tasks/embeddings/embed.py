@@ -112,9 +112,6 @@ def encode_file(args: argparse.Namespace) -> dict:
       done = blocks.pop(committed)
       done.writer.commit(done.entries)
       committed += 1
-      if committed - first == args.debug_stop_after:
-        progress.close()
-        raise SystemExit(f"stopped after {args.debug_stop_after} shard(s) (--debug-stop-after)")
   progress.close()
   seconds = time.perf_counter() - start
   shard_rows = [store.shard_rows(store.shard_path(args.out, k)) for k in range(num_shards)]
@@ -145,8 +142,6 @@ def parser() -> argparse.ArgumentParser:
                     help="padded lengths, comma-separated (one jit shape each)")
   root.add_argument("--lines-per-shard", type=cli.integer(1), default=4096)
   root.add_argument("--quiet", action="store_true", help="no progress bar")
-  root.add_argument("--debug-stop-after", type=cli.integer(1, also=(-1,)), default=-1,
-                    help=argparse.SUPPRESS)  # Tests: stop after N shards.
   return root
 
 

@@ -29,8 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from configs import paths
-from encoder import cli, errors
+from encoder import cli, errors, paths
 from tasks.embeddings.extract import Embedder
 from tasks.readers import semcor as semcor_reader
 from tasks.readers.lines import ReaderError, numbered_lines
@@ -214,7 +213,6 @@ def sense_picture(embedder, occurrences: Occurrences, out: str | os.PathLike, *,
 def picture(embedder, *, word: str = "die", out: str | os.PathLike = "runs/pictures/die.png",
             layers: str = "last", projection: str = "auto") -> dict:
   """The benchmark's picture: SemCor's sense-tagged occurrences of the form `word`, labelled with WordNet glosses."""
-  from configs import paths  # pylint: disable=import-outside-toplevel
   occurrences = semcor_occurrences(paths.data_file("semcor/semcor3.0"), word, paths.data_file("wordnet/wordnet-3.0"),
                                    forms=[word])
   return sense_picture(embedder, occurrences, out, word=word, layers=layers, projection=projection)

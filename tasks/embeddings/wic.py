@@ -34,8 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from configs import paths
-from encoder import cli, errors
+from encoder import cli, errors, paths
 from tasks.embeddings.extract import Embedder
 from tasks.embeddings.layers import select_layers
 from tasks.embeddings.standardize import Standardizer

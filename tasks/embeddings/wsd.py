@@ -39,8 +39,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from configs import paths
-from encoder import cli, errors
+from encoder import cli, errors, paths
 from encoder.array_files import load_npz
 from tasks.embeddings.layers import parse_layers, select_layers
 from tasks.readers import raganato, semcor, wordnet as wordnet_reader

@@ -8,7 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from configs import checks, demo as demo_config, paths, samples
+from configs import checks, demo as demo_config, samples
+from encoder import paths
 from encoder.tokenizer import load_tokenizer
 from launch import demo, input_pipeline
 from launch.model import EncoderWithHeads, encoder_config

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from configs import paths
-from encoder import errors
+from encoder import errors, paths
 from encoder.pretrained import minilm_path
 from encoder.tokenizer import load_tokenizer, train_sentencepiece, train_wordpiece
 from objectives import corpus, pipeline, prepare, prepared

@@ -1,6 +1,7 @@
 """python -m tasks.embeddings.embed: the store's rows and index against the Embedder, byte-identical resume,
 bad-input errors."""
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -44,6 +45,23 @@ def run(checkpoint, text, out, *extra):
                                 "--lines-per-shard", "2", "--buckets", "8,16", "--batch-size", "2", *extra])
 
 
+@contextlib.contextmanager
+def stopped_after(shards: int):
+  """The run inside stops as a kill between two shards would: once `shards` shards are committed (the test wraps
+  `store.ShardWriter.commit`; the product has no hook)."""
+  commit, committed = store.ShardWriter.commit, []
+
+  def commit_then_stop(writer, entries):
+    commit(writer, entries)
+    committed.append(writer)
+    if len(committed) == shards:
+      raise SystemExit(f"stopped after {shards} shard(s)")
+
+  with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit, match=f"stopped after {shards} shard"):
+    patch.setattr(store.ShardWriter, "commit", commit_then_stop)
+    yield
+
+
 def files(directory) -> dict[str, bytes]:
   return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
 
@@ -74,12 +92,12 @@ def test_rows_and_index_equal_the_embedder_in_input_order(checkpoint, text, comp
 
 def test_an_interrupted_run_resumes_to_byte_identical_files(checkpoint, text, complete, tmp_path):
   out = tmp_path / "resumed"
-  with pytest.raises(SystemExit, match="stopped after 1 shard"):
-    run(checkpoint, text, out, "--words", "--layers", "all", "--debug-stop-after", "1")
+  with stopped_after(1):
+    run(checkpoint, text, out, "--words", "--layers", "all")
   assert store.complete_shards(out) == 1 and not store.read_meta(out)["complete"]
   # A kill in the middle of shard 3: its partial file and index lines are there, the shard is not.
-  with pytest.raises(SystemExit):
-    run(checkpoint, text, out, "--words", "--layers", "all", "--debug-stop-after", "3")
+  with stopped_after(3):
+    run(checkpoint, text, out, "--words", "--layers", "all")
   store.shard_path(out, 3).rename(out / "shard-00003.npy.partial")
   assert len(list(store.read_index(out))) > sum(store.shard_rows(store.shard_path(out, k)) for k in range(3))
   run(checkpoint, text, out, "--words", "--layers", "all")

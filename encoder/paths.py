@@ -1,5 +1,6 @@
 """Where the real datasets live: `$ENCODERLAB_DATA`, else `../shared/data` if present, else the folder that
-`python -m tasks.data fetch` fills by default (~/.cache/encoderlab/data, under $XDG_CACHE_HOME when set)."""
+`python -m tasks.data fetch` fills by default (~/.cache/encoderlab/data, under $XDG_CACHE_HOME when set). On the
+ground floor, beside encoder.files, so that the data readers of objectives/ and tasks/ need nothing above them."""
 
 import os
 from pathlib import Path
