@@ -16,14 +16,17 @@ import jax
 import numpy as np
 import pytest
 
-from configs import pretrain
+from configs import pretrain, samples
 from encoder import flops
 from launch.experiments import pod_plan, tpu_types
 from launch.model import EncoderWithHeads, encoder_config, last_positions
 
 REPO = Path(__file__).resolve().parents[3]
+# The plan checks the config as launch.main does, the corpus files included: the packaged sample, so no data is needed.
+CORPUS = [f"--config.data.train_files={samples.sample_file('train')}",
+          f"--config.data.eval_files={samples.sample_file('heldout')}"]
 TINY = ["--config", "configs/pretrain.py:size=tiny,objectives=mlm+nsp", "--config.batch_size=32",
-        "--config.data.max_length=64", "--workdir", "/tmp/unused"]
+        "--config.data.max_length=64", *CORPUS, "--workdir", "/tmp/unused"]
 MFU = 1e-4  # A tiny encoder at 50% MFU would need more input than any host masks.
 
 
@@ -115,7 +118,7 @@ def test_compiled_memory_against_a_cpu_runs_measured_peak():
   (tiny) on this machine. The bound 1.0-1.35 fails a method that missed the activations or double-counted them."""
   result = subprocess.run(
       [sys.executable, "-c", MEASURE, "--config", "configs/pretrain.py:size=mini,objectives=mlm+nsp",
-       "--config.batch_size=32", "--workdir", "/tmp/unused"], cwd=REPO, capture_output=True, text=True, timeout=900,
+       "--config.batch_size=32", *CORPUS, "--workdir", "/tmp/unused"], cwd=REPO, capture_output=True, text=True, timeout=900,
       check=False, env=dict(os.environ, ENCODERLAB_MALLOC="default", JAX_PLATFORMS="cpu"))
   assert result.returncode == 0, result.stderr[-3000:]
   figures = json.loads(result.stdout.splitlines()[-1])
