@@ -118,8 +118,8 @@ def test_compiled_memory_against_a_cpu_runs_measured_peak():
   (tiny) on this machine. The bound 1.0-1.35 fails a method that missed the activations or double-counted them."""
   result = subprocess.run(
       [sys.executable, "-c", MEASURE, "--config", "configs/pretrain.py:size=mini,objectives=mlm+nsp",
-       "--config.batch_size=32", *CORPUS, "--workdir", "/tmp/unused"], cwd=REPO, capture_output=True, text=True, timeout=900,
-      check=False, env=dict(os.environ, ENCODERLAB_MALLOC="default", JAX_PLATFORMS="cpu"))
+       "--config.batch_size=32", *CORPUS, "--workdir", "/tmp/unused"], cwd=REPO, capture_output=True, text=True,
+      timeout=900, check=False, env=dict(os.environ, ENCODERLAB_MALLOC="default", JAX_PLATFORMS="cpu"))
   assert result.returncode == 0, result.stderr[-3000:]
   figures = json.loads(result.stdout.splitlines()[-1])
   assert figures["predicted"] > 300 * 2**20  # Large enough that the process's own noise does not matter.

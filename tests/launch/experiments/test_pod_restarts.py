@@ -1,8 +1,9 @@
-"""The pod supervisor around the real launch.main, two hosts on this machine (jax.distributed over 127.0.0.1, as
-launch.experiments.local_cluster wires them): each host in turn "restarts" in the middle of the run (its supervisor
-and its launch.main SIGKILLed, the supervisor started again, as a rebooted host's unit does); each restart begins one
-generation that both hosts join, none counts as a failure of the code, training resumes from the newest checkpoint,
-and the run ends with parameters bitwise equal to the same two processes never interrupted."""
+"""The pod supervisor around the real launch.main, hosts on this machine (jax.distributed over 127.0.0.1, as
+launch.experiments.local_cluster wires them). Two hosts, each in turn "restarting" in the middle of the run (its
+supervisor and its launch.main SIGKILLed, the supervisor started again, as a rebooted host's unit does): each restart
+begins one generation that both hosts join. Four hosts all going down at once (a maintenance event) and coming back
+one after another: one generation. No restart counts as a failure of the code, training resumes from the newest
+checkpoint, and the run ends with parameters bitwise equal to the same processes never interrupted."""
 
 import json
 import os
@@ -32,49 +33,97 @@ def _status(workdir, worker: int) -> dict:
     return {}
 
 
-@pytest.mark.slow
-def test_hosts_restarting_one_after_another_resume_bitwise_and_count_no_failure(tmp_path):
-  cache = tmp_path / "cache"
-  reference = tmp_path / "reference"
-  command = determinism.command(reference, ARGS, cache)[3:]  # launch.main's arguments.
-  env = determinism._env(1, cache)  # pylint: disable=protected-access
-  ran = subprocess.run([sys.executable, "-m", "launch.experiments.local_cluster", "--processes=2", "--", *command],
-                       cwd=determinism.REPO, env=env, capture_output=True, text=True, timeout=900, check=False)
+def _reference(tmp_path, hosts: int, cache, env) -> None:
+  """The same run on `hosts` processes, never interrupted."""
+  command = determinism.command(tmp_path / "reference", ARGS, cache)[3:]  # launch.main's arguments.
+  ran = subprocess.run([sys.executable, "-m", "launch.experiments.local_cluster", f"--processes={hosts}", "--",
+                        *command], cwd=determinism.REPO, env=env, capture_output=True, text=True, timeout=900,
+                       check=False)
   assert ran.returncode == 0, ran.stderr[-3000:]
-  workdir = tmp_path / "pod"
-  port = local_cluster.free_port()
+
+
+def _supervisors(tmp_path, hosts: int, cache, env):
+  """A function starting worker w's supervisor of the pod run in tmp_path/pod (as a host's unit starts it)."""
+  workdir, port = tmp_path / "pod", local_cluster.free_port()
 
   def supervisor(worker: int) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "launch.experiments.pod_worker", "--workdir", str(workdir), "--run_id", "r1",
-         "--hosts", "2", "--worker", str(worker), "--local_dir", str(tmp_path / f"local{worker}"), "--poll_s", "0.5",
-         "--host_timeout_s", "5", "--grace_s", "5", "--restart_delay_s", "0", "--wait_hours", "0.2", "--",
-         *determinism.command(workdir, ARGS, cache)[3:]],
+         "--hosts", str(hosts), "--worker", str(worker), "--local_dir", str(tmp_path / f"local{worker}"),
+         "--poll_s", "0.5", "--host_timeout_s", "5", "--grace_s", "5", "--restart_delay_s", "0", "--wait_hours",
+         "0.2", "--", *determinism.command(workdir, ARGS, cache)[3:]],
         cwd=determinism.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        env=env | {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": "2",
+        env=env | {"JAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}", "JAX_NUM_PROCESSES": str(hosts),
                    "JAX_PROCESS_ID": str(worker)})
+  return workdir, supervisor
 
+
+def _wait_for_step(workdir, step: int, supervisors) -> None:
+  deadline = time.monotonic() + 600
+  while _metrics(workdir) < step:
+    assert time.monotonic() < deadline and all(s.poll() is None for s in supervisors), "no progress"
+    time.sleep(0.05)
+
+
+def _kill(supervisors) -> None:
+  """What is still running when a test fails."""
+  for s in supervisors:
+    if s.poll() is None:
+      os.killpg(s.pid, signal.SIGKILL)
+
+
+def _assert_resumed_bitwise(tmp_path, workdir, hosts: int, causes: list[str]) -> None:
+  generations = [json.loads((workdir / "logs" / f"generation-{g}.json").read_text())
+                 for g in range(1, len(causes) + 1)]
+  assert [(g["cause"], g["failures"]) for g in generations] == [(cause, 0) for cause in causes]
+  assert not (workdir / "logs" / f"generation-{len(causes) + 1}.json").exists()
+  assert [(_status(workdir, w)["state"], _status(workdir, w)["generation"]) for w in range(hosts)] == [
+      ("done", len(causes))] * hosts
+  assert (workdir / "logs" / "worker-0.log").read_text().count("resuming from checkpoint step") == len(causes)
+  ours, theirs = determinism.final_params(workdir), determinism.final_params(tmp_path / "reference")
+  assert ours.keys() == theirs.keys() and all(np.array_equal(ours[k], theirs[k]) for k in theirs)
+
+
+@pytest.mark.slow
+def test_hosts_restarting_one_after_another_resume_bitwise_and_count_no_failure(tmp_path):
+  cache = tmp_path / "cache"
+  env = determinism._env(1, cache)  # pylint: disable=protected-access
+  _reference(tmp_path, 2, cache, env)
+  workdir, supervisor = _supervisors(tmp_path, 2, cache, env)
   supervisors = [supervisor(w) for w in range(2)]
   try:
     for worker, at in ((1, 6), (0, 14)):  # Host 1 restarts after step 6 is logged, host 0 after step 14.
-      deadline = time.monotonic() + 600
-      while _metrics(workdir) < at:
-        assert time.monotonic() < deadline and all(s.poll() is None for s in supervisors), "no progress"
-        time.sleep(0.05)
+      _wait_for_step(workdir, at, supervisors)
       os.killpg(_status(workdir, worker)["pid"], signal.SIGKILL)  # Its launch.main and input workers.
       supervisors[worker].kill()
       supervisors[worker].wait()
       supervisors[worker] = supervisor(worker)
     assert [s.wait(900) for s in supervisors] == [0, 0]
   finally:
-    for s in supervisors:
-      if s.poll() is None:
-        os.killpg(s.pid, signal.SIGKILL)
-  generations = [json.loads((workdir / "logs" / f"generation-{g}.json").read_text()) for g in (1, 2)]
-  assert [(g["cause"], g["failures"]) for g in generations] == [("host", 0), ("host", 0)]
-  assert not (workdir / "logs" / "generation-3.json").exists()
-  assert [(_status(workdir, w)["state"], _status(workdir, w)["generation"]) for w in range(2)] == [("done", 2)] * 2
-  log0 = (workdir / "logs" / "worker-0.log").read_text()
-  assert log0.count("resuming from checkpoint step") == 2
-  ours, theirs = determinism.final_params(workdir), determinism.final_params(reference)
-  assert ours.keys() == theirs.keys() and all(np.array_equal(ours[k], theirs[k]) for k in theirs)
+    _kill(supervisors)
+  _assert_resumed_bitwise(tmp_path, workdir, 2, ["host", "host"])
+
+
+@pytest.mark.slow
+def test_four_hosts_down_at_once_and_back_one_after_another_are_one_generation(tmp_path):
+  """Issue 70's maintenance event: every host goes down at once, and their units start again one after another."""
+  cache = tmp_path / "cache"
+  env = determinism._env(1, cache)  # pylint: disable=protected-access
+  _reference(tmp_path, 4, cache, env)
+  workdir, supervisor = _supervisors(tmp_path, 4, cache, env)
+  supervisors = [supervisor(w) for w in range(4)]
+  try:
+    _wait_for_step(workdir, 8, supervisors)
+    pids = [_status(workdir, w)["pid"] for w in range(4)]
+    for s in supervisors:  # The hosts go down: supervisors first, so that none sees its run end.
+      s.kill()
+      s.wait()
+    for pid in pids:
+      os.killpg(pid, signal.SIGKILL)  # Each launch.main and its input workers.
+    for worker in range(4):  # Back one after another.
+      supervisors[worker] = supervisor(worker)
+      time.sleep(2)
+    assert [s.wait(900) for s in supervisors] == [0] * 4
+  finally:
+    _kill(supervisors)
+  _assert_resumed_bitwise(tmp_path, workdir, 4, ["host"])
