@@ -42,7 +42,8 @@ REGIMES: tuple[tuple[str, dict[str, int]], ...] = (
 MIB = 2**20
 
 
-def _batch(rows: int, length: int, vocab: int) -> dict[str, np.ndarray]:
+def classification_batch(rows: int, length: int, vocab: int) -> dict[str, np.ndarray]:
+  """Random sentence-classification rows (seed 0), the same for every regime."""
   rng = np.random.default_rng(0)
   return dict(input_ids=rng.integers(5, vocab, (rows, length)).astype(np.int32),
               type_ids=np.zeros((rows, length), np.int32),
@@ -105,7 +106,7 @@ def _step(run: dict[str, Any], batch: dict) -> None:
 
 def measure(size: str, rows: int, length: int, rounds: int, vocab: int) -> dict[str, dict]:
   """{regime: row} for `size` (module docstring)."""
-  batch = _batch(rows, length, vocab)
+  batch = classification_batch(rows, length, vocab)
   runs, missing = {}, {}
   for regime, fields in REGIMES:
     try:

@@ -9,20 +9,12 @@ import json
 import jax
 import numpy as np
 
+from benchmarks.regimes import classification_batch
 from configs import common
 from encoder.config import preset
 from launch import model as model_lib, optimizer, sharding, steps
 from launch.programs import build_programs
 from tasks import classification, regimes
-
-
-def _batch(rows: int = 8, length: int = 16, vocab: int = 100) -> dict[str, np.ndarray]:
-  rng = np.random.default_rng(0)
-  return dict(input_ids=rng.integers(5, vocab, (rows, length)).astype(np.int32),
-              type_ids=np.zeros((rows, length), np.int32),
-              positions=np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy(),
-              attention_segments=np.ones((rows, length), np.int32), label=rng.integers(0, 2, rows).astype(np.int32),
-              example_mask=np.ones(rows, np.float32))
 
 
 def train(regime: str, devices: int, parallelism: str, fsdp: bool = False, dtype: str = "float32") -> dict:
@@ -33,7 +25,7 @@ def train(regime: str, devices: int, parallelism: str, fsdp: bool = False, dtype
   cfg = cfg.replace(**model_lib.regime_fields(config, cfg))
   objectives = [classification.build({"num_labels": 2, "dropout": 0.0})]
   model = model_lib.EncoderWithHeads(cfg, objectives)
-  batch = _batch()
+  batch = classification_batch(8, 16, 100)
   params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), batch, train=False))["params"]
   scales = regimes.update_scales(params, num_layers=2, regime=regime, top_k=config.top_k, layer_decay=0.9)
   trainable = None if min(jax.tree.leaves(scales)) > 0 else jax.tree.map(lambda s: s > 0, scales)
