@@ -3,6 +3,7 @@ fresh-clone guard (a test sees the data directory only after asking for it), and
 workers share the files out."""
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -71,6 +72,40 @@ if SESSION_CACHE_ENV not in os.environ:
   atexit.register(shutil.rmtree, os.environ[SESSION_CACHE_ENV], ignore_errors=True)
 os.environ[compilation_cache.ENV] = os.environ[SESSION_CACHE_ENV]
 compilation_cache.enable("")
+
+# Compiled at XLA's lowest optimisation level (`jax_disable_most_optimizations`: the CPU backend at -O0, cheap LLVM
+# passes), inherited by the workers and every subprocess: most tests check behaviour (shapes, errors, bitwise resume,
+# equal runs under equal settings), and -O0 cuts the suite's CPU time by about a sixth (docs/testing.md). Where the
+# float results are the point, the code users run is compiled: the files marked `numerics` (their bounds, and the
+# lane's rerun under the AVX2 cap) and the session's trained runs (`optimised`; pinned scores, HF parity).
+OPTIMISATIONS_ENV = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+os.environ.setdefault(OPTIMISATIONS_ENV, "1")
+jax.config.update("jax_disable_most_optimizations", os.environ[OPTIMISATIONS_ENV] == "1")
+
+
+@contextlib.contextmanager
+def optimised():
+  """Compiles as a user's run does (XLA's default optimisations) inside, in this process and its subprocesses."""
+  before = os.environ[OPTIMISATIONS_ENV]
+  os.environ[OPTIMISATIONS_ENV] = "0"
+  jax.config.update("jax_disable_most_optimizations", False)
+  try:
+    yield
+  finally:
+    os.environ[OPTIMISATIONS_ENV] = before
+    jax.config.update("jax_disable_most_optimizations", before == "1")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def numerics_compile_as_users_do(request):
+  """A file with tests marked `numerics` compiles its programs, module fixtures included, with the default
+  optimisations."""
+  items = [item for item in request.session.items if item.getparent(pytest.Module) is request.node]
+  if not any(item.get_closest_marker("numerics") for item in items):
+    yield
+    return
+  with optimised():
+    yield
 
 
 @pytest.fixture

@@ -99,3 +99,10 @@ def test_no_library_module_outside_the_families_names_one():
       if found:
         named[relative] = sorted(found)
   assert not named
+
+
+def test_the_encoder_packages_lazy_names_are_its_all_and_each_loads():
+  """encoder/__init__.py imports its names on first use: its table and __all__ agree, and each name resolves."""
+  import encoder
+  assert sorted(encoder._HOMES) == sorted(encoder.__all__)
+  assert all(getattr(encoder, name) is not None for name in encoder.__all__)

@@ -17,6 +17,7 @@ from encoder import errors, fields
 REPO = Path(__file__).resolve().parents[2]
 SPECS = {"pretrain": "configs/pretrain.py:runlocal", "finetune": "configs/finetune.py:task=sst2,runlocal"}
 NOT_A_VALUE = "not_a_value!"  # Parses as no int, float, bool or tuple.
+NO_EVAL = "--config.data.eval_files="  # The finished run's: no held-out split, no evaluation programs to compile.
 
 
 def _set(config, key: str, value) -> None:
@@ -128,11 +129,11 @@ def _digests(workdir: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-  """A finished pretraining runlocal run (4 steps)."""
+  """A finished pretraining runlocal run (4 steps, no evaluation: its programs would only add compile time)."""
   workdir = tmp_path_factory.mktemp("finished") / "run"
   done = subprocess.run([sys.executable, "-m", "launch.main", "--config", "configs/pretrain.py:runlocal",
                          "--config.num_train_steps=4", "--config.eval_every_steps=0", "--config.measure_mfu=false",
-                         "--workdir", str(workdir)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                         NO_EVAL, "--workdir", str(workdir)], cwd=REPO, capture_output=True, text=True, timeout=600,
                         check=False)
   assert done.returncode == 0, done.stderr[-2000:]
   return workdir
@@ -143,7 +144,7 @@ def finished_run(tmp_path_factory):
 def test_resuming_a_run_with_a_mistake_is_one_line_and_leaves_the_run_as_it_was(finished_run, override):
   before = _digests(finished_run)
   done = subprocess.run([sys.executable, "-m", "launch.main", "--config", "configs/pretrain.py:runlocal",
-                         "--config.num_train_steps=4", override, "--workdir", str(finished_run)],
+                         "--config.num_train_steps=4", NO_EVAL, override, "--workdir", str(finished_run)],
                         cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
   lines = done.stderr.strip().splitlines()
   assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]

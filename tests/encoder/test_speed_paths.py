@@ -209,3 +209,8 @@ def test_every_training_product_is_a_plain_dot_on_cpu(dtype, bf16_units):
     batch = rank - 2
     assert result == "f32" and shapes[lhs] == shapes[rhs] == name, (lhs, rhs, numbers)
     assert f"lhs_contracting_dims={{{rank - 1}}}" in numbers and f"rhs_contracting_dims={{{batch}}}" in numbers, numbers
+
+
+def test_this_numerics_file_compiles_as_users_runs_do():
+  """tests/conftest.py compiles a file with `numerics` tests at XLA's default optimisations (the rest at -O0)."""
+  assert jax.config.values["jax_disable_most_optimizations"] is False

@@ -27,7 +27,7 @@ def _batch(rows: int = 4, length: int = 16, masked: int = 3, vocab: int = 100) -
 
 @pytest.mark.slow
 def test_two_programs_equal_the_fused_step():
-  cfg = preset("tiny", vocab_size=100, max_positions=32)
+  cfg = preset("tiny", vocab_size=100, max_positions=32, num_layers=1)  # The split is the step's: one layer does.
   objectives = [registry.build("mlm"), registry.build("nsp")]
   fns = steps.StepFns(model=EncoderWithHeads(cfg, objectives), objectives=objectives,
                       weights={"mlm": 1.0, "nsp": 1.0},
@@ -105,8 +105,9 @@ def test_rdrop_runs_each_example_twice_and_equals_the_plain_step_without_dropout
   batch = {k: v for k, v in _batch().items() if k in ("input_ids", "type_ids", "positions", "attention_segments")}
   batch |= {"label": np.asarray([0, 1, 2, 1], np.int32), "example_mask": np.asarray([1, 1, 1, 0], np.float32)}
 
-  def train(rdrop, dropout):
-    cfg = preset("tiny", vocab_size=100, max_positions=32, hidden_dropout=dropout, attention_dropout=dropout)
+  def train(rdrop, dropout):  # One layer: the copies are the step's and the head's, not the depth's.
+    cfg = preset("tiny", vocab_size=100, max_positions=32, num_layers=1, hidden_dropout=dropout,
+                 attention_dropout=dropout)
     return _three_steps(cfg, [classification.build({"num_labels": 3, "rdrop": rdrop, "dropout": dropout})], batch)
 
   (rdrop, rdrop_acc), (plain, plain_acc) = train(1.0, 0.0), train(0.0, 0.0)
@@ -142,7 +143,7 @@ def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   cfg = preset("tiny", vocab_size=100, max_positions=32)
   objectives = [registry.build("mlm"), registry.build("nsp")]
   model, batch = EncoderWithHeads(cfg, objectives), _batch()
-  params = model.init(jax.random.PRNGKey(0), batch, train=False)["params"]
+  params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), batch, train=False))["params"]  # The tree alone.
   scales = regimes.update_scales(params, num_layers=2, regime="top_k", top_k=1, layer_decay=0.5)
   live = jax.tree.map(lambda s: s > 0, scales)
   opt = common.optimizer_config(warmup_steps=1)
@@ -156,16 +157,18 @@ def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   grads = jax.eval_shape(functools.partial(steps.grad_step, lean, accum=1), start, batch)[2]
   assert jax.tree.structure(grads) == jax.tree.structure(regimes.select(params, live))  # The trainable part's.
   assert "embeddings" not in grads["encoder"] and "layer_0" not in grads["encoder"]
-  compiled = [jax.jit(functools.partial(steps.grad_step, fns, accum=1)).lower(
-      steps.init_state(fns, batch, seed=0), batch).compile() for fns in (lean, plain)]
+  starts = [start, steps.init_state(plain, batch, seed=0)]
+  compiled = [jax.jit(functools.partial(steps.grad_step, fns, accum=1)).lower(state, batch).compile()
+              for fns, state in zip((lean, plain), starts)]
   # The trained layer's two FFN kernel gradients, none of the frozen layer's (the plain step computes both layers').
   assert [_kernel_gradient_dots(c, cfg) for c in compiled] == [2, 4]
-  for fns in (lean, plain):
-    step = jax.jit(functools.partial(steps.train_step, fns, accum=1))
-    state = steps.init_state(fns, batch, seed=0)
+  for fns, grads_of, state in zip((lean, plain), compiled, starts):
+    # The engine's two programs (launch.train; test_two_programs_equal_the_fused_step: the fused step's values),
+    # running the gradient programs whose dots were counted.
+    update = jax.jit(functools.partial(steps.apply_step, fns))
     acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
     for _ in range(3):
-      state, acc = step(state, batch, acc)
+      state, acc = update(state, acc, *grads_of(state, batch))
     states.append(state)
   assert len(jax.tree.leaves(states[0].opt_state)) < len(jax.tree.leaves(states[1].opt_state))
   embeddings = states[0].params["encoder"]["embeddings"]["word_embeddings"]["embedding"]

@@ -296,7 +296,8 @@ def test_sigterm_stops_the_sweep_after_the_running_point_checkpoints(tmp_path):
   # stopped; later points are left for the next run (before, the sweep died and its point lost its output pipe).
   root, sweep_file = tmp_path / "runs", tmp_path / "long_sweep.py"
   sweep_file.write_text('def get_sweep(arg=None):\n  return {"config": "configs/pretrain.py:runlocal", "points": '
-                        '[{"seed": 0, "num_train_steps": 100000}, {"seed": 1}]}\n')
+                        '[{"seed": 0, "num_train_steps": 100000}, {"seed": 1}], '
+                        '"common": {"data.eval_files": ""}}\n')  # No evaluation: nothing more to compile.
   process = subprocess.Popen([sys.executable, "-m", "launch.experiments.sweep", "--sweep", str(sweep_file), "--root",
                               str(root)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   point = root / "seed-0_num_train_steps-100000"

@@ -40,7 +40,7 @@ def tiny(tokenizer):
   cfg = EncoderConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_layers=4, num_heads=2,
                       intermediate_size=64, max_positions=512)
   ids = np.zeros((1, 8), np.int32)
-  return cfg, Encoder(cfg).init(jax.random.PRNGKey(0), ids)["params"]
+  return cfg, jax.jit(Encoder(cfg).init)(jax.random.PRNGKey(0), ids)["params"]  # One program, not one per operation.
 
 
 @pytest.fixture(scope="module")
