@@ -122,11 +122,11 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
   from encoder.tokenizer import load_tokenizer
   from launch import input_pipeline, optimizer, steps
   from launch.model import EncoderWithHeads, encoder_config
-  from objectives import pipeline, prepared, registry
+  from objectives import data as pretraining_data, pipeline, prepared, registry
   config = pretrain.get_config(f"size={size}")
   tokenizer = load_tokenizer(config.data.tokenizer)
   view = prepared.open_prepared(out, tokenizer)
-  chunks, row_offsets = pipeline.full_sentence_layout(view, config.data.max_length)
+  chunks, row_offsets, _ = pipeline.full_sentence_layout(view, config.data.max_length)
   memory = corpus_lib.EncodedCorpus(view.tokens[:], view.word_starts[:], view.sentence_offsets, view.document_offsets)
   rows = {name: pipeline.PackedExamples(c, chunks, row_offsets, config.data.max_length, tokenizer.cls_id,
                                         tokenizer.sep_id, tokenizer.pad_id) for name, c in (("shards", view),
@@ -150,7 +150,7 @@ def read_ratios(out: Path, size: str, rounds: int, batches: int, train_rounds: i
   fns = steps.StepFns(EncoderWithHeads(encoder_config(config.model, tokenizer.vocab_size), objectives), objectives,
                       dict(config.objective_weights),
                       optimizer.make_optimizer(config.optimizer, config.num_train_steps))
-  example = input_pipeline.example_batch(rows["memory"], options)
+  example = pretraining_data.example_batch(rows["memory"], options)
   state = [jax.jit(functools.partial(steps.init_state, fns, seed=0))(example)]
   acc = [steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state[0], example)]
   grad_step = jax.jit(functools.partial(steps.grad_step, fns, accum=1))

@@ -21,7 +21,7 @@ import scipy.stats
 from encoder import cli, errors, init_from
 from launch import input_pipeline, workload
 from launch.model import EncoderWithHeads, encoder_config
-from objectives import electra, registry
+from objectives import data as pretraining_data, electra, registry
 
 
 def auc(scores: np.ndarray, positive: np.ndarray) -> float:
@@ -37,7 +37,7 @@ def discriminator_scores(workdir: Path, batches: int, split: str = "eval") -> tu
   corpus (split "eval") or its training corpus ("train")."""
   config = ml_collections.ConfigDict(json.loads((workdir / "config.json").read_text()))
   _, params = init_from.run_params(workdir)
-  data = input_pipeline.load_data(config, Path(config.data.cache_dir or workdir / "cache"))
+  data = pretraining_data.load(config, cache_dir=Path(config.data.cache_dir or workdir / "cache"))
   objectives = tuple(registry.build(name, workload.objective_options(config, name))
                      for name in config.objectives.split("+"))
   model = EncoderWithHeads(encoder_config(config.model, data.tokenizer.vocab_size), objectives)

@@ -70,10 +70,11 @@ def throughput(prepared: str, workers: int, length: int, batch: int, batches: in
   # pylint: disable=import-outside-toplevel  (JAX and grain only for this part)
   from configs import pretrain
   from launch import input_pipeline
+  from objectives import data as pretraining_data
   config = pretrain.get_config("objectives=mlm+nsp")
   config.data.prepared, config.data.max_length, config.data.eval_files = prepared, length, ""
   with tempfile.TemporaryDirectory(prefix="prepared_read_") as cache:
-    data = input_pipeline.load_data(config, Path(cache))
+    data = pretraining_data.load(config, cache_dir=Path(cache))
   wall, cpu, server = [], [], []
   for r in range(rounds):
     iterator = input_pipeline.train_batches(data.train, data.mask_options, global_batch=batch, seed=r, start_step=0,

@@ -48,7 +48,7 @@ from configs import pretrain
 from encoder import cli, errors, init_from
 from launch import host_memory, input_pipeline, metrics_writer, train, xla_flags
 from launch.model import EncoderWithHeads, encoder_config
-from objectives import registry
+from objectives import data as pretraining_data, registry
 
 RUNS = ("mlm", "mlm+sbo")
 CALIBRATION_WARMUP = 5  # Untimed first steps of a calibration (compilation, allocation).
@@ -166,7 +166,8 @@ def our_logits(config: ml_collections.ConfigDict, params: Any, vocab_size: int):
   return lambda batch: np.asarray(apply(params, {k: batch[k] for k in keys}))
 
 
-def train_reference(data: input_pipeline.Data, config: ml_collections.ConfigDict, args: argparse.Namespace):
+def train_reference(data: pretraining_data.PretrainingData, config: ml_collections.ConfigDict,
+                    args: argparse.Namespace):
   """Calibrates, then trains HF BertForMaskedLM on our batches for the budget; returns (model, results)."""
   from benchmarks import pretrain_reference  # pylint: disable=import-outside-toplevel  (torch only with --reference)
   batches = lambda: input_pipeline.train_batches(data.train, data.mask_options, global_batch=args.batch_size,
@@ -231,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   root = Path(args.workdir)
   shared = run_config("mlm", root, batch_size=args.batch_size, steps=1, warmup_steps=args.warmup_steps)
   shared.data.eval_files = EVAL_FILES
-  data = input_pipeline.load_data(shared, Path(shared.data.cache_dir))  # Tokenized once, outside every budget.
+  data = pretraining_data.load(shared, cache_dir=Path(shared.data.cache_dir))  # Tokenized once, outside every budget.
   vocab_size, eval_rows = data.tokenizer.vocab_size, data.eval
   assert eval_rows is not None  # shared.data.eval_files is set above.
   held_out = lambda: input_pipeline.eval_batches(eval_rows, data.mask_options, global_batch=args.batch_size,

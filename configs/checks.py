@@ -233,7 +233,7 @@ def _check_length(key: str, length: int, config: ml_collections.ConfigDict, mode
 
 
 def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
-  from objectives import electra, pipeline  # pylint: disable=import-outside-toplevel  (heads import flax)
+  from objectives import data, electra  # pylint: disable=import-outside-toplevel  (heads import flax)
   names = config.objectives.split("+")
   weights = dict(config.objective_weights)
   if set(weights) != set(names):
@@ -241,7 +241,7 @@ def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) 
                       f"{config.objectives!r}: give one weight per objective")
   for name, weight in weights.items():
     fields.check_field(f"config.objective_weights.{name}", weight, fields.NON_NEGATIVE)
-  pipeline.validate(names, config.data.packing, config.masking.mode)
+  data.check(names, config.data.packing, config.masking.mode)
   _check_length("data.max_length", config.data.max_length, config, model)
   masking = config.masking
   if masking.mask_prob + masking.random_prob > 1:
@@ -260,7 +260,7 @@ def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) 
 
 
 def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
-  from tasks import finetune_data, regimes, registry  # pylint: disable=import-outside-toplevel  (families import flax)
+  from tasks import finetune_data, readers, regimes, registry  # pylint: disable=import-outside-toplevel  (flax heads)
   task = config.task
   if config.num_train_steps == 0 and config.epochs == 0:
     raise ConfigError("config.epochs=0 with config.num_train_steps=0 gives no training steps: set either to at "
@@ -276,11 +276,11 @@ def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -
                       f"{list(task.labels)}")
   dataset = finetune_data.dataset_of(task)  # The dataset is known, or the files exist.
   family = registry.family(finetune_data.task_mapping(task, list(task.labels) or ["A", "B"]))
-  data_format = finetune_data.data_format(dataset)
-  if data_format not in family.formats:
+  data_format, read = finetune_data.data_format(dataset), readers.same_records(family.formats)  # tsv: jsonl too.
+  if data_format not in read:
     remedy = f"set config.task.format={family.formats[0]}" if not task.dataset else "choose a dataset of its kind"
     raise ConfigError(f"config.task.{'dataset' if task.dataset else 'format'}={task.dataset or task.format!r}: task "
-                      f"family {task.name!r} reads {' or '.join(family.formats)} files, not {data_format} ({remedy})")
+                      f"family {task.name!r} reads {' or '.join(read)} files, not {data_format} ({remedy})")
   family.objective()  # The head accepts its options.
   names = family.metric_names()
   per_type = "f1" in names and family.word_level  # Entity F1 per type: "f1_<type>", types named by the data.

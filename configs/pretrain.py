@@ -19,17 +19,16 @@ import ml_collections
 
 from configs import common, samples
 from encoder import fields
-from objectives import registry as objective_registry
+from objectives import data as objective_data, registry as objective_registry
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """The pretraining config for `arg` ('size=base,objectives=mlm+sbo,steps=100000,runlocal')."""
   args = common.parse_arg(arg, size="base", arch="bert", objectives="mlm", steps=100_000, runlocal=False, init="")
   names = args.objectives.split("+")
-  # What the objectives need of the data (Objective.packing, .masking: NSP pairs, SBO's spans), else the defaults below;
-  # an unknown name is left to config.objectives' rule.
-  built = [objective_registry.build(name) for name in names if name in objective_registry.OBJECTIVES]
-  needed = lambda key, default: next((getattr(o, key).value for o in built if getattr(o, key)), default)
+  # What the objectives set of the data (Objective.packing, .masking: NSP pairs, SBO's spans; .mask_defaults:
+  # ELECTRA's), else the defaults below; an unknown name is left to config.objectives' rule.
+  needed = objective_data.defaults(names).get
   config = ml_collections.ConfigDict()  # Locked before it is returned.
   config.objectives = args.objectives  # "+"-joined objective names (objectives.registry.OBJECTIVES).
   config.objective_weights = ml_collections.ConfigDict(dict.fromkeys(names, 1.0))  # Total loss = sum of w * loss.
@@ -44,7 +43,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data.tokenizer = "all-MiniLM-L6-v2"  # A tokenizer path or a packaged checkpoint name (encoder.pretrained).
   config.data.max_length = 128  # Tokens per example row.
   # Row layout (objectives.pipeline.PACKINGS): "full_sentences" (RoBERTa), "nsp_pairs" (BERT, for NSP), "segments".
-  config.data.packing = needed("packing", "full_sentences")
+  config.data.packing = needed("data.packing", "full_sentences")
   config.data.cache_dir = ""  # Tokenized-corpus cache ("" = workdir/cache).
   config.data.prefetch = 2  # Batches prepared ahead on a background thread.
   # Processes that mask and batch (0: threads; -1: chosen for the host: 1 per 8 cores, at most 32, on a TPU host,
@@ -54,11 +53,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.masking = ml_collections.ConfigDict()  # MLM corruption (objectives.masking.mask_example).
   config.masking.rate = 0.15  # Fraction of tokens selected for prediction (spec, "Masking Words").
   config.masking.max_predictions = 20  # Fixed width P of masked_positions per row.
-  config.masking.mode = needed("masking", "token")  # "token", "whole_word" or "span" (SpanBERT).
+  config.masking.mode = needed("masking.mode", "token")  # "token", "whole_word" or "span" (SpanBERT).
   config.masking.replacement = "unigram"  # Random replacements from the corpus unigram law or "uniform".
-  config.masking.mask_prob = 0.85 if "electra" in names else 0.8  # Of the selected tokens: [MASK] (ELECTRA: 85%).
+  config.masking.mask_prob = needed("masking.mask_prob", 0.8)  # Of the selected tokens: [MASK] (ELECTRA: 85%).
   # Of the selected tokens: replaced by a random token (the rest are kept; ELECTRA's code: none).
-  config.masking.random_prob = 0.0 if "electra" in names else 0.1
+  config.masking.random_prob = needed("masking.random_prob", 0.1)
 
   # An objective's own block (ELECTRA's generator and loss weight: config.electra), from the fields its module
   # declares (objectives/electra.py CONFIG_FIELDS: defaults, rules and comments in one place).

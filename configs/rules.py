@@ -84,7 +84,7 @@ PRETRAINING: dict[str, fields.Rule] = {
                                 "directory)"),
     "data.prepared": Anything("a directory of objectives.prepare, or '' (checked when opened)"),
     "data.tokenizer": Anything("a tokenizer path or packaged checkpoint name (checked when loaded)"),
-    "data.max_length": Number(8, integer=True), "data.packing": Choice(pipeline.PACKINGS),
+    "data.max_length": Number(8, integer=True), "data.packing": Choice(lambda: tuple(pipeline.PACKINGS)),
     "data.cache_dir": Anything("any directory path ('' = workdir/cache)"), "data.prefetch": NON_NEGATIVE_INT,
     "data.workers": Number(0, integer=True, also=(-1,)),
     "masking.rate": Number(0.0, 1.0, low_open=True, high_open=True), "masking.max_predictions": POSITIVE_INT,

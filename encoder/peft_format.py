@@ -32,7 +32,7 @@ HF_MODULES = {"query": "attention.self.query", "key": "attention.self.key", "val
 OURS = {"query": "attention", "key": "attention", "value": "attention", "attention_output": "attention",
         "intermediate": "mlp", "output": "mlp"}
 QKV = ("query", "key", "value")  # The fused qkv kernel's slices [hidden, 3, heads, head_dim], in order.
-# peft's task types of the heads HF has (launch.export's AUTO_CLASSES tasks) -> where the encoder sits in the model.
+# peft's task types of the heads HF has (launch.export's AutoModelFor<task>) -> where the encoder sits in the model.
 TASK_TYPES = {"SequenceClassification": "SEQ_CLS", "TokenClassification": "TOKEN_CLS",
               "QuestionAnswering": "QUESTION_ANS"}
 _LORA_KEY = re.compile(r"base_model\.model\.(?:bert\.)?encoder\.layer\.(\d+)\.(" +

@@ -28,7 +28,7 @@ from encoder import cli, errors, init_from
 from encoder.tokenizer import load_tokenizer
 from launch import compilation_cache, host_memory, input_pipeline, metrics_writer, predict, train, xla_flags
 from launch.model import EncoderWithHeads, encoder_config
-from objectives import registry
+from objectives import data as pretraining_data, registry
 
 FILL_SENTENCES = ("please turn your homework [MASK] .", "so long and thanks for all the [MASK] .")
 MASK_TEXT = "[MASK]"
@@ -72,7 +72,7 @@ def fill_mask(config: ml_collections.ConfigDict, params: Any, tokenizer: Any, se
 def unigram_baseline(config: ml_collections.ConfigDict, cache_dir: Path) -> dict[str, float]:
   """Accuracy and loss on the engine's held-out rows and masks of a model that ignores the context: always the most
   frequent training token, probabilities = the training corpus's add-one smoothed token frequencies."""
-  data = input_pipeline.load_data(config, cache_dir)
+  data = pretraining_data.load(config, cache_dir=cache_dir)
   if data.eval is None:
     raise errors.ConfigError("config.data.eval_files names no files: the unigram baseline is measured on the "
                              "held-out split; set it to the held-out corpus")

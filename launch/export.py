@@ -46,6 +46,7 @@ from launch import hf_modeling, model_card, predict, workload
 from launch.model import run_encoder_config
 from objectives import hf_heads
 from tasks import finetune_data, registry
+from tasks.family import not_in_hf
 
 BESIDE_WEIGHTS = "head.safetensors"  # Head parameters no class holds: {"<objective>/<path>": array}.
 BESIDE_NOTE = "head.json"  # What they are, why no class holds them, the task they were trained for.
@@ -54,11 +55,8 @@ PEFT_ADAPTER = "peft_adapter"  # --peft-adapter: where a LoRA run's unmerged ada
 TOKENIZER_CONFIG = "tokenizer_config.json"
 _EXPECTED_RUN = ("a pretraining or fine-tuning run: python -m launch.main --config configs/pretrain.py:... (or "
                  "configs/finetune.py:...) --workdir DIR")
-# A remote class's task -> the Auto class that loads it (and the pipeline that runs it).
-AUTO_CLASSES = {"SequenceClassification": "AutoModelForSequenceClassification",
-                "TokenClassification": "AutoModelForTokenClassification",
-                "QuestionAnswering": "AutoModelForQuestionAnswering", "PreTraining": "AutoModelForPreTraining",
-                "MaskedLM": "AutoModelForMaskedLM"}
+# The Auto class that loads a class of task t (HfHead.task, "MultipleChoice") is AutoModelFor<t> (`auto_class`); the
+# pipeline that runs it, if any:
 PIPELINES = {"AutoModelForSequenceClassification": "text-classification",
              "AutoModelForTokenClassification": "token-classification",
              "AutoModelForQuestionAnswering": "question-answering", "AutoModelForMaskedLM": "fill-mask",
@@ -90,6 +88,11 @@ class Plan(NamedTuple):
   def remote(self) -> bool:
     """Whether the class is launch/hf_modeling's (remote code) rather than HF's."""
     return MODEL_CODE[1] in self.code
+
+
+def auto_class(task: str) -> str:
+  """The transformers Auto class of HF's (or launch/hf_modeling's) classes for `task`: AutoModelFor<task>."""
+  return f"AutoModelFor{task}"
 
 
 def checked_out(out: Path) -> Path:
@@ -128,27 +131,27 @@ def pretraining_plan(params: dict[str, Any], cfg) -> Plan:
   has biases HF's lacks, or with NSP, which needs BERT's pooler), the others beside."""
   names = [name for name in params if name != "encoder"]
   layout = hf_heads.layout_of(cfg, names)
-  holds = hf_heads.held(names, layout)
-  if layout == "modernbert" and "mlm" in holds and "nsp" in params:
-    holds += ("nsp",)  # launch/hf_modeling's EncoderlabModernBertForPreTraining holds both (and BERT's pooler).
+  # HF's class, or launch/hf_modeling's when it holds more (ModernBERT's MLM and NSP, on BERT's pooler).
+  holds = max(hf_heads.held(names, layout), hf_heads.held(names, layout, remote=True), key=len)
   heads = {name: tree for name, tree in params.items() if name in holds}
   beside = {name: tree for name, tree in params.items() if name not in heads and name != "encoder"}
   note = (f"pretraining head(s) {sorted(beside)} (e.g. SpanBERT's span boundary objective) have no place in HF's "
           "classes, which hold only the MLM and NSP heads (ELECTRA's: the discriminator's; ModernBERT's: MLM, or MLM "
           "and NSP)") if beside else ""
-  if layout == "modernbert" and "nsp" in beside:
-    beside["pooler"] = params["encoder"]["pooler"]  # What the NSP head reads.
+  if layout == "modernbert" and any(head.pooler for name, head in hf_heads.layouts().items() if name in beside):
+    beside["pooler"] = params["encoder"]["pooler"]  # What the head beside reads (NSP's).
   native = hf_heads.held(heads, layout) == tuple(sorted(heads)) and hf_heads.exact(cfg, layout, heads)
-  if layout == "modernbert" and heads and not native:  # No HF class holds the heads (exactly): a remote one.
-    architecture = f"EncoderlabModernBertFor{'PreTraining' if 'nsp' in heads else 'MaskedLM'}"
-    auto = "AutoModelForPreTraining" if "nsp" in heads else "AutoModelForMaskedLM"
-    classes = {auto: architecture, "AutoModelForMaskedLM": "EncoderlabModernBertForMaskedLM"}
+  remote = hf_heads.remote_classes(layout)
+  auto_of = lambda name: ("AutoModelForPreTraining" if name.endswith("ForPreTraining") else
+                          "AutoModelForMaskedLM" if name.endswith("ForMaskedLM") else "AutoModel")
+  if heads and not native and tuple(sorted(heads)) in remote:  # No HF class holds the heads (exactly): a remote one.
+    architecture = remote[tuple(sorted(heads))]
+    classes = {auto_of(architecture): architecture} | {auto_of(name): name for together, name in remote.items()
+                                                       if set(together) <= set(heads)}  # Also those of fewer heads.
     fields = remote_fields(layout, architecture, classes, {"objectives": sorted(heads)})
-    return Plan(architecture, auto, MODEL_CODE, heads, None, fields, beside, note)
+    return Plan(architecture, auto_of(architecture), MODEL_CODE, heads, None, fields, beside, note)
   architecture = hf_heads.architecture_of(heads, layout)
-  auto = ("AutoModelForPreTraining" if architecture.endswith("ForPreTraining") else
-          "AutoModelForMaskedLM" if architecture.endswith("ForMaskedLM") else "AutoModel")
-  return Plan(architecture, auto, (), heads, None, {}, beside, note)
+  return Plan(architecture, auto_of(architecture), (), heads, None, {}, beside, note)
 
 
 def finetuned_plan(config, params: dict[str, Any], layout: str, results: dict[str, Any]) -> Plan:
@@ -158,16 +161,19 @@ def finetuned_plan(config, params: dict[str, Any], layout: str, results: dict[st
   family = registry.family(finetune_data.task_mapping(config.task, labels))
   name = family.objective().name
   head = family.hf_head(params[name], results.get("threshold"))
+  native = head.native if layout == "bert" else None
+  if head.task is not None and not native and not head.remote:  # Only HF's class holds it, not on this encoder.
+    head = not_in_hf(params[name], f"HF's {head.native} holds a {name} head on a BERT encoder only, not on a "
+                     f"{layout} one, and launch/hf_modeling has no class for it")
   if head.task is None:
     architecture = hf_heads.architecture_of((), layout)
     return Plan(architecture, "AutoModel", (), {}, None, {}, {name: head.beside}, head.note, family.task)
-  native = head.native if layout == "bert" else None
   fields = head.head | ({"word_pattern": predict.word_pattern(config.task), "max_length": config.task.max_length}
                         if family.word_level else {})
   pipelines = PIPELINES_OF.get(head.task, {}) if head.task == "QuestionAnswering" or not native else {}
   pipeline = {"custom_pipelines": pipelines} if pipelines else {}
   code = (() if native else MODEL_CODE) + ((PIPELINE_CODE,) if pipelines else ())
-  auto = AUTO_CLASSES[head.task]
+  auto = auto_class(head.task)
   if native:
     head_config = head.config | ({"encoderlab_head": fields} | pipeline if pipelines else {})
     task_head = hf.Heads(native, head.tensors, head_config, head.pooler)
@@ -247,7 +253,7 @@ def write_peft_adapter(directory: Path, config, cfg, encoder_params: dict[str, A
   base = where if kind == "hf" else (peft_format.read_config(where).get("base_model_name_or_path")
                                      if kind == "peft" else None)
   native = plan.task_head is not None and not plan.remote
-  task = next((t for t, auto in AUTO_CLASSES.items() if auto == plan.auto_class), None) if native else None
+  task = plan.auto_class.removeprefix("AutoModelFor") if native else None
   peft_format.write_adapter(directory, cfg, encoder_params, base, task if task in peft_format.TASK_TYPES else None,
                             plan.task_head.tensors if native and plan.task_head else None)
 

@@ -67,10 +67,34 @@ class EncoderWithHeads(nn.Module):
                         else None)
       outputs = unpacked(outputs, batch, encoder.pool)
     else:
-      inputs = (batch.get(k) for k in ENCODER_INPUTS)  # input_ids always there; a missing other: None, its default.
+      rows = encoder_rows(batch)
+      inputs = (rows.get(k) for k in ENCODER_INPUTS)  # input_ids always there; a missing other: None, its default.
       outputs = encoder(*inputs, train=train,  # type: ignore[misc,arg-type]  # mypy cannot count a generator's 4 items
-                        last_positions=last_positions(self.objectives, batch))
+                        last_positions=last_positions(self.objectives, rows))
+      outputs = example_outputs(outputs, batch["input_ids"].shape[:-1])
     return {name: head(outputs, batch, encoder.attend, train) for name, head in heads.items()}
+
+
+def encoder_rows(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """The encoder's inputs as [rows, length]: a batch whose examples are several rows of tokens ([batch, k, length],
+  a family's `layout`: multiple choice's row per choice) flattened to [batch * k, length], as HF's BertForMultipleChoice
+  does (the heads' `reads` then name positions per row: [CLS] only, `objective.cls_only`); a [batch, length] batch as
+  it is."""
+  if batch["input_ids"].ndim == 2:
+    return batch
+  length = batch["input_ids"].shape[-1]
+  return {k: batch[k].reshape(-1, length) for k in ENCODER_INPUTS if k in batch}
+
+
+def example_outputs(outputs: EncoderOutput, shape: tuple[int, ...]) -> EncoderOutput:
+  """The encoder's outputs over `encoder_rows` back in the examples' shape (`shape`: input_ids' leading axes): states
+  [*shape, length, hidden], cls and pooled [*shape, hidden]; one row per example: as they are."""
+  if len(shape) == 1:
+    return outputs
+  back = lambda x: x.reshape(*shape, *x.shape[1:])
+  positions = outputs.last_positions
+  return EncoderOutput(hidden_states=tuple(map(back, outputs.hidden_states)), cls=back(outputs.cls),
+                       pooled=back(outputs.pooled), last_positions=None if positions is None else back(positions))
 
 
 def _cls_only(objective: Objective, batch: dict[str, jax.Array]) -> bool:

@@ -5,6 +5,7 @@ the evaluation's own code paths.
   echo "EU rejects German call" | python -m launch.predict --workdir runs/conll --input - --output conll
   python -m launch.predict --workdir runs/sick --input pairs.tsv --format tsv --out predictions.jsonl
   python -m launch.predict --workdir runs/squad --input questions.jsonl --format jsonl   # {"question", "context"}
+  python -m launch.predict --workdir runs/copa --input items.txt   # context<TAB>choice 1<TAB>choice 2[<TAB>...]
 
   from launch.predict import Predictor
   Predictor.from_workdir("runs/conll").predict(["EU rejects German call to boycott British lamb ."])
@@ -209,18 +210,14 @@ class Predictor:
     return len(alignment.first_subword_positions(encoding.word_ids))
 
   def record(self, item: str | Sequence[str] | dict) -> dict:
-    """One input as a reader record: text (split into words for word tasks), a word list, a (text_a, text_b) pair,
-    or a record dict ({"words": [...]} or {"text_a": ..., "text_b": ...})."""
+    """One input as a reader record: text (split into words for word tasks), a word list, texts (a (text_a, text_b)
+    pair; the family's `text_record`: a context and its choices), or a record dict ({"words": [...]} or {"text_a":
+    ..., "text_b": ...})."""
     if isinstance(item, dict):
       return item
     if self.word_task:
       return {"words": split_words(item, self.split_hyphens) if isinstance(item, str) else list(item)}
-    text_a, text_b = (item, None) if isinstance(item, str) else (list(item) + [None])[:2]
-    return self.pair_record(text_a, text_b)
-
-  def pair_record(self, text_a: str | None, text_b: str | None) -> dict:
-    """Two texts as a record of the family's `text_fields`: {"text_a", "text_b"}, or {"question", "context"}."""
-    return dict(zip(self.family.text_fields, (text_a, text_b)))
+    return self.family.text_record([item] if isinstance(item, str) else list(item))
 
   def predict(self, inputs: Iterable[str | Sequence[str] | dict]) -> list[dict]:
     """One output dict per input, as the run's family writes it (`TaskFamily.output`): e.g. {"label",
@@ -258,7 +255,7 @@ def read_inputs(path: str, input_format: str, predictor: Predictor) -> tuple[lis
   try:
     if input_format == "jsonl":
       records, lines = _json_lines(source)
-    elif input_format == "tsv" and "tsv" in predictor.family.formats:  # The run's own columns (QA: text lines).
+    elif input_format == "tsv" and predictor.reader_options["format"] == "tsv":  # The run's own columns.
       records, lines = _tsv(source, predictor)
     elif input_format in ("conll", "conllu"):
       records, lines = _sentences(source, input_format)
@@ -273,8 +270,8 @@ def read_inputs(path: str, input_format: str, predictor: Predictor) -> tuple[lis
 
 
 def _lines(path: str, input_format: str, predictor: Predictor) -> tuple[list[dict], list[int]]:
-  """text: one example per non-blank line (a pair: two texts separated by a tab); words: whitespace-separated
-  words per line."""
+  """text: one example per non-blank line, its tab-separated texts read by the family (`TaskFamily.line_record`: one
+  text, a pair, a context and its choices); words: whitespace-separated words per line."""
   records, lines = [], []
   for number, line in numbered_lines(path):
     if not line.strip():
@@ -284,12 +281,8 @@ def _lines(path: str, input_format: str, predictor: Predictor) -> tuple[list[dic
     elif predictor.word_task:
       record = {"words": split_words(line, predictor.split_hyphens)}
     else:
-      texts = [text.strip() for text in line.split("\t")]
-      if len(texts) != (2 if predictor.pairs else 1) or not all(texts):
-        raise ReaderError(path, number, f"{'two non-empty texts separated by a tab' if predictor.pairs else 'one text'}"
-                          f" (the run was trained on {'sentence pairs' if predictor.pairs else 'single texts'}), got "
-                          f"{len(texts)} tab-separated field{'s' * (len(texts) != 1)}")
-      record = predictor.pair_record(texts[0], texts[1] if predictor.pairs else None)
+      record = predictor.family.line_record(path, number, [text.strip() for text in line.split("\t")],
+                                            predictor.pairs)
     if predictor.word_task and not record["words"]:
       raise ReaderError(path, number, f"words, got {line!r}")
     records.append(record)
@@ -366,11 +359,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
   parser.add_argument("--input", required=True, help="input file, or - for stdin")
   parser.add_argument("--format", choices=FORMATS, default="text",
                       help="text: one example per line (pairs, and QA's question and context: two texts separated "
-                           "by a tab; word tasks: split into words); words: whitespace-separated words per line; tsv: "
+                           "by a tab; multiple choice: a context and its choices, tab-separated; word tasks: split "
+                           "into words); words: whitespace-separated words per line; tsv: "
                            "the run's TSV columns (header as in its data; QA: question<TAB>context, no header); conll: "
                            "word in the first column, blank line between sentences; conllu: CoNLL-U FORMs; jsonl: one "
-                           'JSON record per line ({"question", "context"}, {"text_a", "text_b"} or '
-                           '{"words"})')
+                           'JSON record per line ({"question", "context"}, {"text_a", "text_b"}, {"context", '
+                           '"choices"} or {"words"})')
   parser.add_argument("--output", choices=("jsonl", "conll"), default="jsonl",
                       help="jsonl: one JSON object per input; conll: `word tag` lines (word tasks), what "
                            "`python -m tasks.scoring.score` reads")

@@ -24,7 +24,7 @@ from encoder.files import Path
 from launch import checkpointing, input_pipeline, metrics_writer, optimizer, sharding, steps
 from launch.compile_ahead import Jitted
 from launch.programs import Programs, outputs_program, zero_sums
-from objectives import registry
+from objectives import data as pretraining_data, registry
 from objectives.objective import Objective
 from tasks import evaluation, finetune_data, regimes
 
@@ -53,7 +53,8 @@ class Workload(NamedTuple):
   update_scales: Callable[[Any], Any]
   # (step functions, programs, the abstract train state with its shardings: the restore target) -> the evaluation.
   evaluation: Callable[[steps.StepFns, Programs, Any], Evaluation]
-  data: input_pipeline.Data | finetune_data.TaskData  # What it reads (for tools and tests; the loop never looks).
+  # What it reads (for tools and tests; the loop never looks).
+  data: pretraining_data.PretrainingData | finetune_data.TaskData
   description: str  # For the start-up line.
 
 
@@ -66,21 +67,22 @@ def objective_options(config: ml_collections.ConfigDict, name: str) -> dict[str,
 
 def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
   """Pretraining (MLM, NSP, SBO, ELECTRA) on config.data's corpus."""
-  data = input_pipeline.load_data(config, files.path(config.data.cache_dir or workdir / "cache"))
+  data = pretraining_data.load(config, cache_dir=files.path(config.data.cache_dir or workdir / "cache"))
   objectives = tuple(registry.build(name, objective_options(config, name)) for name in config.objectives.split("+"))
   batches = lambda start: input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
                                                        seed=config.seed, start_step=start,
                                                        prefetch=config.data.prefetch,
                                                        workers=config.data.workers)
-  example = input_pipeline.example_batch(data.train, data.mask_options)
+  example = pretraining_data.example_batch(data.train, data.mask_options)
   return Workload(objectives, dict(config.objective_weights), data.tokenizer.vocab_size, example,
                   config.num_train_steps, 0, config.data.max_length, batches, lambda start: [], lambda model: None,
                   functools.partial(_held_out_metrics, config, data, example), data,
                   f"objectives {config.objectives}, init {config.init or 'random'}")
 
 
-def _held_out_metrics(config: ml_collections.ConfigDict, data: input_pipeline.Data, example: dict[str, np.ndarray],
-                      fns: steps.StepFns, programs: Programs, target: Any) -> Evaluation:
+def _held_out_metrics(config: ml_collections.ConfigDict, data: pretraining_data.PretrainingData,
+                      example: dict[str, np.ndarray], fns: steps.StepFns, programs: Programs, target: Any
+                      ) -> Evaluation:
   """Pretraining's evaluation: the objectives' metrics over the first config.eval_steps whole batches of the
   held-out split (fixed masks), with the steps' own eval program."""
   zero = zero_sums(functools.partial(steps.eval_step, fns), target.params, example)
@@ -105,7 +107,7 @@ def finetuning(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
   per_epoch, total = data.schedule.steps_per_epoch, data.schedule.total_steps
   batches = lambda start: finetune_data.train_batches(data, start_step=start, prefetch=config.data.prefetch)
   shapes = lambda start: finetune_data.first_batch_of_each_shape(data, start_step=start)
-  mean_length = float(np.mean([len(e["input_ids"]) for e in data.train.examples]))
+  mean_length = float(np.mean([np.size(e["input_ids"]) for e in data.train.examples]))  # Every row's tokens.
   example = finetune_data.example_batch(data)
 
   def update_scales(model) -> Any:  # The regime and layer-wise LR decay as static per-parameter update factors.

@@ -31,6 +31,8 @@ from objectives import layers, mlm
 from objectives.objective import HfHead, Objective, Requirement
 
 GENERATOR_LOGITS = "electra_generator_logits"  # Batch key replace_inputs adds: generator logits [batch, P, vocab].
+# ELECTRA's masking (its code's defaults): 85% of the selected tokens become [MASK], the rest stay (no random tokens).
+MASK_DEFAULTS = {"mask_prob": 0.85, "random_prob": 0.0}
 
 
 # config.electra's fields: their defaults (configs/pretrain.py's block), rules (configs/rules.py, checked before a
@@ -180,7 +182,8 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
                    # Its generator already predicts the masked tokens and its samples replace them in the encoder's
                    # input, so MLM/SBO heads on the discriminator would predict from the samples.
                    excludes=Requirement(("mlm", "sbo"), "its generator predicts the masked tokens and its samples "
-                                        "replace them in the encoder's input"))
+                                        "replace them in the encoder's input"),
+                   mask_defaults=MASK_DEFAULTS)
 
 
 def hf_tensors(cfg: EncoderConfig) -> list[Tensor]:

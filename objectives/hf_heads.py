@@ -56,6 +56,13 @@ def classes() -> dict[tuple[str, tuple[str, ...]], str]:
   return {key: name for head in layouts().values() for key, name in head.classes.items()}
 
 
+def remote_classes(layout: str) -> dict[tuple[str, ...], str]:
+  """{heads: launch/hf_modeling's class} on a `layout` encoder over the registered objectives' declarations
+  (`HfHead.remote`)."""
+  return {heads: name for head in layouts().values() for (where, heads), name in (head.remote or {}).items()
+          if where == layout}
+
+
 def architecture_of(names: Iterable[str], layout: str = "bert") -> str:
   """The HF class that holds exactly these heads on a `layout` encoder (the bare encoder's without heads)."""
   key = tuple(sorted(names))
@@ -68,10 +75,12 @@ def architecture_of(names: Iterable[str], layout: str = "bert") -> str:
   return known[key]
 
 
-def held(names: Iterable[str], layout: str) -> tuple[str, ...]:
-  """The most of `names` one HF class of `layout` holds together (() when none holds any)."""
+def held(names: Iterable[str], layout: str, remote: bool = False) -> tuple[str, ...]:
+  """The most of `names` one HF class of `layout` holds together (() when none holds any); `remote`: one of
+  launch/hf_modeling's classes (`remote_classes`)."""
   names = set(names)
-  fits = [heads for (where, heads) in classes() if where == layout and set(heads) <= names]
+  declared = remote_classes(layout) if remote else [heads for (where, heads) in classes() if where == layout]
+  fits = [heads for heads in declared if set(heads) <= names]
   return max(fits, key=len, default=())
 
 

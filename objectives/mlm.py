@@ -131,4 +131,7 @@ def holds_exactly(cfg: EncoderConfig, layout: str, tree: Mapping) -> bool:
 
 HF = HfHead(read_hf, write_hf, {("bert", ("mlm",)): "BertForMaskedLM", ("bert", ("mlm", "nsp")): "BertForPreTraining",
                                 ("electra", ("mlm",)): "ElectraForMaskedLM",
-                                ("modernbert", ("mlm",)): "ModernBertForMaskedLM"}, exact=holds_exactly)
+                                ("modernbert", ("mlm",)): "ModernBertForMaskedLM"}, exact=holds_exactly,
+            # launch/hf_modeling's ModernBERT classes: MLM with every bias; MLM and NSP (on BERT's pooler).
+            remote={("modernbert", ("mlm",)): "EncoderlabModernBertForMaskedLM",
+                    ("modernbert", ("mlm", "nsp")): "EncoderlabModernBertForPreTraining"})

@@ -37,11 +37,14 @@ class HfHead(NamedTuple):
   exact: Callable[[EncoderConfig, str, Mapping], bool] | None = None
   # (directory, cfg, encoder params, tree, tokenizer files) -> None: what the head writes beside (ELECTRA's generator).
   beside: Callable[..., None] | None = None
+  # {(layout, names of the heads it holds, sorted): launch/hf_modeling's class} where HF's own classes cannot hold the
+  # heads (exactly), e.g. {("modernbert", ("mlm", "nsp")): "EncoderlabModernBertForPreTraining"}; None: none.
+  remote: Mapping[tuple[str, tuple[str, ...]], str] | None = None
 
 
 class Requirement(NamedTuple):
   """What an objective needs of the data (a `config.data.packing`, a `config.masking.mode`) or the objectives it
-  cannot share a batch with, and why, as the one-line error says it (objectives.pipeline.validate)."""
+  cannot share a batch with, and why, as the one-line error says it (objectives.data.check)."""
   value: str | tuple[str, ...]
   why: str
 
@@ -69,6 +72,8 @@ class Objective(NamedTuple):
   hf: the head's HuggingFace layout (`HfHead`); None: no HF class holds it (launch.export saves it beside).
   packing, masking: the `config.data.packing` / `config.masking.mode` the head needs (NSP: sentence pairs; SBO: span
     boundaries), None: any; excludes: the objectives it cannot share a batch with (ELECTRA: MLM, SBO), None: none.
+  mask_defaults: {config.masking field: value} the objective trains with unless the config says otherwise (ELECTRA:
+    85% [MASK], no random tokens), None: masking's own defaults (`objectives.data.defaults` gathers them).
   """
   name: str
   head: nn.Module
@@ -82,6 +87,7 @@ class Objective(NamedTuple):
   packing: Requirement | None = None
   masking: Requirement | None = None
   excludes: Requirement | None = None
+  mask_defaults: Mapping[str, Any] | None = None
 
 
 def loss_terms(objective: Objective) -> dict[str, float]:

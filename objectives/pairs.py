@@ -77,3 +77,11 @@ def nsp_layout(corpus: Corpus, max_length: int, rng: np.random.Generator, *, sho
       i += 1
   row_offsets = np.arange(0, 2 * len(labels) + 1, 2, dtype=np.int64)
   return np.asarray(chunks, np.int64).reshape(-1, 4), row_offsets, np.asarray(labels, np.int32)
+
+
+def nsp_rows(corpus: Corpus, max_length: int, rng: np.random.Generator, *, short_seq_prob: float = 0.1
+             ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+  """The "nsp_pairs" packing's layout (objectives.pipeline.PACKINGS): `nsp_layout`, its labels as the rows' field
+  "nsp_label" (what the NSP head's loss reads)."""
+  chunks, row_offsets, labels = nsp_layout(corpus, max_length, rng, short_seq_prob=short_seq_prob)
+  return chunks, row_offsets, {"nsp_label": labels}

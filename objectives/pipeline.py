@@ -1,26 +1,27 @@
 """Corpus -> fixed-length unmasked pretraining rows, random access (the engine shuffles, masks and batches them).
 
-Packings (spec, "Training Regimes"):
+Packings (spec, "Training Regimes"), the registry `PACKINGS` (a layout function and a line there adds one):
 - "full_sentences" (RoBERTa FULL-SENTENCES): [CLS] then contiguous full sentences, crossing documents with an
   extra [SEP], filling each row up to max_length; a sentence longer than a row is cut (at word starts).
 - "nsp_pairs" (BERT): [CLS] A [SEP] B [SEP] with type ids 0/1 and nsp_label (0 = IsNext, 1 = random), built by
   BERT's create_instances_from_document (see objectives.pairs).
 - "segments": each sentence is its own sequence [CLS] s [SEP]; several are packed per row (best-fit decreasing)
   with attention_segments 1..k and positions restarting at 0, so attention never crosses a sequence.
-Every row has input_ids, type_ids, positions, attention_segments (0 = pad), word_starts [max_length].
+Every row has input_ids, type_ids, positions, attention_segments (0 = pad), word_starts [max_length], and the
+per-row fields of its packing (NSP pairs: the scalar nsp_label).
 """
 
 import bisect
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from encoder import errors
 from objectives import corpus as corpus_lib, masking, pairs, prepared as prepared_lib
 
-PACKINGS = ("full_sentences", "nsp_pairs", "segments")
 # Chunks: [C, 4] rows (token start, token end, type id, sequence number in the row 1..k); each chunk is followed
 # by [SEP] and a new sequence number starts with [CLS].
 START, END, TYPE, SEQUENCE = range(4)
@@ -30,16 +31,17 @@ class PackedExamples:
   """Random-access rows (len, getitem -> dict of numpy [max_length]) over a corpus and a chunk layout."""
 
   def __init__(self, corpus: prepared_lib.Corpus, chunks: np.ndarray, row_offsets: np.ndarray,
-               max_length: int, cls_id: int, sep_id: int, pad_id: int, nsp_labels: np.ndarray | None = None):
+               max_length: int, cls_id: int, sep_id: int, pad_id: int,
+               row_fields: Mapping[str, np.ndarray] | None = None):
     self.corpus, self.chunks, self.row_offsets = corpus, chunks, row_offsets
     self.max_length, self.cls_id, self.sep_id, self.pad_id = max_length, cls_id, sep_id, pad_id
-    self.nsp_labels = nsp_labels
+    self.row_fields = dict(row_fields or {})  # Field -> one value per row (a packing's labels: NSP's nsp_label).
 
   def __len__(self) -> int:
     return len(self.row_offsets) - 1
 
   def __getitem__(self, index: int) -> dict[str, np.ndarray | np.int32]:
-    """Row `index`: [max_length] arrays, and with NSP pairs the scalar "nsp_label"."""
+    """Row `index`: [max_length] arrays, and the packing's per-row fields as scalars (NSP pairs: "nsp_label")."""
     if not -len(self) <= index < len(self):
       raise IndexError(f"row {index} out of range for {len(self)} rows")
     index %= len(self)
@@ -63,8 +65,7 @@ class PackedExamples:
       positions[sequence_start:at] = np.arange(at - sequence_start)
     row: dict[str, np.ndarray | np.int32] = {"input_ids": ids, "type_ids": types, "positions": positions,
                                              "attention_segments": segments, "word_starts": word_starts}
-    if self.nsp_labels is not None:
-      row["nsp_label"] = np.int32(self.nsp_labels[index])
+    row |= {name: values[index] for name, values in self.row_fields.items()}
     return row
 
   def padding_waste(self) -> float:
@@ -93,7 +94,8 @@ def sentence_pieces(corpus: prepared_lib.Corpus, max_tokens: int) -> np.ndarray:
   return np.asarray(pieces, np.int64).reshape(-1, 3)
 
 
-def full_sentence_layout(corpus: prepared_lib.Corpus, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+def full_sentence_layout(corpus: prepared_lib.Corpus, max_length: int, rng: np.random.Generator | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
   """RoBERTa FULL-SENTENCES (spec, "Training Regimes"): greedy fill; a new document in a row adds a [SEP]."""
   pieces = sentence_pieces(corpus, max_length - 2)
   chunks: list[list[int]] = []
@@ -111,10 +113,11 @@ def full_sentence_layout(corpus: prepared_lib.Corpus, max_length: int) -> tuple[
       chunks.append([start, end, 0, 1, document])
     used += cost
   row_offsets.append(len(chunks))
-  return np.asarray(chunks, np.int64).reshape(-1, 5)[:, :4], np.asarray(row_offsets[1:], np.int64)
+  return np.asarray(chunks, np.int64).reshape(-1, 5)[:, :4], np.asarray(row_offsets[1:], np.int64), {}
 
 
-def segment_layout(corpus: prepared_lib.Corpus, max_length: int) -> tuple[np.ndarray, np.ndarray]:
+def segment_layout(corpus: prepared_lib.Corpus, max_length: int, rng: np.random.Generator | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
   """Each sentence piece is a sequence [CLS] s [SEP]; rows are filled by best-fit decreasing (few pad tokens)."""
   pieces = sentence_pieces(corpus, max_length - 2)
   sizes = pieces[:, 1] - pieces[:, 0] + 2
@@ -135,25 +138,47 @@ def segment_layout(corpus: prepared_lib.Corpus, max_length: int) -> tuple[np.nda
       bisect.insort(open_rows, (free, row))
   chunks = [[pieces[p, 0], pieces[p, 1], 0, k + 1] for row in rows for k, p in enumerate(sorted(row))]
   row_offsets = np.concatenate([[0], np.cumsum([len(row) for row in rows])])
-  return np.asarray(chunks, np.int64).reshape(-1, 4), row_offsets.astype(np.int64)
+  return np.asarray(chunks, np.int64).reshape(-1, 4), row_offsets.astype(np.int64), {}
+
+
+# (corpus, max_length, rng) -> (chunks [C, 4], row offsets [R+1], {field: [R] one value per row}).
+Layout = Callable[[prepared_lib.Corpus, int, np.random.Generator], tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]
+
+
+class Packing(NamedTuple):
+  """A row layout: `layout` lays the corpus out in rows (`rng`, seeded by config.seed, drives any random choice, e.g.
+  which sentences pair); its documents hold at least `min_document_sentences` sentences (more than 1: a shorter
+  document is an error or skipped, as `pretraining_examples`' short_documents says; 1: empty ones are skipped)."""
+  layout: Layout
+  min_document_sentences: int = 1
+
+
+# Packing name (config.data.packing) -> its layout. Adding one: a layout function (in an objective's module, as NSP's
+# pairs are in objectives/pairs.py) and a line here; an objective that needs it says so (`Objective.packing`).
+PACKINGS: dict[str, Packing] = {
+    "full_sentences": Packing(full_sentence_layout),
+    "nsp_pairs": Packing(functools.partial(pairs.nsp_rows, short_seq_prob=0.1), min_document_sentences=2),
+    "segments": Packing(segment_layout),
+}
 
 
 def pretraining_examples(*, files: Sequence[str | Path], tokenizer: Any, max_length: int,
                          packing: str = "full_sentences", cache_dir: str | Path | None = None, seed: int = 0,
-                         short_seq_prob: float = 0.1, short_documents: str = "error",
+                         short_documents: str = "error",
                          prepared: str | Path | None = None) -> PackedExamples:
   """Fixed-length unmasked rows from text files (WikiText or plain text; see objectives.corpus), tokenized once.
 
-  `seed` drives only the NSP pairing (which sentences pair, truncation sides); masking is seeded separately per
-  example (objectives.masking.example_rng). short_documents applies to nsp_pairs, which needs >= 2 sentences.
+  `seed` drives only the packing's random choices (NSP: which sentences pair, truncation sides); masking is seeded
+  separately per example (objectives.masking.example_rng). short_documents applies to a packing that needs >= 2
+  sentences per document (nsp_pairs).
   `prepared`: a directory of objectives.prepare read instead of `files` (documents read on demand, same rows).
   """
   if packing not in PACKINGS:
-    raise errors.ConfigError(f"packing {packing!r} is not one of {PACKINGS}")
+    raise errors.ConfigError(f"packing {packing!r} is not one of {tuple(PACKINGS)}")
   if max_length < 8:
     raise errors.ConfigError(f"max_length {max_length} is too small for pretraining rows (at least 8)")
-  minimum = 2 if packing == "nsp_pairs" else 1
-  short = short_documents if packing == "nsp_pairs" else "skip"
+  minimum = PACKINGS[packing].min_document_sentences
+  short = short_documents if minimum > 1 else "skip"
   corpus: prepared_lib.Corpus
   if prepared:  # A prepared directory (objectives.prepare): offsets in memory, tokens read from its shards.
     corpus = prepared_lib.open_prepared(prepared, tokenizer, min_document_sentences=minimum, short_documents=short)
@@ -161,19 +186,12 @@ def pretraining_examples(*, files: Sequence[str | Path], tokenizer: Any, max_len
   else:
     corpus = corpus_lib.load_corpus(files, tokenizer, cache_dir, min_document_sentences=minimum,
                                     short_documents=short)
-  labels = None
-  if packing == "full_sentences":
-    chunks, row_offsets = full_sentence_layout(corpus, max_length)
-  elif packing == "segments":
-    chunks, row_offsets = segment_layout(corpus, max_length)
-  else:
-    chunks, row_offsets, labels = pairs.nsp_layout(corpus, max_length, np.random.default_rng(seed),
-                                                   short_seq_prob=short_seq_prob)
+  chunks, row_offsets, row_fields = PACKINGS[packing].layout(corpus, max_length, np.random.default_rng(seed))
   if len(row_offsets) < 2:
     raise errors.ConfigError(f"the corpus {[str(f) for f in files]} produced no {packing} rows of max_length "
                              f"{max_length}; give more text")
   return PackedExamples(corpus, chunks, row_offsets, max_length, tokenizer.cls_id, tokenizer.sep_id,
-                        tokenizer.pad_id, labels)
+                        tokenizer.pad_id, row_fields)
 
 
 def mask_options(tokenizer: Any, **overrides) -> dict[str, Any]:
@@ -193,29 +211,3 @@ def corpus_unigram_probs(examples: PackedExamples, tokenizer: Any) -> np.ndarray
   if isinstance(examples.corpus, prepared_lib.PreparedCorpus):  # From the shards' counts, not a pass over tokens.
     return examples.corpus.unigram_probs(tokenizer.vocab_size, tokenizer.special_ids)
   return masking.unigram_probs([examples.corpus.tokens], tokenizer.vocab_size, tokenizer.special_ids)
-
-
-def validate(objectives: Sequence[str], packing: str, masking_mode: str | None = None) -> None:
-  """Errors early when the objectives cannot be trained from this packing / masking mode (e.g. nsp without pairs),
-  or together: what each objective declares it needs (`Objective.packing`, `masking`, `excludes`)."""
-  from objectives import registry  # pylint: disable=import-outside-toplevel  (registry imports jax/flax heads)
-  built = [registry.build(name) for name in objectives]
-  if packing not in PACKINGS:
-    raise errors.ConfigError(f"packing {packing!r} is not one of {PACKINGS}")
-  for objective in built:
-    name = objective.name
-    if objective.excludes:
-      clash = sorted(set(objective.excludes.value) & set(objectives))
-      if clash:
-        raise errors.ConfigError(f"config.objectives: {name!r} cannot be combined with {clash}: "
-                                 f"{objective.excludes.why}; drop {clash}")
-    if objective.packing and packing != objective.packing.value:
-      needed = objective.packing.value
-      raise errors.ConfigError(f"config.data.packing={packing!r}: objective {name!r} needs {needed!r} "
-                               f"({objective.packing.why}); set it to {needed!r} or drop {name!r} from "
-                               "config.objectives")
-    if objective.masking and masking_mode is not None and masking_mode != objective.masking.value:
-      needed = objective.masking.value
-      raise errors.ConfigError(f"config.masking.mode={masking_mode!r}: objective {name!r} needs {needed!r} "
-                               f"({objective.masking.why}); set it to {needed!r} or drop {name!r} from "
-                               "config.objectives")

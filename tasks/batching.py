@@ -6,10 +6,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-# Pad value per field; fields not listed pad with 0. `attention_segments` is built here (1 = real token).
-PAD_VALUES = {"label_ids": -1, "word_labels": -1, "span_labels": -1}
-# [length] per example; every other 1-D field is a word or span list.
-TOKEN_FIELDS = ("input_ids", "type_ids", "label_ids", "case_ids", "last_positions")
+
+class Layout(NamedTuple):
+  """How a family's examples are padded into a batch (`TaskFamily.layout`): which fields hold one value per token, and
+  what each field pads with. A token field is [length] per example, or [rows, length] when an example is several rows
+  of tokens (multiple choice: a row per choice), and pads on its last axis to the batch's length bucket; every other
+  1-D field is a word or span list (`collate`'s widths)."""
+  token_fields: tuple[str, ...]
+  pad_values: Mapping[str, int]  # Fields not listed pad with 0, input_ids with the tokenizer's pad id.
+
+
+# What `collate` pads by when no family says (the layout of the families shipped: `TaskFamily.layout`'s default):
+# tagging's label_ids, word_labels and span NER's span_labels pad with -1 (no label). `attention_segments` (1 = real
+# token) is built by `collate` unless the examples hold it.
+PLAIN = Layout(("input_ids", "type_ids", "label_ids", "case_ids", "last_positions"),
+               {"label_ids": -1, "word_labels": -1, "span_labels": -1})
+
 # One more bucket's compilation in padded token columns of a fine-tuning step, per backend (`data.compile_cost=-1`):
 # MiniLM's gradient program at 32 rows. CPU: benchmarks.compile_cost on 2-core AMD EPYC VMs (287-500 columns, ~4-15 s
 # per compilation against 8-50 ms per column, idle to loaded). CUDA: the H200's SICK run of 2026-11-26
@@ -34,48 +46,53 @@ def bucket_length(length: int, buckets: Sequence[int]) -> int:
 
 
 def collate(examples: Sequence[Mapping[str, np.ndarray]], buckets: Sequence[int], pad_id: int = 0,
-            batch_size: int | None = None, widths: Mapping[str, Callable[[int], int]] | None = None
-            ) -> dict[str, np.ndarray]:
-  """Stack variable-length 1-D examples into [batch, bucket] arrays (scalars into [batch]).
+            batch_size: int | None = None, widths: Mapping[str, Callable[[int], int]] | None = None,
+            layout: Layout = PLAIN) -> dict[str, np.ndarray]:
+  """Stack variable-length examples into [batch, bucket] arrays (scalars into [batch]).
 
-  Token fields are padded to the bucket of the longest `input_ids`; other 1-D fields (word or span lists) to
-  `widths[field](bucket)` (the task's most items at that bucket, so each bucket is one jit shape) or, for fields not
-  in `widths`, a power-of-two width. Adds `attention_segments` (1 real, 0 pad), `positions` and `example_mask`; pads
+  Token fields (`layout`) are padded on their last axis to the bucket of the longest `input_ids` ([batch, rows,
+  bucket] when an example is several rows); other 1-D fields (word or span lists) to `widths[field](bucket)` (the
+  task's most items at that bucket, so each bucket is one jit shape) or, for fields not in `widths`, a power-of-two
+  width. Adds `attention_segments` (1 real, 0 pad; unless the examples hold it), `positions` and `example_mask`; pads
   the batch to `batch_size` rows with empty examples so every step has one shape.
   """
   widths = widths or {}
   rows = batch_size or len(examples)
-  length = bucket_length(max(len(e["input_ids"]) for e in examples), buckets)
+  length = bucket_length(max(lengths_of(examples)), buckets)
   batch: dict[str, np.ndarray] = {}
   for key in examples[0]:
     values = [np.asarray(e[key]) for e in examples]
+    fill = pad_id if key == "input_ids" else layout.pad_values.get(key, 0)
     if values[0].ndim == 0:
       out = np.zeros((rows,), values[0].dtype)
       out[:len(values)] = values
+    elif key in layout.token_fields:  # Rows of several-row examples pad to the batch's most (rows of `fill`).
+      lead = tuple(np.max([v.shape[:-1] for v in values], axis=0).tolist())
+      out = np.full((rows, *lead, length), fill, values[0].dtype)
+      for row, value in enumerate(values):
+        at = tuple(slice(0, n) for n in value.shape[:-1]) + (slice(0, min(value.shape[-1], length)),)
+        out[row][at] = value[..., :length]
     else:
       longest = max(len(v) for v in values)
-      if key in TOKEN_FIELDS:
-        width = length
-      elif key in widths:
-        width = max(widths[key](length), longest)
-      else:
-        width = 1 << max(0, longest - 1).bit_length()
-      fill = pad_id if key == "input_ids" else PAD_VALUES.get(key, 0)
+      width = max(widths[key](length), longest) if key in widths else 1 << max(0, longest - 1).bit_length()
       out = np.full((rows, width) + values[0].shape[1:], fill, values[0].dtype)
       for row, value in enumerate(values):
         out[row, :len(value)] = value[:width]
     batch[key] = out
-  lengths = np.zeros(rows, np.int32)
-  lengths[:len(examples)] = [min(len(e["input_ids"]), length) for e in examples]
-  batch["attention_segments"] = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
-  batch["positions"] = np.broadcast_to(np.arange(length, dtype=np.int32), (rows, length)).copy()
+  shape = batch["input_ids"].shape
+  if "attention_segments" not in batch:
+    lengths = np.zeros(rows, np.int32)
+    lengths[:len(examples)] = np.minimum(lengths_of(examples), length)
+    batch["attention_segments"] = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
+  batch["positions"] = np.broadcast_to(np.arange(length, dtype=np.int32), shape).copy()
   batch["example_mask"] = (np.arange(rows) < len(examples)).astype(np.float32)
   return batch
 
 
 def lengths_of(examples: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
-  """Token lengths of encoded examples (what the length buckets sort by)."""
-  return np.asarray([len(e["input_ids"]) for e in examples])
+  """Token lengths of encoded examples (what the length buckets sort by): an example of several rows, its longest
+  row's (each is padded to its longest row)."""
+  return np.asarray([np.shape(e["input_ids"])[-1] for e in examples])
 
 
 def length_bucketed_batches(lengths: Sequence[int] | np.ndarray, batch_size: int, *, seed: int, epoch: int,
@@ -163,26 +180,26 @@ def pack_shapes(batches: Sequence[Sequence[int] | np.ndarray], length: int, comp
 
 
 def pack(examples: Sequence[Mapping[str, np.ndarray]], length: int, shapes: Sequence[PackShape], pad_id: int = 0,
-         batch_size: int | None = None, widths: Mapping[str, Callable[[int], int]] | None = None
-         ) -> dict[str, np.ndarray]:
+         batch_size: int | None = None, widths: Mapping[str, Callable[[int], int]] | None = None,
+         layout: Layout = PLAIN) -> dict[str, np.ndarray]:
   """The examples as `collate` pads them to `length` (what the heads read, per example), plus the encoder's input packed
   (best fit decreasing) into the rows of the first of `shapes` that holds them: packed_input_ids, packed_type_ids,
   packed_positions (restarting at 0 in each example), packed_segments (1..k in a row, 0 pad) [rows, length], packed_cls
   [rows, segments] (each row's example starts, 0-padded: the positions sentence heads read) and example_row,
   example_start [batch] (where each example's tokens begin). `launch.model.EncoderWithHeads` runs the encoder on the
   rows and hands every head its examples' states, as an unpacked batch would give them."""
-  batch = collate(examples, (length,), pad_id, batch_size, widths)
+  batch = collate(examples, (length,), pad_id, batch_size, widths, layout)
   rows = batch_size or len(examples)
-  layout = pack_rows([len(e["input_ids"]) for e in examples], length)
-  shape = next((s for s in shapes if len(layout) <= s.rows and max(map(len, layout)) <= s.segments), None)
+  placed = pack_rows([len(e["input_ids"]) for e in examples], length)
+  shape = next((s for s in shapes if len(placed) <= s.rows and max(map(len, placed)) <= s.segments), None)
   if shape is None:
-    raise ValueError(f"{len(examples)} examples need {len(layout)} rows of {length} with up to "
-                     f"{max(map(len, layout))} examples each; the packed shapes hold {list(shapes)}")
+    raise ValueError(f"{len(examples)} examples need {len(placed)} rows of {length} with up to "
+                     f"{max(map(len, placed))} examples each; the packed shapes hold {list(shapes)}")
   ids = np.full((shape.rows, length), pad_id, np.int32)
   types, positions, segments = (np.zeros((shape.rows, length), np.int32) for _ in range(3))
   cls = np.zeros((shape.rows, shape.segments), np.int32)
   example_row, example_start = np.zeros(rows, np.int32), np.zeros(rows, np.int32)
-  for row, items in enumerate(layout):
+  for row, items in enumerate(placed):
     at = 0
     for slot, item in enumerate(sorted(items)):
       n = len(examples[item]["input_ids"])

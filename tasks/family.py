@@ -7,10 +7,12 @@ A family is built from the task's config mapping (`config.task` as a dict, plus 
 "Adding a task family".
 
 Values that pass between the methods: a *record* is what a reader yields (`tasks.readers`: {"text_a", "text_b", "label",
-"score"} or {"words", "tags"} or {"words", "spans"} or a SQuAD question); an *example* is a record encoded for the model
-(numpy arrays: `input_ids`, `type_ids` and the family's own fields; a record may be several examples); *raw* is one
-example's row of `outputs` on the host (padding cut off by `widths`); a *prediction* is what `decode` makes of it and
-what `score` and the prediction files read (a label, a score, a tag list, a list of (start, end, label) spans).
+"score"} or {"words", "tags"} or {"words", "spans"} or a SQuAD question or {"context", "choices", "label"}); an
+*example* is a record encoded for the model (numpy arrays: `input_ids`, `type_ids` and the family's own fields; token
+fields are [length], or [rows, length] when the family's `layout` makes an example several rows of tokens, multiple
+choice's; a record may be several examples); *raw* is one example's row of `outputs` on the host (padding cut off by
+`widths`); a *prediction* is what `decode` makes of it and what `score` and the prediction files read (a label, a
+score, a tag list, a list of (start, end, label) spans, a choice's index).
 """
 
 import abc
@@ -23,7 +25,8 @@ import numpy as np
 from encoder import errors, fields, hf
 from encoder.fields import Field
 from objectives.objective import Objective
-from tasks import task_fields
+from tasks import batching, task_fields
+from tasks.readers.lines import ReaderError
 
 
 class HfHead(NamedTuple):
@@ -38,6 +41,8 @@ class HfHead(NamedTuple):
   pooler: bool = False  # Whether the head reads BERT's pooled [CLS] (the export then holds the pooler).
   beside: dict[str, Any] | None = None  # `not_in_hf`: the head's parameters, saved beside the encoder.
   note: str = ""  # `not_in_hf`: why no class computes the head.
+  remote: bool = True  # Whether launch/hf_modeling has an Encoderlab*For<task> class for it (else, on an encoder HF's
+  # `native` class cannot hold, ModernBERT's, the head is saved beside).
 
 
 def not_in_hf(head_params: Mapping[str, Any], why: str) -> HfHead:
@@ -74,7 +79,7 @@ class TaskFamily(abc.ABC):
   sentence-level task with no label vocabulary, no per-word fields, nothing to tune or check, no extra prediction
   files and no HF class for its head)."""
   name: str  # The registry name (config.task.name).
-  formats: tuple[str, ...]  # The reader formats (tasks.readers.READERS) whose records it trains on.
+  formats: tuple[str, ...]  # The reader formats (tasks.readers.FORMATS) whose records it trains on.
   word_level: bool = False  # Labels words (inputs are word lists) rather than whole texts.
   scoring: str | None = None  # Its prediction files' kind in tasks.scoring.kinds.KINDS (what `tasks.scoring.score`
   # and the reports' bootstrap read); None: the reports compute no significance for it.
@@ -135,6 +140,18 @@ class TaskFamily(abc.ABC):
     default: none (every field is per example or per token)."""
     return {}
 
+  def layout(self) -> batching.Layout:
+    """How `tasks.batching.collate` pads the examples: their token fields ([length], or [rows, length] when an
+    example is several rows of tokens, which `launch.model.EncoderWithHeads` runs as rows of the encoder and hands
+    back to the head in the example's shape) and each field's pad value. Default: one row of tokens per example, the
+    shipped families' fields (`batching.PLAIN`)."""
+    return batching.PLAIN
+
+  def texts(self, record: dict) -> list[str | list[str]]:
+    """The record's texts (or word lists) that `encode` segments, so a split is segmented in one native call
+    (`encoder.tokenizer.batched`); default: its words (word-level families), else its `text_fields`."""
+    fields = ("words",) if self.word_level else self.text_fields
+    return [record[field] for field in fields if record.get(field)]
   @abc.abstractmethod
   def outputs(self, predictions: Any, batch: dict[str, jax.Array]) -> jax.Array:
     """The head's predictions -> what `decode` reads, per row (runs on device, inside jit)."""
@@ -182,6 +199,21 @@ class TaskFamily(abc.ABC):
     """Whether a run reading its data with `reader_options` (its reader's columns) takes two texts per input (both
     `text_fields`); default: when the reader has a text_b column (sentence pairs)."""
     return reader_options.get("text_b") is not None
+
+  def line_record(self, path: str, number: int, texts: Sequence[str], pairs: bool) -> dict:
+    """A line of `launch.predict --format text` (its tab-separated `texts`, stripped) as a record to predict, or a
+    ReaderError at path:number. Default (sentence families): one text, or two for a run on pairs (`reads_pairs`),
+    filling `text_fields`."""
+    if len(texts) != (2 if pairs else 1) or not all(texts):
+      raise ReaderError(path, number, f"{'two non-empty texts separated by a tab' if pairs else 'one text'} (the run "
+                        f"was trained on {'sentence pairs' if pairs else 'single texts'}), got {len(texts)} "
+                        f"tab-separated field{'s' * (len(texts) != 1)}")
+    return self.text_record(texts)
+
+  def text_record(self, texts: Sequence[str | None]) -> dict:
+    """An input given as texts (`launch.predict.Predictor.predict`'s items: a text, or a pair) as a record: the first
+    two fill `text_fields` (a missing second: None)."""
+    return dict(zip(self.text_fields, (list(texts) + [None, None])[:2]))
 
   def check_input(self, where: str, record: dict, pairs: bool) -> None:
     """Raises a UserError naming `where` when `launch.predict` cannot label `record` (a record to predict, no gold;

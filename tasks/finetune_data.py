@@ -42,6 +42,7 @@ class Split(NamedTuple):
   records: list[dict]
   examples: list[dict]
   groups: list[list[int]] | None = None
+  layout: batching.Layout = batching.PLAIN  # How its examples pad into batches (its family's `layout`).
 
 
 class TaskData(NamedTuple):
@@ -104,8 +105,8 @@ def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetCo
   if not task.files:
     raise errors.ConfigError("config.task.dataset is empty and config.task.files is too: name a dataset of "
                                     f"tasks.tfds_builders.PRESETS {sorted(tfds_builders.PRESETS)} or give files")
-  if task.format not in readers.READERS:
-    raise errors.ConfigError(f"config.task.format={task.format!r} is not one of {', '.join(readers.READERS)}")
+  if task.format not in readers.FORMATS:
+    raise errors.ConfigError(f"config.task.format={task.format!r} is not one of {', '.join(readers.FORMATS)}")
   files = {}
   for item in task.files.split(","):
     split, colon, path = item.partition(":")
@@ -247,13 +248,13 @@ def split_of(name: str, family: TaskFamily, tokenizer, records: Sequence[dict]) 
   encoded = encode_records(family, tokenizer, records)
   singles = [e for e in encoded if isinstance(e, dict)]
   if len(singles) == len(encoded):
-    return Split(name, list(records), singles)
+    return Split(name, list(records), singles, layout=family.layout())
   examples: list[dict] = []
   groups: list[list[int]] = []
   for windows in encoded:
     groups.append(list(range(len(examples), len(examples) + len(windows))))
     examples += windows
-  return Split(name, list(records), examples, groups)
+  return Split(name, list(records), examples, groups, family.layout())
 
 
 def encode(family: TaskFamily, tokenizer, records: Sequence[dict]) -> list[dict]:
@@ -273,8 +274,7 @@ def encode_records(family: TaskFamily, tokenizer, records: Sequence[dict]) -> li
         raise errors.UserError(f"record {where}: label {label!r} is not in the task's labels {list(labels)[:20]}")
       return index[label]
     return find
-  fields = ("words",) if family.word_level else family.text_fields
-  with tokenizer.batched(record[field] for record in records for field in fields if record.get(field)):
+  with tokenizer.batched(text for record in records for text in family.texts(record)):
     return [family.encode(tokenizer, record, lookup(i)) for i, record in enumerate(records)]
 
 
@@ -297,6 +297,9 @@ def plan(config: ml_collections.ConfigDict, train: Split
   buckets = batching.prune_buckets(longest, buckets, compile_cost)
   if not config.data.pack:
     return schedule, buckets, None
+  if np.ndim(train.examples[0]["input_ids"]) > 1:
+    raise errors.ConfigError(f"config.data.pack=True: task {config.task.name!r} makes examples of several rows of "
+                             "tokens (its family's layout), which do not pack; set config.data.pack=False")
   lengths = batching.lengths_of(train.examples)  # One or two shapes that hold every training batch of the run.
   return schedule, buckets, batching.pack_shapes(
       [lengths[indices] for epoch in epochs for indices in epoch_batches(
@@ -338,8 +341,9 @@ def batch_schedule(data: TaskData) -> Callable[[int], dict[str, np.ndarray]]:
     examples = [data.train.examples[i] for i in batches_of(epoch)[index]]
     if data.pack is not None:
       return batching.pack(examples, data.task["max_length"], data.pack, batch_size=schedule.batch_size,
-                           widths=data.widths)
-    return batching.collate(examples, data.buckets, batch_size=schedule.batch_size, widths=data.widths)
+                           widths=data.widths, layout=data.train.layout)
+    return batching.collate(examples, data.buckets, batch_size=schedule.batch_size, widths=data.widths,
+                            layout=data.train.layout)
   return batch
 
 
@@ -377,7 +381,7 @@ def _local_rows(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def example_batch(data: TaskData) -> dict[str, np.ndarray]:
   """A one-row batch: the shapes and dtypes the model is initialized with."""
-  return batching.collate(data.train.examples[:1], data.buckets, widths=data.widths)
+  return batching.collate(data.train.examples[:1], data.buckets, widths=data.widths, layout=data.train.layout)
 
 
 def train_batches(data: TaskData, *, start_step: int, prefetch: int) -> Iterator[dict[str, np.ndarray]]:
@@ -394,4 +398,4 @@ def eval_batches(split: Split, *, batch_size: int, buckets: Sequence[int], width
   lengths = batching.lengths_of(split.examples)
   for indices in batching.length_bucketed_batches(lengths, batch_size, seed=0, epoch=0, shuffle=False):
     yield indices, _local_rows(batching.collate([split.examples[i] for i in indices], buckets, widths=widths,
-                                                batch_size=batch_size))
+                                                batch_size=batch_size, layout=split.layout))

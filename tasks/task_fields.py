@@ -17,7 +17,7 @@ def _datasets() -> tuple[str, ...]:
 
 def _formats() -> tuple[str, ...]:
   from tasks import readers  # pylint: disable=import-outside-toplevel
-  return tuple(readers.READERS)
+  return tuple(readers.FORMATS)
 
 
 def _files_problem(value: str) -> str | None:
@@ -40,11 +40,11 @@ COMMON: tuple[Field, ...] = (
     # No default: every preset names its family. Its choices, the registered families, are filled in by
     # tasks.registry (`common_fields`), which imports the families, which import this module.
     Field("name", "", Choice(()),
-          "tasks.registry name: classification, regression, tagging, span_ner, question_answering."),
+          "The task family: a name of tasks.registry.FAMILIES."),
     Field("dataset", "", Choice(_datasets),
           'tasks.tfds_builders.PRESETS name ("" = the files below).'),
     Field("format", "tsv", Choice(_formats),
-          'Reader of `files` when dataset is "": tsv, conll, conllu, spans or squad.'),
+          'Reader of `files` when dataset is "": a name of tasks.readers.FORMATS (docs/data.md, "File formats").'),
     Field("files", "", Check(_files_problem, "'split:path' items (the files must exist)", ("train.tsv",)),
           '"train:a.tsv,validation:b.tsv,test:c.tsv" (relative to the data dir or absolute).'),
     Field("columns", "", Check(_columns_problem, "'name:value' reader options", ("text_a", "label:-1")),

@@ -1,11 +1,13 @@
-"""One tfds builder for every reader format, prepared as array_record (no TensorFlow), and `load_split`.
+"""One tfds builder for every reader format (`tasks.readers.FORMATS`), prepared as array_record (no TensorFlow), and
+`load_split`.
 
 `load_split("conll2003", "validation")` reads the shared data once through `tasks.readers`, writes array_record files
 under a cache directory (never the data directory), and returns random access to the split's records in file order.
 Named datasets are builder configs; `custom(...)` makes one for any files. Split strings follow tfds
 ("train", "validation", "test", "train[:10%]", ...). Bump `VERSION` when a reader's output changes. Preparing prints
 one line per split ("prepared sick/train: 4,439 examples in 3.2 s") instead of tfds's progress bars; `read_file`
-reads a split's file without tfds (what a check before preparation needs).
+reads a split's file without tfds (what a check before preparation needs). What is stored of a record, and how it is
+read back, is its format's record kind's (`tasks.readers.RecordKind`): nothing here knows a format.
 """
 
 import contextlib
@@ -20,7 +22,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -29,8 +31,6 @@ from absl import logging as absl_logging
 from encoder import errors, paths
 from tasks import readers
 
-# Record shapes of each reader format.
-KINDS = {"tsv": "texts", "conll": "tagged_words", "conllu": "tagged_words", "spans": "spans", "squad": "questions"}
 DEFAULT_CACHE_DIR = Path("~/.cache/encoderlab/tfds")
 
 
@@ -40,7 +40,7 @@ class SplitError(errors.UserError):
 
 @dataclasses.dataclass(eq=False)
 class DatasetConfig(tfds.core.BuilderConfig):
-  """A dataset: reader `format` (a key of `readers.READERS`), a file per split (relative to the data directory, or
+  """A dataset: reader `format` (a key of `readers.FORMATS`), a file per split (relative to the data directory, or
   absolute), the reader's keyword `options`, and per-split overrides of them (`split_options`)."""
   format: str = "tsv"
   files: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -106,8 +106,8 @@ def custom(format: str, files: Mapping[str, str | os.PathLike],  # noqa: A002  (
   Paths are made absolute; the name hashes format, paths, options and each file's size and mtime, so editing a
   file prepares it again instead of reading a stale cache.
   """
-  if format not in readers.READERS:
-    raise errors.ConfigError(f"format {format!r} is not one of {sorted(readers.READERS)}")
+  if format not in readers.FORMATS:
+    raise errors.ConfigError(f"format {format!r} is not one of {sorted(readers.FORMATS)}")
   absolute = {split: str(Path(path).expanduser().resolve()) for split, path in files.items()}
   stamp = {split: (os.stat(path).st_size, os.stat(path).st_mtime_ns) for split, path in absolute.items()}
   key = json.dumps([format, absolute, options, stamp], sort_keys=True, default=str)
@@ -115,46 +115,30 @@ def custom(format: str, files: Mapping[str, str | os.PathLike],  # noqa: A002  (
                        options=options, description=f"{format} files {absolute}")
 
 
-def _features(kind: str) -> tfds.features.FeaturesDict:
-  text, texts = tfds.features.Text(), tfds.features.Sequence(tfds.features.Text())
-  if kind == "texts":  # None (no text_b / label / score column) is stored as "" (readers reject empty fields);
-    # a score as its repr (tfds stores floats in 32 bits: the text keeps the reader's value exactly).
-    return tfds.features.FeaturesDict({"text_a": text, "text_b": text, "label": text, "score": text})
-  if kind == "tagged_words":
-    return tfds.features.FeaturesDict({"words": texts, "tags": texts, "doc_index": np.int32})
-  if kind == "questions":
-    return tfds.features.FeaturesDict({"id": text, "title": text, "question": text, "context": text,
-                                       "answers": tfds.features.Sequence({"text": text, "start": np.int32}),
-                                       "is_impossible": np.bool_})
-  return tfds.features.FeaturesDict(
-      {"words": texts, "spans": tfds.features.Sequence({"start": np.int32, "end": np.int32, "label": text})})
+def _feature(feature: Any) -> Any:
+  """A record kind's plain feature (`tasks.readers.record_format`) as tfds's."""
+  if isinstance(feature, dict):
+    return {key: _feature(inner) for key, inner in feature.items()}
+  if isinstance(feature, list):
+    return tfds.features.Sequence(_feature(feature[0]))
+  return {str: tfds.features.Text(), int: np.int32, bool: np.bool_}[feature]
 
 
-def _encode(kind: str, record: dict) -> dict:
-  if kind == "texts":
-    score = record.get("score")
-    return {key: record[key] or "" for key in ("text_a", "text_b", "label")} | {"score": "" if score is None
-                                                                                else repr(score)}
-  return record
+def _plain(feature: Any, value: Any) -> Any:
+  """A data-source value (bytes, numpy) as the stored field it was (str, int, bool, lists, dicts), by its feature."""
+  if isinstance(feature, dict):
+    return {key: _plain(inner, value[key]) for key, inner in feature.items()}
+  if isinstance(feature, list) and isinstance(feature[0], dict):  # tfds gives a sequence of dicts as a dict of lists.
+    columns = [_plain([inner], value[key]) for key, inner in feature[0].items()]
+    return [dict(zip(feature[0], row)) for row in zip(*columns)]
+  if isinstance(feature, list):
+    return [_plain(feature[0], item) for item in value]
+  return value.decode() if feature is str else feature(value)
 
 
-def _decode(kind: str, example: dict) -> dict:
-  """A data-source example (bytes, arrays) back to the reader's record (str, int, float, None)."""
-  if kind == "texts":
-    score = example["score"].decode()
-    return ({key: example[key].decode() or None for key in ("text_a", "text_b", "label")}
-            | ({"score": float(score)} if score else {}))
-  if kind == "questions":
-    answers = example["answers"]
-    return ({key: example[key].decode() for key in ("id", "title", "question", "context")}
-            | {"answers": [{"text": t.decode(), "start": int(s)} for t, s in zip(answers["text"], answers["start"])],
-               "is_impossible": bool(example["is_impossible"])})
-  words = [word.decode() for word in example["words"]]
-  if kind == "tagged_words":
-    return {"words": words, "tags": [tag.decode() for tag in example["tags"]], "doc_index": int(example["doc_index"])}
-  spans = example["spans"]
-  return {"words": words, "spans": [{"start": int(s), "end": int(e), "label": label.decode()}
-                                    for s, e, label in zip(spans["start"], spans["end"], spans["label"])]}
+def _decode(kind: readers.RecordKind, example: dict) -> dict:
+  """A data-source example back to the reader's record (str, int, float, None)."""
+  return kind.restore(_plain(kind.features, example))
 
 
 class EncoderlabTasks(tfds.core.GeneratorBasedBuilder):
@@ -171,7 +155,11 @@ class EncoderlabTasks(tfds.core.GeneratorBasedBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(builder=self, description=self.builder_config.description,
-                                 features=_features(KINDS[self.builder_config.format]), disable_shuffling=True)
+                                 features=tfds.features.FeaturesDict(_feature(self._kind().features)),
+                                 disable_shuffling=True)
+
+  def _kind(self) -> readers.RecordKind:
+    return readers.FORMATS[self.builder_config.format].records
 
   def _split_generators(self, dl_manager):
     root = dl_manager.manual_dir
@@ -179,9 +167,9 @@ class EncoderlabTasks(tfds.core.GeneratorBasedBuilder):
 
   def _generate_examples(self, path, split):
     config, started, count = self.builder_config, time.perf_counter(), 0
-    kind = KINDS[config.format]
-    for count, record in enumerate(readers.READERS[config.format](path, **_options(config, split)), start=1):
-      yield count - 1, _encode(kind, record)
+    store = self._kind().store
+    for count, record in enumerate(readers.FORMATS[config.format].read(path, **_options(config, split)), start=1):
+      yield count - 1, store(record)
     where = f"{config.name}/{split}" if config.name in PRESETS else f"{path} ({split})"
     # stderr: a command's stdout may be its data (predictions, JSON lines).
     print(f"prepared {where}: {count:,} examples in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
@@ -205,7 +193,7 @@ class RecordSource:
   """
 
   def __init__(self, source, config: DatasetConfig):
-    self._source, self.config, self._kind = source, config, KINDS[config.format]
+    self._source, self.config, self._kind = source, config, readers.FORMATS[config.format].records
 
   def __len__(self) -> int:
     return len(self._source)
@@ -263,10 +251,10 @@ def read_file(dataset: str | DatasetConfig, name: str, *, data_dir: str | os.Pat
   `label_names` (labels, tags or span labels as the file writes them) another one is a ReaderError at its line; so
   is a record that fails the reader's `checks` (e.g. flat=True: overlapping spans)."""
   config = _config(dataset)
-  options = _options(config, name) | checks
-  if label_names is not None and (config.format != "tsv" or options.get("label") is not None):
+  data_format, options = readers.FORMATS[config.format], _options(config, name) | checks
+  if label_names is not None and data_format.takes_label_names(options):
     options["label_names"] = tuple(label_names)
-  return readers.READERS[config.format](split_file(config, name, data_dir=data_dir), **options)
+  return data_format.read(split_file(config, name, data_dir=data_dir), **options)
 
 
 class _ExpectedWarnings(logging.Filter):

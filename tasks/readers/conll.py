@@ -9,6 +9,7 @@ from collections.abc import Iterator, Sequence
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.readers.record_format import TAGGED_WORDS, RecordFormat
 
 CONLL2003_COLUMNS = ("word", "pos", "chunk", "ner")
 DOCSTART = "-DOCSTART-"
@@ -59,3 +60,6 @@ def read_conll(path: str | os.PathLike, *, columns: Sequence[str] = CONLL2003_CO
     tags.append(fields[tag_at])
   if words:
     yield {"words": words, "tags": tags, "doc_index": doc_index}
+
+
+CONLL = RecordFormat("conll", read_conll, TAGGED_WORDS)

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.readers.record_format import TAGGED_WORDS, RecordFormat
 
 CONLLU_COLUMNS = ("id", "form", "lemma", "upos", "xpos", "feats", "head", "deprel", "deps", "misc")
 _RANGE = re.compile(r"[1-9][0-9]*-[1-9][0-9]*")
@@ -60,3 +61,6 @@ def read_conllu(path: str | os.PathLike, *, tag_column: str = "upos",
     tags.append(fields[tag_at])
   if words:
     yield {"words": words, "tags": tags, "doc_index": doc_index}
+
+
+CONLLU = RecordFormat("conllu", read_conllu, TAGGED_WORDS, ud_words=True)

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator, Sequence
 
 from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.readers.record_format import SPANS, RecordFormat
 from tasks.scoring import metrics, tag_schemes
 
 _FORMAT = 'a JSON object {"words": [str, ...], "spans": [{"start": int, "end": int, "label": str}, ...]}'
@@ -98,3 +99,6 @@ def spans_to_tagging(record: dict, scheme: str = "IOB2") -> dict:
   """A flat span record {"words", "spans"} as a tagging record {"words", "tags"}; overlapping spans are an error."""
   spans = [(span["label"], span["start"], span["end"]) for span in record["spans"]]
   return {"words": record["words"], "tags": tag_schemes.tags_from_spans(spans, len(record["words"]), scheme)}
+
+
+SPANS_JSONL = RecordFormat("spans", read_spans_jsonl, SPANS)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from encoder import errors
 from tasks.readers.lines import ReaderError
+from tasks.readers.record_format import QUESTIONS, RecordFormat
 
 
 def article_slice(articles: str | None) -> slice:
@@ -97,3 +98,6 @@ def read_squad(path: str | os.PathLike, articles: str | None = None, answerable:
         yield {"id": qa["id"], "title": str(article.get("title", "")), "question": qa["question"],
                "context": context, "answers": [{"text": x["text"], "start": x["answer_start"]} for x in qa["answers"]],
                "is_impossible": bool(qa.get("is_impossible", False))}
+
+
+SQUAD = RecordFormat("squad", read_squad, QUESTIONS)

@@ -8,11 +8,12 @@ and stripped, which removes SST-2's trailing spaces; CRLF line ends (SICK test) 
 
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from encoder import errors
 from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.readers.record_format import TEXTS, RecordFormat
 
 
 def _resolve(path, number: int, column: str | int | None, role: str, header: list[str] | None) -> int | None:
@@ -80,3 +81,11 @@ def _number(path, number: int, text: str, column: str | int) -> float:
   if not math.isfinite(value):
     raise ReaderError(path, number, f"a finite number in score column {column!r}, got {text!r}")
   return value
+
+
+def _has_label_column(options: Mapping[str, Any]) -> bool:
+  """Labels are read (and checked against label_names) from a label column only."""
+  return options.get("label") is not None
+
+
+TSV = RecordFormat("tsv", read_tsv, TEXTS, takes_label_names=_has_label_column)

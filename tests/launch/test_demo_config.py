@@ -11,9 +11,9 @@ import pytest
 from configs import checks, demo as demo_config, samples
 from encoder import paths
 from encoder.tokenizer import load_tokenizer
-from launch import demo, input_pipeline
+from launch import demo
 from launch.model import EncoderWithHeads, encoder_config
-from objectives import corpus, masking, registry
+from objectives import corpus, data as pretraining_data, masking, registry
 
 TITLE = re.compile(r"^ ?= ([^=].*) = ?$")
 
@@ -105,14 +105,14 @@ def test_unigram_baseline_against_brute_force(config, tmp_path):
   small = demo_config.get_config()
   small.data.train_files = small.data.eval_files  # The small held-out file as both splits: tokenized in seconds.
   baseline = demo.unigram_baseline(small, tmp_path)
-  data = input_pipeline.load_data(small, tmp_path)
+  data = pretraining_data.load(small, cache_dir=tmp_path)
   counts = np.bincount(data.train.corpus.tokens, minlength=data.tokenizer.vocab_size) + 1.0
   counts[list(data.tokenizer.special_ids)] = 0
   top, probs = int(np.argmax(counts)), counts / counts.sum()
   assert data.tokenizer.ids_to_tokens([top]) == ["the"] == [baseline["token"]]
   hits, nll, total = 0, 0.0, 0
   for i in range(len(data.eval) // small.batch_size * small.batch_size):
-    masked = masking.mask_example(data.eval[i], masking.example_rng(small.seed + input_pipeline.EVAL_SEED_OFFSET, i),
+    masked = masking.mask_example(data.eval[i], masking.example_rng(small.seed + pretraining_data.EVAL_SEED_OFFSET, i),
                                   **data.mask_options)
     targets = masked["masked_ids"][masked["masked_weights"] > 0]
     hits, nll, total = hits + int((targets == top).sum()), nll - np.log(probs[targets]).sum(), total + len(targets)

@@ -13,7 +13,7 @@ import pytest
 from benchmarks import determinism
 from configs import pretrain
 from encoder.config import AUTO, PLATFORM_FIELDS, resolve_platform
-from launch import input_pipeline
+from objectives import data as pretraining_data
 
 pytestmark = pytest.mark.slow  # Every test here trains or runs a model end to end (docs/testing.md).
 
@@ -137,11 +137,11 @@ def test_missing_and_empty_data_files(tmp_path):
   config = pretrain.get_config("runlocal")
   config.data.train_files = str(tmp_path / "absent.txt")
   with pytest.raises(FileNotFoundError, match=r"absent\.txt.*config\.data\.train_files"):
-    input_pipeline.load_data(config, tmp_path / "cache")
+    pretraining_data.load(config, cache_dir=tmp_path / "cache")
   (tmp_path / "empty.txt").write_text("")
   config.data.train_files = str(tmp_path / "empty.txt")
   with pytest.raises(ValueError, match="empty"):
-    input_pipeline.load_data(config, tmp_path / "cache")
+    pretraining_data.load(config, cache_dir=tmp_path / "cache")
 
 
 def test_worker_processes_feed_the_same_batches(runs, baseline, tmp_path):

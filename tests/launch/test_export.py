@@ -282,7 +282,7 @@ def test_every_preset_is_an_hf_model_that_predicts_as_launch_predict(trained, tm
   assert (out / "modeling_encoderlab.py").is_file() == remote
   qa = predictor.task["name"] == "question_answering"
   assert (out / "pipeline_encoderlab.py").is_file() == ((remote and predictor.word_task) or qa)
-  auto_class = export.AUTO_CLASSES[architecture.split("For")[-1]]
+  auto_class = export.auto_class(architecture.split("For")[-1])
   model = _load(out, auto_class, architecture)
   tokenizer = transformers.AutoTokenizer.from_pretrained(out, trust_remote_code=remote)
   assert tokenizer.model_max_length == predictor.task["max_length"]

@@ -1,4 +1,4 @@
-"""Packing into fixed-length rows: full sentences (RoBERTa), NSP pairs (BERT), packed segments; validate()."""
+"""Packing into fixed-length rows: full sentences (RoBERTa), NSP pairs (BERT), packed segments; data.check."""
 
 import flax.linen as nn
 import jax
@@ -9,7 +9,7 @@ from scipy.special import log_softmax
 from encoder import Encoder, preset
 from encoder.errors import ConfigError
 from encoder.tokenizer import load_tokenizer
-from objectives import corpus, masking, pairs, pipeline, registry
+from objectives import corpus, data, masking, pairs, pipeline, registry
 from objectives.objective import Requirement
 from tests.conftest import require_data
 
@@ -140,7 +140,7 @@ def test_nsp_truncation_keeps_pairs_within_budget():
 def test_nsp_pairs_on_wikitext(tokenizer, tmp_path):
   examples = pipeline.pretraining_examples(files=[require_data("wikitext-2/raw/wiki.valid.raw")], tokenizer=tokenizer,
                                            max_length=128, packing="nsp_pairs", cache_dir=tmp_path, seed=3)
-  labels = examples.nsp_labels
+  labels = examples.row_fields["nsp_label"]
   encoded = examples.corpus
   doc_of = lambda t: np.searchsorted(encoded.sentence_offsets[encoded.document_offsets], t, side="right") - 1
   for i in range(0, len(examples), 7):
@@ -227,7 +227,7 @@ def test_examples_are_deterministic(text_file, tokenizer, tmp_path):
                                                     packing="nsp_pairs", cache_dir=tmp_path, seed=seed)
   a, b, c = make(5), make(5), make(6)
   np.testing.assert_array_equal(a.chunks, b.chunks)
-  np.testing.assert_array_equal(a.nsp_labels, b.nsp_labels)
+  np.testing.assert_array_equal(a.row_fields["nsp_label"], b.row_fields["nsp_label"])
   assert len(a.chunks) != len(c.chunks) or not np.array_equal(a.chunks, c.chunks)
 
 
@@ -237,25 +237,25 @@ def test_an_objective_states_what_it_needs_of_the_data(monkeypatch):
   pairs_only = lambda config=None: registry.build("mlm")._replace(
       name="pairs_only", packing=Requirement("nsp_pairs", "pairs of the test"), excludes=Requirement(("sbo",), "why"))
   monkeypatch.setitem(registry.OBJECTIVES, "pairs_only", pairs_only)
-  pipeline.validate(["pairs_only", "nsp"], "nsp_pairs")
+  data.check(["pairs_only", "nsp"], "nsp_pairs")
   with pytest.raises(ConfigError, match=r"objective 'pairs_only' needs 'nsp_pairs' \(pairs of the test\)"):
-    pipeline.validate(["pairs_only"], "full_sentences")
+    data.check(["pairs_only"], "full_sentences")
   with pytest.raises(ConfigError, match=r"'pairs_only' cannot be combined with \['sbo'\]: why"):
-    pipeline.validate(["pairs_only", "sbo"], "nsp_pairs", "span")
+    data.check(["pairs_only", "sbo"], "nsp_pairs", "span")
 
 
 def test_validate_and_bad_inputs(tmp_path, tokenizer, text_file):
-  pipeline.validate(["mlm", "nsp"], "nsp_pairs")
-  pipeline.validate(["mlm", "sbo"], "full_sentences", "span")
+  data.check(["mlm", "nsp"], "nsp_pairs")
+  data.check(["mlm", "sbo"], "full_sentences", "span")
   with pytest.raises(ConfigError, match=r"config.data.packing='full_sentences': objective 'nsp' needs 'nsp_pairs'"):
-    pipeline.validate(["mlm", "nsp"], "full_sentences")
+    data.check(["mlm", "nsp"], "full_sentences")
   with pytest.raises(ConfigError, match=r"config.masking.mode='token': objective 'sbo' needs 'span'"):
-    pipeline.validate(["sbo"], "segments", "token")
+    data.check(["sbo"], "segments", "token")
   with pytest.raises(ConfigError, match="unknown objective 'rtd'"):
-    pipeline.validate(["mlm", "rtd"], "segments")
-  pipeline.validate(["electra", "nsp"], "nsp_pairs")
+    data.check(["mlm", "rtd"], "segments")
+  data.check(["electra", "nsp"], "nsp_pairs")
   with pytest.raises(ConfigError, match=r"'electra' cannot be combined with \['mlm'\]"):
-    pipeline.validate(["mlm", "electra"], "full_sentences")
+    data.check(["mlm", "electra"], "full_sentences")
   with pytest.raises(ConfigError, match="packing 'docs'"):
     pipeline.pretraining_examples(files=[text_file], tokenizer=tokenizer, max_length=64, packing="docs")
   short = tmp_path / "short.txt"

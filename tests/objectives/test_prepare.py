@@ -213,12 +213,13 @@ def test_a_damaged_shard_is_one_line_naming_it(valid_dir, tmp_path, damage, when
 def test_a_pretraining_config_reads_the_prepared_directory(valid_dir, tmp_path):
   from configs import pretrain  # pylint: disable=import-outside-toplevel  (JAX and grain only for this test)
   from launch import input_pipeline  # pylint: disable=import-outside-toplevel
+  from objectives import data as pretraining_data  # pylint: disable=import-outside-toplevel
   config = pretrain.get_config("runlocal")
   config.data.train_files = str(require_data(VALID))  # The file that valid_dir was prepared from.
-  memory = input_pipeline.load_data(config, tmp_path / "cache")
+  memory = pretraining_data.load(config, cache_dir=tmp_path / "cache")
   config.data.prepared = str(valid_dir)
   config.data.train_files = "no/such/file.txt"  # Unused with a prepared directory.
-  from_shards = input_pipeline.load_data(config, tmp_path / "cache")
+  from_shards = pretraining_data.load(config, cache_dir=tmp_path / "cache")
   assert len(from_shards.train) == len(memory.train)
   np.testing.assert_array_equal(from_shards.mask_options["unigram_probs"], memory.mask_options["unigram_probs"])
   options = memory.mask_options

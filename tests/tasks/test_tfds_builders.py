@@ -8,7 +8,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from tasks import tfds_builders
-from tasks.readers import READERS, ReaderError, read_conll, read_conllu, read_spans_jsonl, read_tsv
+from tasks.readers import FORMATS, ReaderError, read_conll, read_conllu, read_spans_jsonl, read_tsv
 from tasks.tfds_builders import PRESETS, custom, load_split, prepare
 from tests.conftest import require_data, require_package
 
@@ -119,11 +119,12 @@ def test_user_errors(tmp_path):
 
 
 def test_presets_read_the_first_record_of_every_split():
-  assert {config.format for config in PRESETS.values()} == set(tfds_builders.KINDS)
+  # Every format has a preset, but those with no data in the data directory (their tests write their files).
+  assert {config.format for config in PRESETS.values()} == set(FORMATS) - {"jsonl", "choices"}
   for config in PRESETS.values():  # The GENIA sample has no test split.
     assert set(config.files) == {"train", "validation"} | ({"test"} if not config.name.startswith("genia") else set())
     for split, path in config.files.items():
       options = {**config.options, **config.split_options.get(split, {})}
-      record = next(READERS[config.format](require_data(path), **options))
+      record = next(FORMATS[config.format].read(require_data(path), **options))
       text = record["words"] if "words" in record else record["question"] if "question" in record else record["text_a"]
       assert text, (config.name, split)
