@@ -7,7 +7,7 @@ from typing import Any
 
 from encoder import errors, fields
 from encoder.fields import Field
-from tasks import classification, question_answering, regression, span_ner, tagging, task_fields
+from tasks import classification, multiple_choice, question_answering, regression, span_ner, tagging, task_fields
 from tasks.family import TaskFamily
 
 FAMILIES: dict[str, type[TaskFamily]] = {
@@ -16,6 +16,7 @@ FAMILIES: dict[str, type[TaskFamily]] = {
     "tagging": tagging.Tagging,  # BIO/IO/BIOES tagging (NER) or plain tags (POS), greedy or CRF.
     "span_ner": span_ner.SpanNER,  # Span classification with NULL, flat or nested.
     "question_answering": question_answering.QuestionAnswering,  # Extractive QA (SQuAD v1.1/v2.0) over windows.
+    "multiple_choice": multiple_choice.MultipleChoice,  # A context's right choice of k (SWAG, HellaSwag, COPA).
 }
 
 

@@ -13,7 +13,7 @@ from tasks import registry
 REPO = Path(__file__).resolve().parents[1]
 FLOORS = ("encoder", "objectives", "tasks", "configs", "launch", "benchmarks")  # Each imports only those before it.
 FAMILY_FILES = {"tasks/registry.py", "tasks/classification.py", "tasks/regression.py", "tasks/tagging.py",
-                "tasks/span_ner.py", "tasks/question_answering.py"}
+                "tasks/span_ner.py", "tasks/question_answering.py", "tasks/multiple_choice.py"}
 
 
 def _modules(*packages: str) -> list[Path]:

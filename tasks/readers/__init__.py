@@ -3,14 +3,15 @@
 Fine-tuning formats are `FORMATS` (each a `RecordFormat`: its reader and the kind of its records, record_format.py).
 Records: classification {"text_a", "text_b", "label"} (tsv, jsonl); tagging {"words", "tags", "doc_index"} (conll,
 conllu); spans {"words", "spans": [{"start", "end", "label"}]} (token offsets, end exclusive); questions {"id",
-"title", "question", "context", "answers": [{"text", "start"}], "is_impossible"} (SQuAD JSON). Contextual
+"title", "question", "context", "answers": [{"text", "start"}], "is_impossible"} (SQuAD JSON); multiple choice
+{"context", "choices", "label"} (choices). Contextual
 embeddings: WiC pairs, SemCor sentences with sense keys, WordNet 3.0's index.sense and relations, the Raganato et al.
 (2017) WSD XML + gold keys.
 """
 
 from collections.abc import Iterable
 
-from tasks.readers import conll, conllu, jsonl, spans, squad, tsv
+from tasks.readers import choices, conll, conllu, jsonl, spans, squad, tsv
 from tasks.readers.conll import CONLL2003_COLUMNS, read_conll
 from tasks.readers.conllu import CONLLU_COLUMNS, read_conllu
 from tasks.readers.jsonl import read_jsonl
@@ -32,6 +33,7 @@ FORMATS: dict[str, RecordFormat] = {f.name: f for f in (
     spans.SPANS_JSONL,
     squad.SQUAD,
     jsonl.JSONL,
+    choices.CHOICES,  # Multiple choice: {"context", "choices", "label"} JSON lines (tasks.multiple_choice).
 )}
 # The formats whose words are UD's (hyphenated words split: "Al - Zaman"), so raw text given to a run trained on them is
 # split into words the same way (`launch.predict.split_words`, an HF export's pipeline).
