@@ -44,6 +44,7 @@ from launch.programs import outputs_program
 from tasks import alignment, evaluation, finetune_data, registry, tfds_builders
 from tasks.family import TaskFamily
 from tasks.readers import UD_WORDS, ReaderError, numbered_lines, read_conllu, read_tsv
+from tasks.readers.lines import json_objects
 
 FORMATS = ("text", "words", "tsv", "conll", "conllu", "jsonl")
 STDIN = "-"
@@ -292,20 +293,8 @@ def _lines(path: str, input_format: str, predictor: Predictor) -> tuple[list[dic
 
 def _json_lines(path: str) -> tuple[list[dict], list[int]]:
   """One JSON object (a record: {"question", "context"}, {"text_a", "text_b"}, {"words"}) per non-blank line."""
-  records, lines = [], []
-  for number, line in numbered_lines(path):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as err:
-      raise ReaderError(path, number, f"a JSON object, found invalid JSON ({err.msg} at column {err.colno})") from None
-    if not isinstance(record, dict):
-      raise ReaderError(path, number, f'a JSON object such as {{"question": ..., "context": ...}}, found a '
-                        f"{type(record).__name__}")
-    records.append(record)
-    lines.append(number)
-  return records, lines
+  numbered = list(json_objects(path, '{"question": ..., "context": ...}'))
+  return [record for _, record in numbered], [number for number, _ in numbered]
 
 
 def _tsv(path: str, predictor: Predictor) -> tuple[list[dict], list[int]]:

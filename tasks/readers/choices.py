@@ -12,27 +12,17 @@ COPA convert to it line by line: SWAG's `sent1 + " " + sent2` and `ending0..3`, 
 COPA's premise (with "What was the cause?" / "What happened as a result?") and its two alternatives.
 """
 
-import json
 import os
 from collections.abc import Iterator
 
-from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.readers.lines import ReaderError, json_objects
 from tasks.readers.record_format import RecordFormat, RecordKind
 
 
 def read_choices(path: str | os.PathLike) -> Iterator[dict]:
   """Yields {"context": str, "choices": [str, ...], "label": int | None} per non-blank line (records may have
   different numbers of choices); a malformed line is a ReaderError naming the field."""
-  for number, line in numbered_lines(path):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as err:
-      raise ReaderError(path, number, f"a JSON object, found invalid JSON ({err.msg} at column {err.colno})") from None
-    if not isinstance(record, dict):
-      raise ReaderError(path, number, f'a JSON object {{"context", "choices", "label"}}, found a '
-                        f"{type(record).__name__}")
+  for number, record in json_objects(path, '{"context": ..., "choices": [...], "label": ...}'):
     context, options, label = record.get("context"), record.get("choices"), record.get("label")
     if not isinstance(context, str) or not context.strip():
       raise ReaderError(path, number, f'a non-empty string in field "context", got {context!r}')

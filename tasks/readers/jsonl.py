@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from encoder import errors
-from tasks.readers.lines import ReaderError, numbered_lines
+from tasks.readers.lines import ReaderError, json_objects
 from tasks.readers.record_format import TEXTS, RecordFormat
 
 
@@ -28,16 +28,7 @@ def read_jsonl(path: str | os.PathLike, *, text_a: str = "text_a", text_b: str |
     if key is not None and not isinstance(key, str):
       raise errors.UserError(f"{path}: key {role}={key!r} is not a JSON key: give a name such as {role!r}")
   allowed = None if label_names is None else list(label_names)
-  for number, line in numbered_lines(path):
-    if not line.strip():
-      continue
-    try:
-      value = json.loads(line)
-    except json.JSONDecodeError as err:
-      raise ReaderError(path, number, f"a JSON object, found invalid JSON ({err.msg} at column {err.colno})") from None
-    if not isinstance(value, dict):
-      raise ReaderError(path, number, f'a JSON object such as {{"{text_a}": "...", "{label}": "..."}}, found a '
-                        f"{type(value).__name__}")
+  for number, value in json_objects(path, f'{{"{text_a}": "...", "{label}": "..."}}'):
     record: dict[str, Any] = {role: _text(path, number, value, key, role) for role, key in keys.items()
                               if role != "score"}
     if record["text_a"] is None:

@@ -1,5 +1,6 @@
 """Numbered lines of a text file and the error that points at one (`path:line: what was expected`)."""
 
+import json
 import os
 from collections.abc import Iterator
 
@@ -32,3 +33,18 @@ def numbered_lines(path: str | os.PathLike) -> Iterator[tuple[int, str]]:
       except UnicodeDecodeError as err:
         raise ReaderError(path, number, f"UTF-8 text, found byte {raw[err.start]:#04x} at column {err.start + 1} "
                           f"({err.reason}); re-encode the file (e.g. iconv -f latin1 -t utf-8)") from None
+
+
+def json_objects(path: str | os.PathLike, example: str) -> Iterator[tuple[int, dict]]:
+  """Yields (line number, object) per non-blank line of a JSON-lines file; a line that is not valid JSON, or not an
+  object, is a ReaderError (`example` shows the expected object, e.g. '{"context": ..., "choices": [...]}')."""
+  for number, line in numbered_lines(path):
+    if not line.strip():
+      continue
+    try:
+      value = json.loads(line)
+    except json.JSONDecodeError as err:
+      raise ReaderError(path, number, f"a JSON object, found invalid JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(value, dict):
+      raise ReaderError(path, number, f"a JSON object such as {example}, found a {type(value).__name__}")
+    yield number, value
