@@ -20,7 +20,7 @@ import torch
 import transformers
 
 from benchmarks import torch_device
-from tasks import batching
+from tasks import batching, tagging
 
 
 def _tensors(batch: dict[str, np.ndarray], device) -> dict[str, torch.Tensor]:
@@ -47,8 +47,9 @@ def build_model(kind: str, model_dir, num_labels: int, seed: int, score_bias: fl
 
 
 def _collate(examples: Sequence[dict]) -> dict[str, np.ndarray]:
-  """Dynamic padding to the batch's longest sequence."""
-  return batching.collate(examples, [max(len(e["input_ids"]) for e in examples)])
+  """Dynamic padding to the batch's longest sequence, with tagging's pad values (its token labels: -1, no label; the
+  fields of the sentence tasks pad as in every layout)."""
+  return batching.collate(examples, [max(len(e["input_ids"]) for e in examples)], layout=tagging.LAYOUT)
 
 
 def train(kind: str, model, examples: Sequence[dict], *, epochs: int, batch_size: int, learning_rate: float,

@@ -16,11 +16,10 @@ class Layout(NamedTuple):
   pad_values: Mapping[str, int]  # Fields not listed pad with 0, input_ids with the tokenizer's pad id.
 
 
-# What `collate` pads by when no family says (the layout of the families shipped: `TaskFamily.layout`'s default):
-# tagging's label_ids, word_labels and span NER's span_labels pad with -1 (no label). `attention_segments` (1 = real
-# token) is built by `collate` unless the examples hold it.
-PLAIN = Layout(("input_ids", "type_ids", "label_ids", "case_ids", "last_positions"),
-               {"label_ids": -1, "word_labels": -1, "span_labels": -1})
+# What `collate` pads by when no family says (`TaskFamily.layout`'s default): one row of tokens per example, fields
+# that pad with 0 (a family with labels per token or per span says so: tagging.LAYOUT, span_ner.LAYOUT).
+# `attention_segments` (1 = real token) is built by `collate` unless the examples hold it.
+PLAIN = Layout(("input_ids", "type_ids", "case_ids", "last_positions"), {})
 
 # One more bucket's compilation in padded token columns of a fine-tuning step, per backend (`data.compile_cost=-1`):
 # MiniLM's gradient program at 32 rows. CPU: benchmarks.compile_cost on 2-core AMD EPYC VMs (287-500 columns, ~4-15 s

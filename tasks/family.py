@@ -144,7 +144,7 @@ class TaskFamily(abc.ABC):
     """How `tasks.batching.collate` pads the examples: their token fields ([length], or [rows, length] when an
     example is several rows of tokens, which `launch.model.EncoderWithHeads` runs as rows of the encoder and hands
     back to the head in the example's shape) and each field's pad value. Default: one row of tokens per example, the
-    shipped families' fields (`batching.PLAIN`)."""
+    fields padding with 0 (`batching.PLAIN`; tagging and span NER add their labels' -1: their `LAYOUT`)."""
     return batching.PLAIN
 
   def texts(self, record: dict) -> list[str | list[str]]:

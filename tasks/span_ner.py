@@ -28,7 +28,7 @@ from encoder.fields import POSITIVE, POSITIVE_INT, Choice, Field
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
-from tasks import tagging, word_shape
+from tasks import batching, tagging, word_shape
 from tasks.alignment import first_subword_positions
 from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.readers import overlaps, tagging_to_spans
@@ -191,6 +191,9 @@ def tune_threshold(probs: Sequence[np.ndarray], span_words: Sequence[np.ndarray]
   return float(max(grid, key=lambda t: (f1_at(t), -t)))
 
 
+LAYOUT = batching.Layout(batching.PLAIN.token_fields, {"span_labels": -1})  # A padded candidate has no label.
+
+
 class SpanNER(TaskFamily):
   """Every word span up to max_span_width classified over NULL + entity types; flat (greedy non-overlap) or nested
   (task.nested: overlapping spans kept), scored by exact-match span P/R/F1 (and token accuracy when flat)."""
@@ -338,6 +341,9 @@ class SpanNER(TaskFamily):
     spans = [(e["label"], e["start"], e["end"]) for e in output["entities"]]
     return tagging.conll_block(output["words"],
                                tag_schemes.tags_from_spans(spans, len(output["words"]), self.scheme)) + "\n"
+
+  def layout(self) -> batching.Layout:
+    return LAYOUT
 
   def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
     """The remote word-level class as a span classifier (HF's heads label the sequence or each token, never word

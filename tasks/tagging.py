@@ -20,7 +20,7 @@ from encoder.fields import NON_NEGATIVE_INT, Check, Choice, Field
 from encoder.model import per_token
 from objectives import layers
 from objectives.objective import Objective
-from tasks import alignment, crf as crf_lib, word_shape
+from tasks import alignment, batching, crf as crf_lib, word_shape
 from tasks.family import HfHead, TaskFamily, labels_config, linears
 from tasks.readers import overlaps
 from tasks.scoring import metrics, tag_schemes
@@ -121,6 +121,10 @@ WORD_FIELDS = (
 )
 
 
+# A subword label per token, and the word labels, pad with -1: no label (tasks.batching.collate).
+LAYOUT = batching.Layout((*batching.PLAIN.token_fields, "label_ids"), {"label_ids": -1, "word_labels": -1})
+
+
 class Tagging(TaskFamily):
   """A tag per word (BIO/IO/BIOES entities, or plain tags such as UPOS), scored by entity P/R/F1 (or accuracy)."""
   name = "tagging"
@@ -214,6 +218,9 @@ class Tagging(TaskFamily):
   def conll(self, output: dict) -> str:
     tags = padded([t for t in output["tags"] if t is not None], len(output["words"]))
     return conll_block(output["words"], tags) + "\n"
+
+  def layout(self) -> batching.Layout:
+    return LAYOUT
 
   def hf_head(self, head_params: Mapping[str, Any], threshold: float | None = None) -> HfHead:
     """HF's BertForTokenClassification (the same per-subword logits; our tags are the argmax at each word's first

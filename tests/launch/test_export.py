@@ -123,7 +123,7 @@ def _our_predictions(workdir, predictor: predict.Predictor, records: list[dict])
   """(the run's head outputs on `records` as one batch, their examples): what the run's model computes."""
   family = predictor.family
   split = finetune_data.split_of("input", family, predictor.tokenizer, [family.unlabelled(r) for r in records])
-  batch = batching.collate(split.examples, predictor.buckets, widths=family.widths())
+  batch = batching.collate(split.examples, predictor.buckets, widths=family.widths(), layout=family.layout())
   cfg = encoder_config(predict.read_config(workdir).model, predictor.tokenizer.vocab_size)
   model = EncoderWithHeads(cfg, (family.objective(),))
   return model.apply({"params": predictor.params}, batch)[family.objective().name], split.examples

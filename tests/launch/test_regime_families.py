@@ -30,7 +30,7 @@ BLOCKS = {"lora": {"lora": {"rank": 2, "alpha": 4.0, "dropout": 0.1, "targets": 
 def test_one_step_of_every_family_changes_what_its_regime_trains_alone(preset, regime):
   family = family_of(preset)
   batch = batching.collate(split_of(family, 6, seed=1).examples, (family.task["max_length"],), batch_size=8,
-                           widths=family.widths())
+                           widths=family.widths(), layout=family.layout())
   plain = model_of(family)
   cfg = plain.cfg.replace(hidden_dropout=0.1, **runs.regime_fields({"regime": regime, **BLOCKS[regime]},
                                                                      plain.cfg.num_layers))

@@ -16,7 +16,7 @@ import pytest
 from scipy.special import erf, logsumexp
 
 from encoder import EncoderOutput, errors
-from tasks import alignment, batching, classification, registry, span_ner
+from tasks import alignment, batching, classification, registry, span_ner, tagging
 
 
 @dataclasses.dataclass
@@ -85,7 +85,8 @@ def test_collate_gives_word_and_span_fields_one_width_per_bucket(name):
              for _ in range(rng.integers(1, 5))]
     encoded = [alignment.encode_words(ChunkTokenizer(), w, [0] * len(w), max_length=32) if name == "tagging" else
                span_ner.encode_spans(ChunkTokenizer(), w, [], max_length=32, max_width=4) for w in words]
-    batch = batching.collate(encoded, buckets, batch_size=4, widths=widths)
+    batch = batching.collate(encoded, buckets, batch_size=4, widths=widths,
+                            layout=tagging.LAYOUT if name == "tagging" else span_ner.LAYOUT)
     shape = {k: v.shape for k, v in batch.items()}
     assert shapes.setdefault(shape["input_ids"], shape) == shape
     field = "word_positions" if name == "tagging" else "span_starts"

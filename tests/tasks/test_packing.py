@@ -88,9 +88,9 @@ def both(family, examples, batch_size: int):
   """(outputs, loss metrics) of the unpacked and the packed batch of `examples`, same parameters."""
   length = family.task["max_length"]
   widths = family.widths()
-  plain = batching.collate(examples, (length,), batch_size=batch_size, widths=widths)
+  plain = batching.collate(examples, (length,), batch_size=batch_size, widths=widths, layout=family.layout())
   shapes = batching.pack_shapes([batching.lengths_of(examples)], length, 0.0, batch_size)
-  packed = batching.pack(examples, length, shapes, batch_size=batch_size, widths=widths)
+  packed = batching.pack(examples, length, shapes, batch_size=batch_size, widths=widths, layout=family.layout())
   assert len(shapes) == 1 and shapes[0].rows < len(examples)  # Several examples share a row.
   model = model_of(family)
   params = model.init(jax.random.key(0), plain)["params"]
@@ -152,7 +152,8 @@ def test_pack_lays_each_example_out_as_its_own_segment():
   length = family.task["max_length"]
   lengths = batching.lengths_of(examples)
   shapes = batching.pack_shapes([lengths[:10], lengths[10:]], length, 0.0, 12)
-  batch = batching.pack(examples[:10], length, shapes, batch_size=12, widths=family.widths())
+  batch = batching.pack(examples[:10], length, shapes, batch_size=12, widths=family.widths(),
+                        layout=family.layout())
   assert batch["packed_input_ids"].shape[1] == length and batch["input_ids"].shape == (12, length)
   for i, example in enumerate(examples[:10]):
     row, start, n = batch["example_row"][i], batch["example_start"][i], len(example["input_ids"])
@@ -163,7 +164,7 @@ def test_pack_lays_each_example_out_as_its_own_segment():
     assert start in batch["packed_cls"][row]
   assert (batch["packed_segments"] > 0).sum() == lengths[:10].sum()  # Every real token once, nothing else.
   with pytest.raises(ValueError, match="packed shape"):
-    batching.pack(examples, length, [batching.PackShape(1, 20)], widths=family.widths())
+    batching.pack(examples, length, [batching.PackShape(1, 20)], widths=family.widths(), layout=family.layout())
 
 
 def test_packed_schedule_has_one_shape_and_every_example_once_an_epoch():

@@ -24,7 +24,7 @@ def test_case_ids_follow_words_and_skip_specials():
   title, lower, upper, numeric = (word_shape.SHAPES.index(s) for s in ("title", "lower", "upper", "numeric"))
   np.testing.assert_array_equal(example["case_ids"], [0, title, title, title, lower, upper, numeric, numeric, 0])
   assert "case_ids" not in alignment.encode_words(ChunkTokenizer(), ["a"], [0], max_length=8)
-  batch = batching.collate([example], buckets=(16,))
+  batch = batching.collate([example], buckets=(16,), layout=tagging.LAYOUT)
   assert batch["case_ids"].shape == batch["input_ids"].shape  # A token field: padded to the bucket.
 
 
@@ -36,7 +36,7 @@ def _batch_and_outputs(case_features: bool):
     tagged = alignment.encode_words(ChunkTokenizer(), words, [1] + [0] * (len(words) - 1), max_length=16,
                                     case_features=case_features)
     example.update({k: v for k, v in tagged.items() if k not in example})
-  batch = {k: jnp.asarray(v) for k, v in batching.collate(examples, buckets=(8,)).items()}
+  batch = {k: jnp.asarray(v) for k, v in batching.collate(examples, buckets=(8,), layout=tagging.LAYOUT).items()}
   rng = np.random.default_rng(0)
   last = jnp.asarray(rng.normal(size=batch["input_ids"].shape + (8,)), jnp.float32)
   return batch, EncoderOutput(hidden_states=(last,), cls=last[:, 0], pooled=last[:, 0])
