@@ -347,13 +347,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                       help="best-dev checkpoint (what the run's test predictions used) or the newest one")
   parser.add_argument("--input", required=True, help="input file, or - for stdin")
   parser.add_argument("--format", choices=FORMATS, default="text",
-                      help="text: one example per line (pairs, and QA's question and context: two texts separated "
-                           "by a tab; multiple choice: a context and its choices, tab-separated; word tasks: split "
-                           "into words); words: whitespace-separated words per line; tsv: "
-                           "the run's TSV columns (header as in its data; QA: question<TAB>context, no header); conll: "
-                           "word in the first column, blank line between sentences; conllu: CoNLL-U FORMs; jsonl: one "
-                           'JSON record per line ({"question", "context"}, {"text_a", "text_b"}, {"context", '
-                           '"choices"} or {"words"})')
+                      help="text: one example per line, tab-separated texts as the run's task family reads them "
+                           "(pairs, QA's question and context, a context and its choices; word tasks split the line "
+                           "into words); words: whitespace-separated words per line; tsv: the run's TSV columns "
+                           "(header as in its data); conll: word in the first column, blank line between sentences; "
+                           "conllu: CoNLL-U FORMs; jsonl: one JSON record of the run's family per line "
+                           "(docs/predict.md lists each family's)")
   parser.add_argument("--output", choices=("jsonl", "conll"), default="jsonl",
                       help="jsonl: one JSON object per input; conll: `word tag` lines (word tasks), what "
                            "`python -m tasks.scoring.score` reads")
