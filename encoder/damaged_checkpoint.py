@@ -4,6 +4,8 @@ run's checkpoint is read for export, predict and the embeddings (`encoder.init_f
 
 import json
 import re
+import sys
+import types
 
 from encoder.errors import UserError
 from encoder.files import Path
@@ -47,9 +49,25 @@ def _reason(message: str) -> str:
   return reason.splitlines()[0][:160] if reason else "unreadable"
 
 
+def _quiet_orbax_leftovers() -> None:
+  """orbax reads a checkpoint's arrays in parallel coroutines: when one read fails, the others' failures surface later
+  as "Exception ignored in: <coroutine ...>" tracebacks when those coroutines are collected, more often on a loaded
+  machine. The one line says what is wrong, so from now on this process drops those (and only those)."""
+  previous = sys.unraisablehook
+
+  def hook(unraisable) -> None:
+    code = getattr(unraisable.object, "cr_code", None)
+    if isinstance(unraisable.object, types.CoroutineType) and code and "/orbax/" in code.co_filename:
+      return
+    previous(unraisable)
+
+  sys.unraisablehook = hook
+
+
 def error(step_dir: Path, step: int, err: BaseException) -> UserError:
   """The UserError for a failed read of checkpoint `step` in `step_dir`: the damaged file (from TensorStore's message,
   or the orbax metadata file that does not parse; else the step directory) and the array being read when known."""
+  _quiet_orbax_leftovers()
   messages = [str(e) for e in _chain(err)]
   quoted = [Path(p) for m in messages for p in _QUOTED_FILE.findall(m)]
   damaged = (next((p for p in reversed(quoted) if p.is_file()), None) or _data_file(step_dir, messages)

@@ -2,6 +2,7 @@
 the run is exported, predicted with or embedded (issue 71; `encoder.damaged_checkpoint`), instead of orbax's and
 TensorStore's traceback; the run and the output location are byte for byte as before (fingerprints)."""
 
+import gc
 import hashlib
 import shutil
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from encoder import errors
+from encoder import damaged_checkpoint, errors
 from launch import export, predict
 from tasks.embeddings import embed
 
@@ -78,3 +79,25 @@ def test_the_command_line_prints_that_line_alone(trained, tmp_path):
   assert done.returncode == 1 and done.stdout == ""
   assert done.stderr.startswith(f"error: {damaged}: checkpoint step ") and done.stderr.count("\n") == 1, done.stderr
   assert fingerprint(tmp_path) == before
+
+
+def test_after_the_line_orbax_coroutines_failing_at_collection_print_nothing_and_others_still_do(capfd, monkeypatch):
+  """The hook behind the test above, made to fire on purpose: a read coroutine of orbax's collected while suspended,
+  whose cleanup raises (as orbax's sibling reads do after the first failure), prints nothing; another still prints."""
+  monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+  damaged_checkpoint.error(Path("/nowhere/checkpoints/8"), 8, OSError("unreadable"))
+  source = "async def read(pause):\n  try:\n    await pause\n  finally:\n    raise OSError('sibling read failed')\n"
+
+  class Pause:
+    def __await__(self):
+      yield
+
+  for filename in ("/site-packages/orbax/checkpoint/_src/serialization/serialization.py", "/site-packages/mine.py"):
+    namespace: dict = {}
+    exec(compile(source, filename, "exec"), namespace)  # A coroutine whose code lives in a file named like orbax's.
+    running = namespace["read"](Pause())
+    running.send(None)
+    del running  # Closed when collected: its `finally` raises, which Python can only report as unraisable.
+    gc.collect()
+  err = capfd.readouterr().err
+  assert err.count("Exception ignored") == 1 and "mine.py" in err and "serialization.py" not in err, err
