@@ -223,7 +223,8 @@ def _check_records(family: TaskFamily, dataset, split: str, records: Sequence[di
 def _check_labels(dataset, split: str, records: Sequence[dict], allowed: Sequence[str] | None) -> None:
   """A label outside `allowed` (file terms) fails at its line: the split's files are read again, checking labels."""
   known = set(allowed or ())
-  unknown = next((label for record in records for label in _labels_of(record) if label not in known), None)
+  labels = tfds_builders.record_kind(dataset).labels
+  unknown = next((label for record in records for label in labels(record) if label not in known), None)
   if allowed is None or unknown is None:
     return
   names = tfds_builders.split_names(split)
@@ -232,15 +233,6 @@ def _check_labels(dataset, split: str, records: Sequence[dict], allowed: Sequenc
       pass
   files = ", ".join(str(tfds_builders.split_file(dataset, name)) for name in names)
   raise errors.UserError(f"{files}: expected the task's labels ({', '.join(allowed)}), found {unknown!r}")
-
-
-def _labels_of(record: dict) -> list[str]:
-  """A reader record's labels: its class label, tags or span labels."""
-  if "tags" in record:
-    return record["tags"]
-  if "spans" in record:
-    return [span["label"] for span in record["spans"]]
-  return [] if record.get("label") is None else [record["label"]]
 
 
 def split_of(name: str, family: TaskFamily, tokenizer, records: Sequence[dict]) -> Split:

@@ -230,6 +230,11 @@ def _data_root(config: DatasetConfig, data_dir: str | os.PathLike | None) -> Pat
   return root
 
 
+def record_kind(dataset: str | DatasetConfig) -> readers.RecordKind:
+  """The kind of the records `dataset` holds (its format's): their fields and labels."""
+  return readers.FORMATS[_config(dataset).format].records
+
+
 def split_names(split: str) -> list[str]:
   """The named splits of a tfds split string: 'train[:64]+validation' -> ['train', 'validation']."""
   return [part.split("[")[0].strip() for part in split.split("+")]
