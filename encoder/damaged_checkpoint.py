@@ -2,10 +2,13 @@
 the step, the damaged file and what to do, instead of orbax's and TensorStore's traceback (issue 71). Used where a
 run's checkpoint is read for export, predict and the embeddings (`encoder.init_from.run_params`)."""
 
+import contextlib
 import json
 import re
 import sys
+import traceback
 import types
+from collections.abc import Iterator
 
 from encoder.errors import UserError
 from encoder.files import Path
@@ -49,25 +52,31 @@ def _reason(message: str) -> str:
   return reason.splitlines()[0][:160] if reason else "unreadable"
 
 
-def _quiet_orbax_leftovers() -> None:
-  """orbax reads a checkpoint's arrays in parallel coroutines: when one read fails, the others' failures surface later
-  as "Exception ignored in: <coroutine ...>" tracebacks when those coroutines are collected, more often on a loaded
-  machine. The one line says what is wrong, so from now on this process drops those (and only those)."""
+def _from_reads(unraisable) -> bool:
+  """Whether an unraisable exception comes from orbax's parallel reads: a read coroutine of orbax's collected with its
+  failure, or a late callback (TensorStore's) onto asyncio's closed event loop."""
+  code = getattr(unraisable.object, "cr_code", None)
+  if isinstance(unraisable.object, types.CoroutineType) and code and "/orbax/" in code.co_filename:
+    return True
+  frames = traceback.extract_tb(unraisable.exc_traceback) if unraisable.exc_traceback else []
+  return any(part in frame.filename for frame in frames for part in ("/orbax/", "/asyncio/", "/tensorstore/"))
+
+
+@contextlib.contextmanager
+def quiet_reads() -> Iterator[None]:
+  """orbax reads a checkpoint's arrays in parallel: when one read fails, the others' failures surface as "Exception
+  ignored" tracebacks (coroutines collected with their errors, callbacks onto a closed event loop), more often on a
+  loaded machine. During the read, and for the rest of the process when it fails (the one line says what is wrong),
+  those are dropped; any other unraisable exception still prints."""
   previous = sys.unraisablehook
-
-  def hook(unraisable) -> None:
-    code = getattr(unraisable.object, "cr_code", None)
-    if isinstance(unraisable.object, types.CoroutineType) and code and "/orbax/" in code.co_filename:
-      return
-    previous(unraisable)
-
-  sys.unraisablehook = hook
+  sys.unraisablehook = lambda unraisable: None if _from_reads(unraisable) else previous(unraisable)
+  yield
+  sys.unraisablehook = previous  # Reached only when the read succeeded.
 
 
 def error(step_dir: Path, step: int, err: BaseException) -> UserError:
   """The UserError for a failed read of checkpoint `step` in `step_dir`: the damaged file (from TensorStore's message,
   or the orbax metadata file that does not parse; else the step directory) and the array being read when known."""
-  _quiet_orbax_leftovers()
   messages = [str(e) for e in _chain(err)]
   quoted = [Path(p) for m in messages for p in _QUOTED_FILE.findall(m)]
   damaged = (next((p for p in reversed(quoted) if p.is_file()), None) or _data_file(step_dir, messages)

@@ -159,7 +159,8 @@ def run_params(workdir: str | Path, step: int | None = None, *, evaluation: bool
   reader = ocp.CheckpointManager(directory, item_handlers=ocp.PyTreeCheckpointHandler())
   step = reader.latest_step() if step is None else step
   try:
-    params = _restore_params(reader, step, evaluation)
+    with damaged_checkpoint.quiet_reads():
+      params = _restore_params(reader, step, evaluation)
   except Exception as err:  # noqa: BLE001  (orbax and TensorStore raise many types for a damaged file: one line)
     raise damaged_checkpoint.error(directory / str(step), step, err) from None
   finally:
