@@ -35,7 +35,10 @@ def create_manager(workdir: Path, config: ml_collections.ConfigDict) -> ocp.Chec
           if config.best_metric else {})
   options = ocp.CheckpointManagerOptions(
       preservation_policy=checkpoint_managers.AnyPreservationPolicy(policies), enable_async_checkpointing=True, **best)
-  return ocp.CheckpointManager(files.absolute(workdir / "checkpoints"), options=options)
+  # The handler named here, not learnt from a first save: a manager that has not saved yet (a resumed run, the end of
+  # a run reading its best step) otherwise answers None for a checkpoint's metadata, which `_restore` reads.
+  return ocp.CheckpointManager(files.absolute(workdir / "checkpoints"), options=options,
+                               item_handlers=ocp.StandardCheckpointHandler())
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, metrics: dict[str, float] | None = None,

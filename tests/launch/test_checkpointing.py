@@ -3,6 +3,7 @@ the previous one restored, and a workdir of another model is refused."""
 
 import json
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,3 +77,29 @@ def test_refuses_workdir_of_another_model(tmp_path, config):
     checkpointing.check_compatible(tmp_path, other)
   checkpointing.check_compatible(tmp_path, config)  # Same model: fine.
   assert json.loads((tmp_path / "config.json").read_text())["model"]["num_layers"] == 2
+
+
+@flax.struct.dataclass
+class _State:
+  step: jax.Array
+  params: dict
+
+
+@pytest.mark.parametrize("read", ["restore_latest", "restore_step"])
+def test_a_partial_checkpoint_restores_in_a_fresh_process(tmp_path, config, read):
+  """A checkpoint of the trainable part alone (`save`'s `trainable`), read by a manager that never saved (a resumed
+  run, or the end of a run choosing its best-dev step): its params come from the checkpoint, the rest from the base.
+  A fresh orbax manager knows no handler for the saved item until told one, and answered None for its metadata."""
+  config.keep_checkpoints = 3
+  state = lambda v: _State(jnp.asarray(int(v), jnp.int32),
+                           {"w": jnp.full((3,), v, jnp.float32), "b": jnp.full((2,), -v, jnp.float32)})
+  with checkpointing.create_manager(tmp_path, config) as manager:
+    checkpointing.save(manager, 2, state(2.0), {"eval/loss": 1.0}, trainable={"w": False, "b": True})
+  base = state(7.0).params
+  target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), state(0.0))
+  with checkpointing.create_manager(tmp_path, config) as manager:
+    restored = (checkpointing.restore_latest(manager, target, tmp_path, base) if read == "restore_latest"
+                else checkpointing.restore_step(manager, 2, target, base))
+  assert int(restored.step) == 2 and not (tmp_path / "corrupt_checkpoints").exists()
+  np.testing.assert_array_equal(restored.params["b"], np.full(2, -2.0))  # Trained: from the checkpoint.
+  np.testing.assert_array_equal(restored.params["w"], np.full(3, 7.0))  # Frozen: from the base.
