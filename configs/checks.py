@@ -1,6 +1,10 @@
 """Config validation with messages that name the key: mistyped keys (with close matches), wrong value types, values
 a field does not accept (configs.rules) and relations between fields, all before a run reads data or writes anything
-(`check_config`); and a workdir whose saved model config differs from the one asked for."""
+(`check_config`, which returns what it resolved on the way for the workload to reuse); and a workdir whose saved model
+config differs from the one asked for.
+
+What is checked here is common to every run; a relation that only a task family or an objective knows is its own
+hook (`TaskFamily.check`, `TaskFamily.is_score`, `Objective.check`), reached through their registries."""
 
 import ast
 import dataclasses
@@ -10,16 +14,20 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import ml_collections
 
 from configs import given, rules
 from configs.common import is_finetuning, leaf_paths
-from encoder import config as encoder_config, fields, init_from, paths
+from encoder import config as encoder_config, fields, init_from
 from encoder.config import DTYPE_NAMES, EncoderConfig
 from encoder.errors import ConfigError
+
+if TYPE_CHECKING:  # Imported where they are used: their heads import flax.
+  from objectives.data import Sources
+  from objectives.objective import Objective
 
 # Fields whose change makes an existing checkpoint unusable (the parameter tree or its meaning changes).
 MODEL_FIELDS = ("model", "objectives", "task")
@@ -146,19 +154,26 @@ def incompatible_fields(saved: dict[str, Any], wanted: dict[str, Any]) -> list[s
           if old.get(key) != new.get(key) and key not in RESUMABLE_MODEL_FIELDS and key not in added]
 
 
-def check_config(config: ml_collections.ConfigDict) -> None:
+class Resolved(NamedTuple):
+  """What `check_config` resolved while checking a config, for launch.workload.build to reuse rather than resolve
+  again."""
+  # Pretraining: the run's objectives, built from the config (their heads read none of the model fields that
+  # launch.train resolves at start-up), and config.data's files resolved against the data directory.
+  objectives: "tuple[Objective, ...]" = ()
+  sources: "Sources | None" = None
+  dataset: Any = None  # Fine-tuning: config.task's dataset (tasks.finetune_data.dataset_of: a preset name or files).
+
+
+def check_config(config: ml_collections.ConfigDict) -> Resolved:
   """Everything about `config` that needs no data: each field's rule (configs.rules), the encoder's shape, the
   relations between fields and that the named files exist. Raises ConfigError naming the field; reads and writes
-  nothing else, so a run's directory is untouched by a config it refuses."""
+  nothing else, so a run's directory is untouched by a config it refuses. Returns what it resolved (`Resolved`)."""
   finetuning = is_finetuning(config)
   fields.check_fields(leaf_paths(config), rules.rules(finetuning), prefix="config.")
   model = encoder_config.from_fields(config.model.to_dict(), vocab_size=1)  # Heads divide the width, ...
   check_init(config)
   _check_engine(config)
-  if finetuning:
-    _check_finetuning(config, model)
-  else:
-    _check_pretraining(config, model)
+  return _check_finetuning(config, model) if finetuning else _check_pretraining(config, model)
 
 
 def _check_engine(config: ml_collections.ConfigDict) -> None:
@@ -232,8 +247,8 @@ def _check_length(key: str, length: int, config: ml_collections.ConfigDict, mode
                       "input the encoder has positions for)")
 
 
-def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
-  from objectives import data, electra  # pylint: disable=import-outside-toplevel  (heads import flax)
+def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) -> Resolved:
+  from objectives import data, registry  # pylint: disable=import-outside-toplevel  (heads import flax)
   names = config.objectives.split("+")
   weights = dict(config.objective_weights)
   if set(weights) != set(names):
@@ -250,16 +265,14 @@ def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) 
   if masking.max_predictions > config.data.max_length:
     raise ConfigError(f"config.masking.max_predictions={masking.max_predictions}: expected at most "
                       f"config.data.max_length={config.data.max_length}")
-  if "electra" in names:
-    electra.generator_config(model, config.electra.generator_size, config.electra.generator_layers)
-  if config.data.prepared:
-    paths.resolve_prepared(config.data.prepared)
-  else:
-    paths.resolve_files(config.data.train_files, "train_files")
-  paths.resolve_files(config.data.eval_files, "eval_files")
+  objectives = registry.of_run(config)
+  for objective in objectives:
+    if objective.check:  # Its head runs on this encoder (ELECTRA: its generator's shape).
+      objective.check(model)
+  return Resolved(objectives, data.sources_of(config.data))  # The files exist.
 
 
-def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -> None:
+def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -> Resolved:
   from tasks import finetune_data, readers, regimes, registry  # pylint: disable=import-outside-toplevel  (flax heads)
   task = config.task
   if config.num_train_steps == 0 and config.epochs == 0:
@@ -271,27 +284,23 @@ def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -
   regimes.check(config, num_layers=model.num_layers, width=model.hidden_size)  # LoRA's and adapters' rules.
   _check_length("task.max_length", task.max_length, config, model)
   _check_packing(config)
-  if task.positive_label and task.labels and task.positive_label not in task.labels:
-    raise ConfigError(f"config.task.positive_label={task.positive_label!r}: expected one of config.task.labels "
-                      f"{list(task.labels)}")
-  dataset = finetune_data.dataset_of(task)  # The dataset is known, or the files exist.
   family = registry.family(finetune_data.task_mapping(task, list(task.labels) or ["A", "B"]))
+  family.check(config)  # The relations only the family knows (classification: R-Drop, positive_label).
+  dataset = finetune_data.dataset_of(task)  # The dataset is known, or the files exist.
   data_format, read = finetune_data.data_format(dataset), readers.same_records(family.formats)  # tsv: jsonl too.
   if data_format not in read:
     remedy = f"set config.task.format={family.formats[0]}" if not task.dataset else "choose a dataset of its kind"
     raise ConfigError(f"config.task.{'dataset' if task.dataset else 'format'}={task.dataset or task.format!r}: task "
                       f"family {task.name!r} reads {' or '.join(read)} files, not {data_format} ({remedy})")
   family.objective()  # The head accepts its options.
-  names = family.metric_names()
-  per_type = "f1" in names and family.word_level  # Entity F1 per type: "f1_<type>", types named by the data.
-  scores = f"{', '.join(names)}{' or f1_<type>' if per_type else ''}"
-  valid = lambda metric: metric in names or (per_type and metric.startswith("f1_"))
-  if not valid(task.metric):
+  scores = ", ".join(family.metric_names()) + "".join(f" or {pattern}" for pattern in family.data_named_scores())
+  if not family.is_score(task.metric):
     raise ConfigError(f"config.task.metric={task.metric!r}: expected a dev score of task family {task.name!r} "
                       f"({scores})")
-  if config.best_metric and not (config.best_metric.startswith("eval/") and valid(config.best_metric[5:])):
+  if config.best_metric and not (config.best_metric.startswith("eval/") and family.is_score(config.best_metric[5:])):
     raise ConfigError(f"config.best_metric={config.best_metric!r}: expected 'eval/' and a dev score of task family "
                       f"{task.name!r} ({scores}), or '' (the latest checkpoint)")
+  return Resolved(dataset=dataset)
 
 
 def _check_packing(config: ml_collections.ConfigDict) -> None:
@@ -304,6 +313,3 @@ def _check_packing(config: ml_collections.ConfigDict) -> None:
   if jax.device_count() > 1:
     raise ConfigError(f"config.data.pack=True: expected one device, found {jax.device_count()} (packed rows are not "
                       "split across devices; set config.data.pack=False)")
-  if config.task.rdrop > 0:
-    raise ConfigError(f"config.data.pack=True: expected config.task.rdrop=0, found {config.task.rdrop} (R-Drop "
-                      "repeats batch rows; packed rows are not repeated)")

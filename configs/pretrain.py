@@ -66,8 +66,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.optimizer = common.optimizer_config()  # AdamW/LAMB, warmup + linear decay (configs/common.py).
   common.engine_config(config, steps=args.steps)
-  config.best_metric = "eval/mlm_accuracy" if "mlm" in names else "eval/loss"
-  config.best_mode = "max" if "mlm" in names else "min"
+  # The held-out metric the objectives keep the best checkpoint by (Objective.best: MLM's accuracy), else the loss.
+  config.best_metric, config.best_mode = objective_registry.best_checkpoint(names)
 
   if args.runlocal:  # A tiny run on the packaged sample corpus (configs/samples.py): a smoke test in seconds.
     config.model = common.model_config("tiny", arch=args.arch, num_layers=2, hidden_size=64, num_heads=4,

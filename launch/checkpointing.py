@@ -120,16 +120,17 @@ def restore_step(manager: ocp.CheckpointManager, step: int, abstract_state: Any,
 
 
 def saved_config(workdir: Path) -> dict | None:
-  """The config.json of a workdir holding checkpoints (the run a start resumes), else None."""
+  """The config.json of a workdir holding checkpoints (the run a start resumes), else None. Read once, at start-up
+  (launch.train), and passed to what asks about the resumed run."""
   saved_path = workdir / "config.json"
   checkpoints = workdir / "checkpoints"
   has_checkpoints = checkpoints.is_dir() and any(p.name.isdigit() for p in checkpoints.iterdir())
   return files.read_json(saved_path) if has_checkpoints and saved_path.is_file() else None
 
 
-def check_compatible(workdir: Path, config: ml_collections.ConfigDict) -> None:
-  """Refuses a workdir holding checkpoints written under a different model config (listing the differences)."""
-  saved = saved_config(workdir)
+def check_compatible(workdir: Path, config: ml_collections.ConfigDict, saved: dict | None) -> None:
+  """Refuses a workdir holding checkpoints written under a different model config (listing the differences); `saved`:
+  its config.json (`saved_config`), None for a new run."""
   if saved is None:
     return
   saved_path = workdir / "config.json"
@@ -156,10 +157,11 @@ def base_fingerprint(pretrained: dict | None, seed: int) -> str:
   return runs.fingerprint(pretrained, seed)
 
 
-def check_base(workdir: Path, config: ml_collections.ConfigDict, fingerprint: str) -> None:
+def check_base(workdir: Path, config: ml_collections.ConfigDict, fingerprint: str, saved: dict | None) -> None:
   """Refuses, in one line, to resume a run whose checkpoints hold the trainable part alone when its `init`'s weights
-  changed since it started (its recorded fingerprint differs): the frozen rest would not be the one it trained on."""
-  if saved_config(workdir) is None:
+  changed since it started (its recorded fingerprint differs): the frozen rest would not be the one it trained on.
+  `saved`: the workdir's config.json (`saved_config`), None for a new run (nothing to check)."""
+  if saved is None:
     return
   error = runs.changed_base(workdir, config, fingerprint, reading=False)
   if error is not None:

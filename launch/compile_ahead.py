@@ -20,12 +20,15 @@ import jax
 
 class Jitted(Protocol):
   """What jax.jit returns (jax's own name for its type is private): called, lowered for given arguments
-  (`lower(...).compile()` compiles ahead), or traced for its outputs' shapes (`eval_shape`). jax.pmap's functions
-  lower too, but have no eval_shape (the loop asks for it under jit only)."""
+  (`lower(...).compile()` compiles ahead), or traced (`trace(...)`: its outputs' shapes are `.out_info`;
+  `eval_shape`). jit keeps a trace for the arguments' shapes, so these and a call trace the function once. jax.pmap's
+  functions lower too, but neither trace nor eval_shape (the loop asks for them under jit only)."""
 
   def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
   def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered: ...
+
+  def trace(self, *args: Any, **kwargs: Any) -> jax.stages.Traced: ...
 
   def eval_shape(self, *args: Any, **kwargs: Any) -> Any: ...
 

@@ -12,6 +12,7 @@ final results, as flax's examples/wmt and big_vision's train.py do.
 """
 
 import functools
+import itertools
 import os
 import signal
 import sys
@@ -25,7 +26,6 @@ import numpy as np
 from configs import checks
 from encoder import errors, files, flops as encoder_flops
 from encoder.config import AUTO, platform, resolve_attention, resolve_platform
-from encoder.files import Path
 from launch import (
   checkpointing,
   compile_ahead,
@@ -39,7 +39,7 @@ from launch import (
   workload,
 )
 from launch.model import EncoderWithHeads, last_positions, run_encoder_config, term_weights
-from launch.programs import build_programs
+from launch.programs import Programs, build_programs
 from launch.progress import Progress
 from objectives import objective
 from tasks import batching, evaluation, regimes
@@ -59,43 +59,58 @@ def _periods(config: ml_collections.ConfigDict, steps_per_epoch: int) -> tuple[i
   return evals, evals if config.checkpoint_every_steps == -1 else config.checkpoint_every_steps
 
 
-def attention_path(config: ml_collections.ConfigDict, workdir: Path) -> str:
-  """config.model.attention made concrete once, at start-up, for config.json to record: "auto" resumes a run on the
-  path its checkpoints were trained with (a run saved before the field existed: "matmul"), and otherwise is the
-  platform's (encoder.config.resolve_attention). A path this platform cannot run is a ConfigError."""
+def attention_path(config: ml_collections.ConfigDict, saved: dict | None) -> str:
+  """config.model.attention made concrete once, at start-up, for config.json to record: "auto" resumes a run (`saved`:
+  its config.json, checkpointing.saved_config; None for a new run) on the path its checkpoints were trained with (a
+  run saved before the field existed: "matmul"), and otherwise is the platform's (encoder.config.resolve_attention).
+  A path this platform cannot run is a ConfigError."""
   choice = config.model.get("attention", AUTO)
-  saved = checkpointing.saved_config(workdir) if choice == AUTO else None
-  if saved is not None:
-    choice = saved["model"].get("attention", "matmul")
+  resumed = saved if choice == AUTO else None  # An explicit choice is kept, resumed or not.
+  if resumed is not None:
+    choice = resumed["model"].get("attention", "matmul")
   where = platform()
   choice = resolve_attention(config.model.to_dict() | {"attention": choice}, where)
   if choice == "cudnn" and where != "cuda":
-    raise errors.ConfigError(f"config.model.attention='cudnn'{' (the run resumed)' if saved else ''} runs on NVIDIA "
+    raise errors.ConfigError(f"config.model.attention='cudnn'{' (the run resumed)' if resumed else ''} runs on NVIDIA "
                              f"GPUs only, and this process runs on {where}: set --config.model.attention=xla or "
                              "matmul (the same function)")
   return choice
 
 
-def dot_paths(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, str]:
+def dot_paths(config: ml_collections.ConfigDict, saved: dict | None) -> dict[str, str]:
   """config.model.kernels and bf16_dots made concrete once, at start-up, for config.json to record: "auto" resumes a
-  run with the values its checkpoints were trained with (a run saved before the fields: this platform's), and
-  otherwise is this platform's (encoder.config.resolve_platform: the device kind and /proc/cpuinfo)."""
-  saved = checkpointing.saved_config(workdir)
+  run (`saved`: its config.json) with the values its checkpoints were trained with (a run saved before the fields:
+  this platform's), and otherwise is this platform's (encoder.config.resolve_platform: the device kind and
+  /proc/cpuinfo)."""
   choices = {name: config.model.get(name, AUTO) for name in ("kernels", "bf16_dots")}
   if saved is not None:
     choices = {name: saved["model"].get(name, AUTO) if choice == AUTO else choice for name, choice in choices.items()}
   return resolve_platform(choices)
 
 
-def compile_cost(config: ml_collections.ConfigDict, workdir: Path) -> float:
-  """config.data.compile_cost made concrete once, at start-up, for config.json to record (bucket pruning must not
-  change when a run resumes): -1 (auto) resumes with the saved run's figure, and otherwise is this backend's measured
-  one (tasks.batching.compile_cost_on)."""
+def compile_cost(config: ml_collections.ConfigDict, saved: dict | None) -> float:
+  """config.data.compile_cost made concrete once, at start-up, for config.json to record and the loaders to use as
+  given (bucket pruning must not change when a run resumes): -1 (auto) resumes with the saved run's figure (`saved`:
+  its config.json), and otherwise is this backend's measured one (tasks.batching.compile_cost_on)."""
   chosen = config.data.compile_cost
-  saved = checkpointing.saved_config(workdir)
   if chosen < 0 and saved is not None:
     chosen = saved["data"].get("compile_cost", batching.COMPILE_COSTS["cpu"])  # Saved before auto: the CPU's 500.
   return float(chosen) if chosen >= 0 else batching.compile_cost_on(platform())
+
+
+def _grad_outputs(programs: Programs, fns: steps.StepFns, state: Any, device_state: Any, first: dict | None,
+                  example: dict[str, np.ndarray], *, parallelism: str, accum: int) -> Any:
+  """The gradient program's outputs' shapes, per device (the metric sums' zeros need them). The program itself is
+  traced on the run's first batch, so that the loop's own call and the compile-ahead of that shape lower the same
+  trace (jit and pmap keep it): each program of a run is traced once. A run with no step left traces the function on
+  the example batch."""
+  if first is None:
+    micro_batches = {k: np.stack([v] * accum) for k, v in example.items()} if accum > 1 else example
+    return jax.eval_shape(functools.partial(steps.grad_step, fns, accum=accum), state, micro_batches)
+  if parallelism == "jit":
+    return programs.grad_step.trace(device_state, first).out_info
+  outputs = jax.eval_shape(programs.grad_step, device_state, first)  # pmap's: a leading axis of devices.
+  return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), outputs)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.PathLike) -> dict[str, Any]:
@@ -107,13 +122,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   lead = jax.process_index() == 0
   # Nothing is written before the config, the run it resumes and the data are checked: a refused command leaves the
   # workdir as it was.
-  checks.check_config(config)
-  config.model.attention = attention_path(config, run_dir)
-  config.model.update(dot_paths(config, run_dir))
+  checked = checks.check_config(config)  # What it resolved (the objectives, the files): the workload reuses it.
+  saved = checkpointing.saved_config(run_dir)  # The run this start resumes (None: a new one), read here only.
+  config.model.attention = attention_path(config, saved)
+  config.model.update(dot_paths(config, saved))
   if "compile_cost" in config.data:  # Fine-tuning's length buckets.
-    config.data.compile_cost = compile_cost(config, run_dir)
-  checkpointing.check_compatible(run_dir, config)
-  work = workload.build(config, run_dir)
+    config.data.compile_cost = compile_cost(config, saved)
+  checkpointing.check_compatible(run_dir, config, saved)
+  work = workload.build(config, run_dir, checked)
   run_dir.mkdir(parents=True, exist_ok=True)
 
   # Setup: the model, its step functions and the train state (restored, or initialized on the mesh).
@@ -127,6 +143,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   mesh = sharding.make_mesh(config.mesh_model)
   pretrained = warm_start.pretrained_params(config.init)
   init = functools.partial(steps.init_state, fns, seed=config.seed)
+  # Traced once: jax keeps the trace of `init` for these arguments' shapes, which `fresh` below compiles.
   abstract = jax.eval_shape(init, work.example, pretrained)
   if pretrained is not None:
     warm_start.check_matches(config.init, pretrained, abstract.params)
@@ -134,7 +151,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   partial = trainable if config.get("regime") in regimes.PARTIAL else None
   fingerprint = checkpointing.base_fingerprint(pretrained, config.seed) if partial is not None else ""
   if partial is not None:
-    checkpointing.check_base(run_dir, config, fingerprint)
+    checkpointing.check_base(run_dir, config, fingerprint, saved)
   state_shardings = sharding.state_shardings(abstract, mesh, fsdp=config.fsdp)
   manager = checkpointing.create_manager(run_dir, config)
   target = jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), abstract, state_shardings)
@@ -169,16 +186,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   # Compile: the step's programs and the workload's evaluation (jit compiles each on its first call, or ahead: below).
   programs = build_programs(fns, mesh, state_shardings, parallelism=config.parallelism, accum=accum)
   device_state = programs.to_layout(state)
-  micro_batches = lambda batch: {k: np.stack([v] * accum) for k, v in batch.items()} if accum > 1 else batch
   # Fine-tuning's length buckets: a batch of each shape in order of first use, compiled ahead below.
   shapes = ([programs.to_device(b, accum=accum) for b in work.batch_shapes(start)]
             if config.parallelism == "jit" and config.compile_ahead else [])
-  # The metric sums' zeros need the gradient program's outputs: traced by the program itself on the first shape
-  # (compiling it ahead then does not trace again), or as a function on the example batch.
-  grad_outputs = (programs.grad_step.eval_shape(device_state, shapes[0]) if shapes else
-                  jax.eval_shape(functools.partial(steps.grad_step, fns, accum=accum), state,
-                                 micro_batches(work.example)))
-  train_zero = steps.zero_step_sums(grad_outputs[1])
   evaluator = work.evaluation(fns, programs, target)
   writer = metrics_writer.MetricsWriter(run_dir)
   # The last block's rows, when the heads name theirs (read from the host example: numpy, which jnp and `reads` take).
@@ -200,18 +210,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   stopped = False
   batches = work.train_batches(start)
   eval_every, checkpoint_every = _periods(config, work.steps_per_epoch)
-  acc, train_metrics, eval_metrics, best = programs.place(train_zero), {}, {}, None
-  # Fine-tuning's length buckets: each shape's gradient program (the update program after the first), then the
-  # evaluation's programs, compile on a background thread before they are first needed.
-  ahead = None
-  if shapes:
-    ahead = compile_ahead.CompileAhead(programs.grad_step, device_state, shapes, update=(programs.apply_step, acc))
-    for program, first, eval_batches in evaluator.programs(device_state):
-      ahead.add(program, first, eval_batches)
-  interval_start, interval_step = time.perf_counter(), start
+  train_metrics, eval_metrics, best, ahead = {}, {}, None, None
   try:
+    feed = (programs.to_device(b, accum=accum) for b in batches)
+    first = next(feed, None)  # None: no step left (a run stopped between its last save and its results).
+    device_batches = itertools.chain([] if first is None else [first], feed)
+    train_zero = steps.zero_step_sums(_grad_outputs(programs, fns, state, device_state, first, work.example,
+                                                    parallelism=config.parallelism, accum=accum)[1])
+    acc = programs.place(train_zero)
+    # Fine-tuning's length buckets: each shape's gradient program (the update program after the first), then the
+    # evaluation's programs, compile on a background thread before they are first needed (the first shape's from the
+    # trace above).
+    if shapes:
+      ahead = compile_ahead.CompileAhead(programs.grad_step, device_state, shapes, update=(programs.apply_step, acc))
+      for program, first_argument, eval_batches in evaluator.programs(device_state):
+        ahead.add(program, first_argument, eval_batches)
+    interval_start, interval_step = time.perf_counter(), start
     for step in range(start, total_steps):
-      batch = programs.to_device(next(batches), accum=accum)
+      batch = next(device_batches)
       if ahead is not None:
         ahead.wait(batch)
       device_state, acc = programs.train_step(device_state, batch, acc)

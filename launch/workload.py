@@ -1,15 +1,19 @@
 """What the training loop trains on and what it asks of that: pretraining objectives over a text corpus, or one
 fine-tuning task over its splits (a config with a `task` block).
 
-Both give a `Workload`: the objectives, an example batch, the step count and batches from a start step, and the two
-things that differ between them, as functions: `update_scales` (fine-tuning's regime and layer-wise decay; none for
-pretraining) and `evaluation`, which, once the loop has built its programs, returns an `Evaluation`: the held-out
-metrics of a state, the evaluation's programs to compile ahead, and the results a run adds to results.json
-(fine-tuning: dev and test scores of the best-dev checkpoint and its prediction files). So `launch.train` runs one
-loop with no mode branches, as flax's examples/wmt and big_vision's train.py do, the evaluation being what the
-workload (big_vision: its evaluators) says it is.
+Both give a `Workload` (a frozen dataclass, built by keyword): the objectives, an example batch, the step count and
+batches from a start step, and the two things that differ between them, as functions: `update_scales`
+(fine-tuning's regime and layer-wise decay; none for pretraining) and `evaluation`, which, once the loop has built
+its programs, returns an `Evaluation`: the held-out metrics of a state, the evaluation's programs to compile ahead,
+and the results a run adds to results.json (fine-tuning: dev and test scores of the best-dev checkpoint and its
+prediction files). So `launch.train` runs one loop with no mode branches, as flax's examples/wmt and big_vision's
+train.py do, the evaluation being what the workload (big_vision: its evaluators) says it is.
+
+`build` takes what configs.checks.check_config resolved while checking the config (the objectives and corpus files,
+or the task's dataset) and reuses it: a run's start-up checks and resolves each thing once.
 """
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
@@ -18,6 +22,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from configs import checks
 from configs.common import is_finetuning
 from encoder import files
 from encoder.files import Path
@@ -37,7 +42,9 @@ class Evaluation(NamedTuple):
   final: Callable[[Any], dict[str, Any]]  # The final state (canonical) -> results.json's fields beyond the loop's.
 
 
-class Workload(NamedTuple):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload:
+  """What the training loop trains on and asks of it (the module's docstring)."""
   objectives: tuple[Objective, ...]
   weights: dict[str, float]  # Loss weight per objective name.
   vocab_size: int  # The tokenizer's (config.model.vocab_size 0 takes it).
@@ -58,26 +65,25 @@ class Workload(NamedTuple):
   description: str  # For the start-up line.
 
 
-def objective_options(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
-  """What objective `name` is built from: config.model's fields, and those of a config block named after it (e.g.
-  config.electra) when the config has one."""
-  block = config.get(name)
-  return config.model.to_dict() | (block.to_dict() if isinstance(block, ml_collections.ConfigDict) else {})
+objective_options = registry.options  # What an objective is built from in a run (tools and tests build heads so).
 
 
-def pretraining(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
-  """Pretraining (MLM, NSP, SBO, ELECTRA) on config.data's corpus."""
-  data = pretraining_data.load(config, cache_dir=files.path(config.data.cache_dir or workdir / "cache"))
-  objectives = tuple(registry.build(name, objective_options(config, name)) for name in config.objectives.split("+"))
-  batches = lambda start: input_pipeline.train_batches(data.train, data.mask_options, global_batch=config.batch_size,
-                                                       seed=config.seed, start_step=start,
-                                                       prefetch=config.data.prefetch,
-                                                       workers=config.data.workers)
+def pretraining(config: ml_collections.ConfigDict, workdir: Path, checked: checks.Resolved | None = None) -> Workload:
+  """Pretraining (MLM, NSP, SBO, ELECTRA) on config.data's corpus; `checked`: what check_config resolved (None: the
+  objectives built and the files checked and resolved here)."""
+  data = pretraining_data.load(config, cache_dir=files.path(config.data.cache_dir or workdir / "cache"),
+                               sources=checked.sources if checked else None)
   example = pretraining_data.example_batch(data.train, data.mask_options)
-  return Workload(objectives, dict(config.objective_weights), data.tokenizer.vocab_size, example,
-                  config.num_train_steps, 0, config.data.max_length, batches, lambda start: [], lambda model: None,
-                  functools.partial(_held_out_metrics, config, data, example), data,
-                  f"objectives {config.objectives}, init {config.init or 'random'}")
+  return Workload(
+      objectives=checked.objectives if checked else registry.of_run(config),
+      weights=dict(config.objective_weights), vocab_size=data.tokenizer.vocab_size, example=example,
+      total_steps=config.num_train_steps, steps_per_epoch=0, tokens_per_example=config.data.max_length,
+      train_batches=lambda start: input_pipeline.train_batches(
+          data.train, data.mask_options, global_batch=config.batch_size, seed=config.seed, start_step=start,
+          prefetch=config.data.prefetch, workers=config.data.workers),
+      batch_shapes=lambda start: [], update_scales=lambda model: None,
+      evaluation=functools.partial(_held_out_metrics, config, data, example), data=data,
+      description=f"objectives {config.objectives}, init {config.init or 'random'}")
 
 
 def _held_out_metrics(config: ml_collections.ConfigDict, data: pretraining_data.PretrainingData,
@@ -100,13 +106,12 @@ def _held_out_metrics(config: ml_collections.ConfigDict, data: pretraining_data.
   return Evaluation(evaluate, lambda device_state: [], lambda final_state: {})
 
 
-def finetuning(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
-  """config.task on its dataset: config.epochs passes (or config.num_train_steps when positive)."""
-  data = finetune_data.load(config)
+def finetuning(config: ml_collections.ConfigDict, workdir: Path, checked: checks.Resolved | None = None) -> Workload:
+  """config.task on its dataset: config.epochs passes (or config.num_train_steps when positive); `checked`: what
+  check_config resolved (None: the dataset resolved here)."""
+  data = finetune_data.load(config, checked.dataset if checked else None)
   objective = data.family.objective()
-  per_epoch, total = data.schedule.steps_per_epoch, data.schedule.total_steps
-  batches = lambda start: finetune_data.train_batches(data, start_step=start, prefetch=config.data.prefetch)
-  shapes = lambda start: finetune_data.first_batch_of_each_shape(data, start_step=start)
+  per_epoch = data.schedule.steps_per_epoch
   mean_length = float(np.mean([np.size(e["input_ids"]) for e in data.train.examples]))  # Every row's tokens.
   example = finetune_data.example_batch(data)
 
@@ -114,11 +119,15 @@ def finetuning(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
     abstract_params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), example, train=False))["params"]
     return regimes.update_scales(abstract_params, num_layers=model.cfg.num_layers, regime=config.regime,
                                  top_k=config.top_k, layer_decay=config.layer_decay)
-  return Workload((objective,), {objective.name: 1.0}, data.tokenizer.vocab_size, example, total, per_epoch,
-                  round(mean_length), batches, shapes, update_scales,
-                  functools.partial(_task_scores, config, workdir, data), data,
-                  f"task {config.task.name} on {config.task.dataset or config.task.files} ({len(data.train.examples)} "
-                  f"train examples, {per_epoch} steps/epoch), init {config.init or 'random'}, regime {config.regime}")
+  return Workload(
+      objectives=(objective,), weights={objective.name: 1.0}, vocab_size=data.tokenizer.vocab_size, example=example,
+      total_steps=data.schedule.total_steps, steps_per_epoch=per_epoch, tokens_per_example=round(mean_length),
+      train_batches=lambda start: finetune_data.train_batches(data, start_step=start, prefetch=config.data.prefetch),
+      batch_shapes=lambda start: finetune_data.first_batch_of_each_shape(data, start_step=start),
+      update_scales=update_scales, evaluation=functools.partial(_task_scores, config, workdir, data), data=data,
+      description=f"task {config.task.name} on {config.task.dataset or config.task.files} "
+                  f"({len(data.train.examples)} train examples, {per_epoch} steps/epoch), "
+                  f"init {config.init or 'random'}, regime {config.regime}")
 
 
 def _task_scores(config: ml_collections.ConfigDict, workdir: Path, data: finetune_data.TaskData, fns: steps.StepFns,
@@ -167,6 +176,7 @@ def _best_dev_results(config: ml_collections.ConfigDict, workdir: Path, target: 
   return out
 
 
-def build(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
-  """The workload of `config`."""
-  return finetuning(config, workdir) if is_finetuning(config) else pretraining(config, workdir)
+def build(config: ml_collections.ConfigDict, workdir: Path, checked: checks.Resolved | None = None) -> Workload:
+  """The workload of `config`; `checked`: what configs.checks.check_config(config) resolved, reused (None: the
+  loaders check and resolve what they read themselves)."""
+  return (finetuning if is_finetuning(config) else pretraining)(config, workdir, checked)

@@ -5,9 +5,10 @@
 `masking`, `excludes`), the tokenizer, `sources_of` (config.data -> the train files or prepared directory and the
 eval files), `rows_of` (each split's unmasked rows of the packing, `objectives.pipeline`), `masking_of`
 (config.masking -> `masking.mask_example`'s options, with the corpus unigram law) and `plan` (the training
-schedule). What comes out, `PretrainingData`, holds everything batching needs: `train_rows`, `eval_rows` and
-`example_batch` read nothing else, and launch.input_pipeline only batches their rows, keeps this process's part and
-prefetches.
+schedule). A run's start-up has checked the config and resolved its files already (configs.checks.check_config):
+`load(config, sources=...)` then trusts them and neither checks nor resolves again. What comes out,
+`PretrainingData`, holds everything batching needs: `train_rows`, `eval_rows` and `example_batch` read nothing else,
+and launch.input_pipeline only batches their rows, keeps this process's part and prefetches.
 
 The batch of step s is a pure function of (config, s): it holds global examples [s*B, (s+1)*B) of the shuffled,
 repeated corpus (`train_rows`), each masked by objectives.masking.example_rng(seed, global index). So the step is the
@@ -48,6 +49,13 @@ class Schedule(NamedTuple):
   total_steps: int
 
 
+class Sources(NamedTuple):
+  """config.data's corpus files resolved against the data directory (`sources_of`)."""
+  train_files: list[Path]  # Empty when `prepared` replaces them.
+  prepared: Path | None  # A directory of objectives.prepare, or None.
+  eval_files: list[Path]  # Empty: no evaluation.
+
+
 class PretrainingData(NamedTuple):
   """The tokenizer, the unmasked rows of each split, the masking options shared by them and the schedule."""
   tokenizer: Any
@@ -57,13 +65,17 @@ class PretrainingData(NamedTuple):
   schedule: Schedule
 
 
-def load(config: ml_collections.ConfigDict, *, cache_dir: str | Path | None = None) -> PretrainingData:
+def load(config: ml_collections.ConfigDict, *, cache_dir: str | Path | None = None, sources: Sources | None = None
+         ) -> PretrainingData:
   """config's train and eval corpora as unmasked rows (tokenized, or read from the cache: `cache_dir`, else
-  config.data.cache_dir, else none), their masking options and the schedule: the stages below, in order, each once."""
+  config.data.cache_dir, else none), their masking options and the schedule: the stages below, in order, each once.
+  `sources`: config.data's files as configs.checks.check_config resolved them, the config checked (the objectives
+  and files are trusted, not checked again); None: checked and resolved here."""
   data = config.data
-  check(config.objectives.split("+"), data.packing, config.masking.mode)
+  if sources is None:
+    check(config.objectives.split("+"), data.packing, config.masking.mode)
   tokenizer = load_tokenizer(data.tokenizer)
-  train_files, prepared, eval_files = sources_of(data)
+  train_files, prepared, eval_files = sources or sources_of(data)
   cache = cache_dir or data.cache_dir or None
   rows = lambda files, prepared=None: rows_of(data, tokenizer, files, prepared, cache_dir=cache, seed=config.seed)
   train = rows(train_files, prepared)
@@ -116,12 +128,12 @@ def defaults(names: Sequence[str]) -> dict[str, Any]:
   return found
 
 
-def sources_of(data: ml_collections.ConfigDict) -> tuple[list[Path], Path | None, list[Path]]:
-  """(train files, prepared directory or None, eval files) of config.data, resolved against the data directory; a
-  prepared directory (objectives.prepare) replaces train_files: no tokenizing or token pass."""
+def sources_of(data: ml_collections.ConfigDict) -> Sources:
+  """The files of config.data, resolved against the data directory (a ConfigError names a missing one); a prepared
+  directory (objectives.prepare) replaces train_files: no tokenizing or token pass."""
   prepared = paths.resolve_prepared(data.prepared) if data.get("prepared") else None
   train_files = [] if prepared else paths.resolve_files(data.train_files, "train_files")
-  return train_files, prepared, paths.resolve_files(data.eval_files, "eval_files")
+  return Sources(train_files, prepared, paths.resolve_files(data.eval_files, "eval_files"))
 
 
 def rows_of(data: ml_collections.ConfigDict, tokenizer: Any, files: Sequence[Path], prepared: Path | None = None, *,

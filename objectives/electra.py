@@ -183,7 +183,12 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
                    # input, so MLM/SBO heads on the discriminator would predict from the samples.
                    excludes=Requirement(("mlm", "sbo"), "its generator predicts the masked tokens and its samples "
                                         "replace them in the encoder's input"),
-                   mask_defaults=MASK_DEFAULTS)
+                   mask_defaults=MASK_DEFAULTS, check=lambda cfg: _check_generator(cfg, size, depth))
+
+
+def _check_generator(discriminator: EncoderConfig, size: float, num_layers: int) -> None:
+  """A ConfigError naming the field when the generator of this shape is not a valid encoder (its config's rules)."""
+  generator_config(discriminator, size, num_layers)
 
 
 def hf_tensors(cfg: EncoderConfig) -> list[Tensor]:

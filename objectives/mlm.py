@@ -50,7 +50,8 @@ def build(config: Mapping[str, Any] | None = None) -> Objective:
                       layer_norm_eps=layers.model_option(config, "layer_norm_eps"),
                       approximate_gelu=layers.model_option(config, "hidden_act") == "gelu_tanh",
                       features=layers.model_option(config, "embedding_size"))
-  return Objective(name="mlm", head=head, loss=mlm_loss, reads=lambda batch: batch["masked_positions"], hf=HF)
+  return Objective(name="mlm", head=head, loss=mlm_loss, reads=lambda batch: batch["masked_positions"], hf=HF,
+                   best=("mlm_accuracy", "max"))  # A run keeps the checkpoint that predicts masked tokens best.
 
 
 # Where HF's classes keep the tied decoder (the word embeddings again; checked equal and dropped) and the embeddings.

@@ -74,6 +74,11 @@ class Objective(NamedTuple):
     boundaries), None: any; excludes: the objectives it cannot share a batch with (ELECTRA: MLM, SBO), None: none.
   mask_defaults: {config.masking field: value} the objective trains with unless the config says otherwise (ELECTRA:
     85% [MASK], no random tokens), None: masking's own defaults (`objectives.data.defaults` gathers them).
+  best: (held-out metric, "max" or "min") a run keeps its best checkpoint by (MLM: its accuracy, higher is better);
+    None: none of its own (`objectives.registry.best_checkpoint` then falls back to the loss).
+  check: the run's encoder config -> None, or a ConfigError naming the field when the head cannot run on that encoder
+    (ELECTRA: its generator's shape); configs.checks calls it before a run reads or writes anything. None: nothing
+    to check.
   """
   name: str
   head: nn.Module
@@ -88,6 +93,8 @@ class Objective(NamedTuple):
   masking: Requirement | None = None
   excludes: Requirement | None = None
   mask_defaults: Mapping[str, Any] | None = None
+  best: tuple[str, str] | None = None
+  check: Callable[[EncoderConfig], None] | None = None
 
 
 def loss_terms(objective: Objective) -> dict[str, float]:

@@ -2,8 +2,10 @@
 a module that reads a config block of its own (config.<name>) declares its fields as `CONFIG_FIELDS`."""
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import ml_collections
 
 from encoder import errors
 from encoder.fields import Field
@@ -29,6 +31,29 @@ def get(name: str) -> Callable[[Mapping[str, Any] | None], Objective]:
 def build(name: str, config: Mapping[str, Any] | None = None) -> Objective:
   """get(name)(config)."""
   return get(name)(config)
+
+
+def options(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
+  """What objective `name` is built from in a run of `config`: config.model's fields, and those of a config block
+  named after it (e.g. config.electra) when the config has one."""
+  block = config.get(name)
+  return config.model.to_dict() | (block.to_dict() if isinstance(block, ml_collections.ConfigDict) else {})
+
+
+def of_run(config: ml_collections.ConfigDict) -> tuple[Objective, ...]:
+  """The objectives of a pretraining run (config.objectives), each built from its `options`."""
+  return tuple(build(name, options(config, name)) for name in config.objectives.split("+"))
+
+
+def best_checkpoint(names: Sequence[str]) -> tuple[str, str]:
+  """(config.best_metric, config.best_mode) of a run of objectives `names`: the held-out metric the first objective
+  that names one keeps its best checkpoint by (`Objective.best`: MLM's accuracy, higher is better), else the loss
+  (lower is better). An unknown name is skipped (config.objectives' rule reports it)."""
+  for name in names:
+    best = build(name).best if name in OBJECTIVES else None
+    if best:
+      return f"eval/{best[0]}", best[1]
+  return "eval/loss", "min"
 
 
 def config_fields() -> dict[str, tuple[Field, ...]]:

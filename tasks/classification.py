@@ -13,6 +13,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 
 from encoder import errors, hf
@@ -221,6 +222,17 @@ class Classification(SentenceFamily):
   def uses_scores(self) -> bool:
     """Whether the task also regresses the records' scores (`score_weight`)."""
     return bool(self.task["score_weight"])
+
+  def check(self, config: ml_collections.ConfigDict) -> None:
+    """R-Drop repeats batch rows, which packed batches do not; a positive_label must be one of config.task.labels
+    when the config names them (else it is checked against the training labels: `train_fields`)."""
+    task = config.task
+    if config.data.pack and task.rdrop > 0:
+      raise errors.ConfigError(f"config.data.pack=True: expected config.task.rdrop=0, found {task.rdrop} (R-Drop "
+                               "repeats batch rows; packed rows are not repeated)")
+    if task.positive_label and task.labels and task.positive_label not in task.labels:
+      raise errors.ConfigError(f"config.task.positive_label={task.positive_label!r}: expected one of "
+                               f"config.task.labels {list(task.labels)}")
 
   def train_fields(self, train_records: Sequence[dict]) -> dict[str, Any]:
     """As SentenceFamily's; a positive_label that is not one of the task's labels is a ConfigError."""

@@ -16,10 +16,12 @@ score, a tag list, a list of (start, end, label) spans, a choice's index).
 """
 
 import abc
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
+import ml_collections
 import numpy as np
 
 from encoder import errors, fields, hf
@@ -100,6 +102,12 @@ class TaskFamily(abc.ABC):
     return fields.defaults(task_fields.COMMON) | {"name": cls.name} | fields.defaults(cls.config_fields) \
         | dict(task)
 
+  def check(self, config: ml_collections.ConfigDict) -> None:
+    """Relations between the task's fields and the rest of the run's `config` that only this family knows (e.g.
+    classification's R-Drop and packed batches), each a one-line ConfigError naming the fields; configs.checks calls
+    it before a run reads data or writes anything. Default: nothing to check."""
+    return
+
   def label_vocabulary(self, train_records: Sequence[dict]) -> list[str]:
     """Labels / tags / entity types in index order, when the config names none (derived from train, sorted); default:
     none (a real-valued or extractive target)."""
@@ -177,6 +185,17 @@ class TaskFamily(abc.ABC):
   def metric_names(self) -> tuple[str, ...]:
     """The metrics `score` returns whatever the data (what config.task.metric may name; per-type "f1_<type>" scores
     are named by the data, not here)."""
+
+  def data_named_scores(self) -> tuple[str, ...]:
+    """Patterns of the scores `score` names after the data, a placeholder in angle brackets ("f1_<type>": an F1 per
+    entity type, e.g. f1_PER), which config.task.metric may name too; default: none."""
+    return ()
+
+  def is_score(self, metric: str) -> bool:
+    """Whether `metric` names a dev score of the family (what config.task.metric and best_metric may name): one of
+    `metric_names`, or one matching a `data_named_scores` pattern."""
+    return metric in self.metric_names() or any(re.fullmatch(re.sub("<[^>]*>", ".*", re.escape(pattern)), metric)
+                                                 for pattern in self.data_named_scores())
 
   def prediction_files(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, str]:
     """Files written beside `<split>.jsonl`: suffix -> text (`.conll` columns, `.labels` lines); default: none."""

@@ -29,7 +29,6 @@ import ml_collections
 import numpy as np
 
 from encoder import errors, paths
-from encoder.config import platform
 from encoder.tokenizer import load_tokenizer
 from tasks import batching, readers, registry, tfds_builders
 from tasks.family import TaskFamily
@@ -73,10 +72,11 @@ class Schedule(NamedTuple):
 ROLES = {"train": "train_split", "dev": "eval_split", "test": "test_split"}  # A split's role -> its config field.
 
 
-def load(config: ml_collections.ConfigDict) -> TaskData:
+def load(config: ml_collections.ConfigDict, dataset: str | tfds_builders.DatasetConfig | None = None) -> TaskData:
   """config.task's train, dev and (optional) test splits as encoded examples, and the run's training batches: the
-  stages below, in order, each once."""
-  dataset, splits = source_of(config.task)
+  stages below, in order, each once. `dataset`: config.task's as configs.checks.check_config resolved it (None:
+  resolved here)."""
+  dataset, splits = source_of(config.task, dataset)
   records = read(config.task, dataset, splits, cache_dir=config.data.cache_dir or None)
   family = family_of(config.task, records["train"])
   check(family, dataset, splits, records)
@@ -87,10 +87,12 @@ def load(config: ml_collections.ConfigDict) -> TaskData:
   return TaskData(family.task, family, tokenizer, train, dev, test, buckets, family.widths(), schedule, pack)
 
 
-def source_of(task: ml_collections.ConfigDict) -> tuple[str | tfds_builders.DatasetConfig, dict[str, str]]:
-  """The dataset (a tfds_builders preset name, or custom files from task.format/files/columns) and the tfds split
-  string of each role ("train", "dev", "test" when task.test_split is set)."""
-  return dataset_of(task), {role: task[key] for role, key in ROLES.items() if task[key] or role != "test"}
+def source_of(task: ml_collections.ConfigDict, dataset: str | tfds_builders.DatasetConfig | None = None
+              ) -> tuple[str | tfds_builders.DatasetConfig, dict[str, str]]:
+  """The dataset (a tfds_builders preset name, or custom files from task.format/files/columns; `dataset` when
+  already resolved) and the tfds split string of each role ("train", "dev", "test" when task.test_split is set)."""
+  return (dataset_of(task) if dataset is None else dataset,
+          {role: task[key] for role, key in ROLES.items() if task[key] or role != "test"})
 
 
 def dataset_of(task: ml_collections.ConfigDict) -> str | tfds_builders.DatasetConfig:
@@ -283,8 +285,9 @@ def plan(config: ml_collections.ConfigDict, train: Split
   epochs = range(-(-total // per_epoch))
   max_length = config.task.max_length
   buckets = tuple(sorted({min(b, max_length) for b in config.data.buckets} | {max_length}))
-  compile_cost = config.data.compile_cost  # -1: this backend's (launch.train records the choice at start-up).
-  compile_cost = batching.compile_cost_on(platform()) if compile_cost < 0 else compile_cost
+  # The figure a run made concrete at start-up (launch.train.compile_cost, the one resolution of auto), used as given;
+  # auto (-1) from a caller outside a run (a test, a tool) prunes nothing: every bucket kept, as with 0.
+  compile_cost = max(config.data.compile_cost, 0.0)
   longest = [n for _, n in _longest_per_batch(train, schedule, epochs)]
   buckets = batching.prune_buckets(longest, buckets, compile_cost)
   if not config.data.pack:

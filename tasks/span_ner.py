@@ -289,6 +289,10 @@ class SpanNER(TaskFamily):
   def metric_names(self) -> tuple[str, ...]:
     return ("precision", "recall", "f1") + (() if self.task["nested"] else ("accuracy",))
 
+  def data_named_scores(self) -> tuple[str, ...]:
+    """An F1 per entity type, named by the data's types."""
+    return ("f1_<type>",)
+
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """Exact-match span P/R/F1 (micro, and F1 per type) over each sentence's set of spans, nested or not; flat runs
     also token accuracy (of the spans written as tags); nested runs also the outer and inner entities apart

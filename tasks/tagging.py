@@ -194,6 +194,10 @@ class Tagging(TaskFamily):
   def metric_names(self) -> tuple[str, ...]:
     return ("precision", "recall", "f1", "accuracy") if self.task["scheme"] else ("accuracy",)
 
+  def data_named_scores(self) -> tuple[str, ...]:
+    """Entity tagging (a scheme) scores an F1 per entity type, named by the data's types."""
+    return ("f1_<type>",) if self.task["scheme"] else ()
+
   def score(self, records: Sequence[dict], predictions: Sequence[Any]) -> dict[str, float]:
     """Entity P/R/F1 (micro, and F1 per type) and token accuracy; plain tags: word accuracy."""
     gold = [self.gold_tags(r) for r in records]

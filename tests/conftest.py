@@ -4,6 +4,7 @@ workers share the files out."""
 
 import atexit
 import contextlib
+import functools
 import importlib
 import json
 import os
@@ -76,19 +77,39 @@ compilation_cache.enable("")
 # Compiled at XLA's lowest optimisation level (`jax_disable_most_optimizations`: the CPU backend at -O0, cheap LLVM
 # passes), inherited by the workers and every subprocess: most tests check behaviour (shapes, errors, bitwise resume,
 # equal runs under equal settings), and -O0 cuts the suite's CPU time by about a sixth (docs/testing.md). Where the
-# float results are the point, the code users run is compiled: the files marked `numerics` (their bounds, and the
-# lane's rerun under the AVX2 cap) and the session's trained runs (`optimised`; pinned scores, HF parity).
+# float results are the point, the code users run is compiled: each test marked `numerics` (its bounds, and the lane's
+# rerun under the AVX2 cap) with every fixture it uses (the two hooks below; the rest of its file at -O0), and the
+# session's trained runs (`optimised`; pinned scores, HF parity).
 OPTIMISATIONS_ENV = "JAX_DISABLE_MOST_OPTIMIZATIONS"
 os.environ.setdefault(OPTIMISATIONS_ENV, "1")
 jax.config.update("jax_disable_most_optimizations", os.environ[OPTIMISATIONS_ENV] == "1")
+# JAX keys its in-memory caches (jit, lowering, executables) without the level: a program compiled at -O0, e.g. by an
+# unmarked test through a module fixture's jitted function, would be reused inside `optimised`. So `optimised` empties
+# those caches when anything was compiled or loaded at -O0 since they were last emptied (the persistent cache keys on
+# the level: what it holds stays valid). These are the events of jax._src.compiler.compile_or_get_cached.
+_COMPILE_EVENTS = ("/jax/core/compile/backend_compile_duration", "/jax/compilation_cache/compile_requests_use_cache")
+_compiled_at_o0 = [True]
+
+
+def _note_compile(event: str, *_, **__) -> None:
+  if event in _COMPILE_EVENTS and jax.config.values["jax_disable_most_optimizations"]:
+    _compiled_at_o0[0] = True
+
+
+jax.monitoring.register_event_listener(_note_compile)
+jax.monitoring.register_event_duration_secs_listener(_note_compile)
 
 
 @contextlib.contextmanager
 def optimised():
-  """Compiles as a user's run does (XLA's default optimisations) inside, in this process and its subprocesses."""
+  """Compiles as a user's run does (XLA's default optimisations) inside, in this process and its subprocesses; no
+  program compiled at -O0 before is reused inside."""
   before = os.environ[OPTIMISATIONS_ENV]
   os.environ[OPTIMISATIONS_ENV] = "0"
   jax.config.update("jax_disable_most_optimizations", False)
+  if _compiled_at_o0[0]:
+    jax.clear_caches()
+    _compiled_at_o0[0] = False
   try:
     yield
   finally:
@@ -96,16 +117,47 @@ def optimised():
     jax.config.update("jax_disable_most_optimizations", before == "1")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def numerics_compile_as_users_do(request):
-  """A file with tests marked `numerics` compiles its programs, module fixtures included, with the default
-  optimisations."""
-  items = [item for item in request.session.items if item.getparent(pytest.Module) is request.node]
-  if not any(item.get_closest_marker("numerics") for item in items):
+def _for_numerics(item: pytest.Item) -> bool:
+  return item.get_closest_marker("numerics") is not None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+  """A test marked `numerics` runs at XLA's default optimisations."""
+  with optimised() if _for_numerics(item) else contextlib.nullcontext():
     yield
-    return
-  with optimised():
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+  """A fixture that a test marked `numerics` uses is built at the default optimisations, whichever test needs it
+  first: a module fixture's programs and outputs are what the marked test compares."""
+  with optimised() if _used_by_numerics(fixturedef, request.node) else contextlib.nullcontext():
     yield
+
+
+def _used_by_numerics(fixturedef, node) -> bool:
+  """Whether a selected test marked `numerics` under `node` (the fixture's scope: the test itself, or its class,
+  module, package or session) uses this definition of the fixture: in its signature or autouse (one it asks for by
+  `request.getfixturevalue` is at the default level only when the marked test builds it)."""
+  if isinstance(node, pytest.Item):
+    return _uses(node, fixturedef)
+  return _used_under(node, fixturedef)
+
+
+def _uses(item: pytest.Item, fixturedef) -> bool:
+  return _for_numerics(item) and fixturedef in item._fixtureinfo.name2fixturedefs.get(fixturedef.argname, ())
+
+
+@functools.cache
+def _used_under(node: pytest.Collector, fixturedef) -> bool:
+  return any(_uses(item, fixturedef) and node in item.listchain() for item in _numerics_items(node.session))
+
+
+@functools.cache
+def _numerics_items(session: pytest.Session) -> list[pytest.Item]:
+  """The session's selected tests marked `numerics`."""
+  return [item for item in session.items if _for_numerics(item)]
 
 
 @pytest.fixture

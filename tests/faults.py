@@ -24,6 +24,7 @@ rename (`epath.Path.rename` of the temporary directory). Should orbax change how
 kills and `benchmarks.determinism` raises naming the exit code.
 """
 
+import dataclasses
 import fnmatch
 import functools
 import importlib.abc
@@ -95,10 +96,10 @@ def _wrap(fault: str, step: int, pattern: str) -> None:
   from launch import checkpointing, steps, workload
   state = {"armed": False, "manager": None}
 
-  def build(config, workdir):
+  def build(config, workdir, *checked):
     state["armed"] = fnmatch.fnmatch(pathlib.PurePosixPath(str(workdir)).name, pattern)
-    work = build.original(config, workdir)
-    return work._replace(train_batches=lambda start: signalled(work.train_batches(start), start))
+    work = build.original(config, workdir, *checked)
+    return dataclasses.replace(work, train_batches=lambda start: signalled(work.train_batches(start), start))
   build.original = workload.build
 
   def signalled(batches: Iterator, start: int) -> Iterator:

@@ -17,7 +17,8 @@ from tests.tolerances import U32, U_BF16, assert_within, softmax_bound, sum_boun
 # This platform's kernels and bf16 dots, as a run's start-up chooses them.
 TINY = preset("tiny", vocab_size=97, max_positions=64, hidden_dropout=0.0, attention_dropout=0.0,
               **resolve_platform({}))
-pytestmark = pytest.mark.numerics  # Float32 bounds set by summation order (docs/testing.md).
+# The tests marked numerics compare float results with bounds set by the CPU's summation order (docs/testing.md:
+# the lane reruns them ISA-capped); the rest check shapes, errors and exact results.
 
 
 def _rounded(x, dtype) -> np.ndarray:
@@ -30,6 +31,7 @@ def bf16_units(request):
   return request.param
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("transpose_b", [False, True])
 @pytest.mark.parametrize("shapes", [((3, 5, 7), (3, 7, 6)), ((4, 300), (300, 8)), ((300, 40), (40, 4)),
@@ -92,6 +94,7 @@ def _einsum_attention(params, x, bias, cfg, query_positions=None):
   return jnp.einsum("bqnd,ndh->bqh", context, p["output"]["kernel"], precision="highest") + p["output"]["bias"]
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 @pytest.mark.parametrize("query_positions", [None, [[0, 4, 2], [0, 1, 1]]])
 def test_attention_equals_the_einsum_reference(query_positions):
@@ -134,6 +137,7 @@ def _attention_float64(q, k, v, bias, dtype) -> tuple[np.ndarray, float, np.ndar
   return p @ v, bound, p @ np.abs(v)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("length,block", [(300, 64), (128, 32), (5, 4)])
 def test_blocked_attention_equals_one_piece(dtype, length, block):
@@ -154,6 +158,7 @@ def test_blocked_attention_equals_one_piece(dtype, length, block):
   assert_within(one_piece, want, bound, scale, "one piece")
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
   """A deterministic forward over 300 keys with kernels "cpu" (a CPU's choice) runs `blocked_attend` (a scan in the
@@ -181,6 +186,7 @@ def test_encoder_inference_past_256_keys_attends_in_blocks(monkeypatch):
   np.testing.assert_allclose(blocked, one_piece(params), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the plain-layout constraint is XLA CPU's")
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -211,6 +217,7 @@ def test_every_training_product_is_a_plain_dot_on_cpu(dtype, bf16_units):
     assert f"lhs_contracting_dims={{{rank - 1}}}" in numbers and f"rhs_contracting_dims={{{batch}}}" in numbers, numbers
 
 
+@pytest.mark.numerics
 def test_this_numerics_file_compiles_as_users_runs_do():
-  """tests/conftest.py compiles a file with `numerics` tests at XLA's default optimisations (the rest at -O0)."""
+  """tests/conftest.py compiles a test marked `numerics` at XLA's default optimisations (the rest at -O0)."""
   assert jax.config.values["jax_disable_most_optimizations"] is False

@@ -74,8 +74,8 @@ def test_refuses_workdir_of_another_model(tmp_path, config):
   other = pretrain.get_config("runlocal")
   other.model.num_layers = 3
   with pytest.raises(errors.ConfigError, match=r"different model.*model\.num_layers: 2 -> 3"):
-    checkpointing.check_compatible(tmp_path, other)
-  checkpointing.check_compatible(tmp_path, config)  # Same model: fine.
+    checkpointing.check_compatible(tmp_path, other, checkpointing.saved_config(tmp_path))
+  checkpointing.check_compatible(tmp_path, config, checkpointing.saved_config(tmp_path))  # Same model: fine.
   assert json.loads((tmp_path / "config.json").read_text())["model"]["num_layers"] == 2
 
 

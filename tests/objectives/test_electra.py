@@ -25,7 +25,8 @@ DISCRIMINATOR = dict(vocab_size=60, embedding_size=16, hidden_size=32, num_hidde
 GENERATOR = DISCRIMINATOR | dict(hidden_size=8, num_attention_heads=1, intermediate_size=12)
 RTD_WEIGHT = 50.0
 MASK_ID = 3
-pytestmark = pytest.mark.numerics  # Parity with PyTorch (docs/testing.md).
+# The tests marked numerics compare float results with bounds set by the CPU's summation order (docs/testing.md:
+# the lane reruns them ISA-capped); the rest check shapes, errors and exact results.
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +98,7 @@ def test_import_gives_the_models_tree(ours):
   assert all(a.shape == b.shape for a, b in zip(jax.tree.leaves(init), jax.tree.leaves(params)))
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 @pytest.mark.parametrize("rows, length, lengths", [(2, 12, [12, 7]), (3, 9, [4, 9, 2]), (1, 20, [20])])
 def test_logits_and_loss_match_transformers(checkpoint, ours, predict, rows, length, lengths):
@@ -128,6 +130,7 @@ def test_logits_and_loss_match_transformers(checkpoint, ours, predict, rows, len
   assert float(metrics["rtd_loss"][1]) == valid.sum() and float(metrics["generator_mlm_loss"][1]) == real.sum()
 
 
+@pytest.mark.numerics
 def test_samples_follow_the_generators_distribution():
   """40,000 draws (one per key) from 6 logits: frequencies pass a chi-square test against softmax(logits)."""
   logits = jnp.array([2.0, 1.0, 0.0, -1.0, 0.5, -3.0])
@@ -138,6 +141,7 @@ def test_samples_follow_the_generators_distribution():
   assert scipy.stats.chisquare(counts, probs * len(draws)).pvalue > 1e-3
 
 
+@pytest.mark.numerics
 def test_a_sampled_original_counts_as_original():
   """RTD labels come from the tokens, not from the masking: a masked position whose sample equals its original
   token is labelled original, the padding is no token."""
@@ -173,6 +177,7 @@ def test_gradients(ours):
   assert norm(mlm["electra"]["discriminator"]) == 0.0
 
 
+@pytest.mark.numerics
 @pytest.mark.slow
 def test_the_discriminator_learns_to_find_replacements(ours, monkeypatch):
   """The training path end to end (the samples in the discriminator's input, RTD labels aligned with it, the
