@@ -155,8 +155,8 @@ def incompatible_fields(saved: dict[str, Any], wanted: dict[str, Any]) -> list[s
 
 
 class Resolved(NamedTuple):
-  """What `check_config` resolved while checking a config, for launch.workload.build to reuse rather than resolve
-  again."""
+  """What `check_pretraining` or `check_finetuning` resolved while checking a config, for launch.workload's kind to
+  load with rather than resolve again."""
   # Pretraining: the run's objectives, built from the config (their heads read none of the model fields that
   # launch.train resolves at start-up), and config.data's files resolved against the data directory.
   objectives: "tuple[Objective, ...]" = ()
@@ -167,13 +167,22 @@ class Resolved(NamedTuple):
 def check_config(config: ml_collections.ConfigDict) -> Resolved:
   """Everything about `config` that needs no data: each field's rule (configs.rules), the encoder's shape, the
   relations between fields and that the named files exist. Raises ConfigError naming the field; reads and writes
-  nothing else, so a run's directory is untouched by a config it refuses. Returns what it resolved (`Resolved`)."""
+  nothing else, so a run's directory is untouched by a config it refuses. Returns what it resolved (`Resolved`).
+  For tools and tests; a run's start-up calls the same checks through its kind (launch.workload.kind_of)."""
   finetuning = is_finetuning(config)
+  model = check_common(config, finetuning)
+  return check_finetuning(config, model) if finetuning else check_pretraining(config, model)
+
+
+def check_common(config: ml_collections.ConfigDict, finetuning: bool) -> EncoderConfig:
+  """The checks every run makes first: each field's rule (of a fine-tuning config when `finetuning`), the encoder's
+  shape, the init's architecture, the mesh and batch. Returns the encoder's config (vocabulary 1) for the kind's own
+  checks."""
   fields.check_fields(leaf_paths(config), rules.rules(finetuning), prefix="config.")
   model = encoder_config.from_fields(config.model.to_dict(), vocab_size=1)  # Heads divide the width, ...
   check_init(config)
   _check_engine(config)
-  return _check_finetuning(config, model) if finetuning else _check_pretraining(config, model)
+  return model
 
 
 def _check_engine(config: ml_collections.ConfigDict) -> None:
@@ -247,7 +256,9 @@ def _check_length(key: str, length: int, config: ml_collections.ConfigDict, mode
                       "input the encoder has positions for)")
 
 
-def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) -> Resolved:
+def check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) -> Resolved:
+  """A pretraining config's own checks after `check_common` (`model`: its encoder): the objectives' weights and needs,
+  lengths, masking, that the corpus files exist. Returns the objectives and the resolved files."""
   from objectives import data, registry  # pylint: disable=import-outside-toplevel  (heads import flax)
   names = config.objectives.split("+")
   weights = dict(config.objective_weights)
@@ -272,7 +283,10 @@ def _check_pretraining(config: ml_collections.ConfigDict, model: EncoderConfig) 
   return Resolved(objectives, data.sources_of(config.data))  # The files exist.
 
 
-def _check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -> Resolved:
+def check_finetuning(config: ml_collections.ConfigDict, model: EncoderConfig) -> Resolved:
+  """A fine-tuning config's own checks after `check_common` (`model`: its encoder): steps, the regime, lengths,
+  packing, the family's relations, that the dataset is known or its files exist and the family reads their format,
+  and the metrics. Returns the task's dataset."""
   from tasks import finetune_data, readers, regimes, registry  # pylint: disable=import-outside-toplevel  (flax heads)
   task = config.task
   if config.num_train_steps == 0 and config.epochs == 0:

@@ -23,9 +23,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from configs import checks
 from encoder import errors, files, flops as encoder_flops
-from encoder.config import AUTO, platform, resolve_attention, resolve_platform
 from launch import (
   checkpointing,
   compile_ahead,
@@ -42,7 +40,7 @@ from launch.model import EncoderWithHeads, last_positions, run_encoder_config, t
 from launch.programs import Programs, build_programs
 from launch.progress import Progress
 from objectives import objective
-from tasks import batching, evaluation, regimes
+from tasks import evaluation, regimes
 
 
 class NonFiniteLossError(errors.UserError, FloatingPointError):
@@ -57,45 +55,6 @@ def _periods(config: ml_collections.ConfigDict, steps_per_epoch: int) -> tuple[i
   """(eval period, checkpoint period) in steps: -1 means every epoch / with every evaluation."""
   evals = steps_per_epoch if config.eval_every_steps == -1 else config.eval_every_steps
   return evals, evals if config.checkpoint_every_steps == -1 else config.checkpoint_every_steps
-
-
-def attention_path(config: ml_collections.ConfigDict, saved: dict | None) -> str:
-  """config.model.attention made concrete once, at start-up, for config.json to record: "auto" resumes a run (`saved`:
-  its config.json, checkpointing.saved_config; None for a new run) on the path its checkpoints were trained with (a
-  run saved before the field existed: "matmul"), and otherwise is the platform's (encoder.config.resolve_attention).
-  A path this platform cannot run is a ConfigError."""
-  choice = config.model.get("attention", AUTO)
-  resumed = saved if choice == AUTO else None  # An explicit choice is kept, resumed or not.
-  if resumed is not None:
-    choice = resumed["model"].get("attention", "matmul")
-  where = platform()
-  choice = resolve_attention(config.model.to_dict() | {"attention": choice}, where)
-  if choice == "cudnn" and where != "cuda":
-    raise errors.ConfigError(f"config.model.attention='cudnn'{' (the run resumed)' if resumed else ''} runs on NVIDIA "
-                             f"GPUs only, and this process runs on {where}: set --config.model.attention=xla or "
-                             "matmul (the same function)")
-  return choice
-
-
-def dot_paths(config: ml_collections.ConfigDict, saved: dict | None) -> dict[str, str]:
-  """config.model.kernels and bf16_dots made concrete once, at start-up, for config.json to record: "auto" resumes a
-  run (`saved`: its config.json) with the values its checkpoints were trained with (a run saved before the fields:
-  this platform's), and otherwise is this platform's (encoder.config.resolve_platform: the device kind and
-  /proc/cpuinfo)."""
-  choices = {name: config.model.get(name, AUTO) for name in ("kernels", "bf16_dots")}
-  if saved is not None:
-    choices = {name: saved["model"].get(name, AUTO) if choice == AUTO else choice for name, choice in choices.items()}
-  return resolve_platform(choices)
-
-
-def compile_cost(config: ml_collections.ConfigDict, saved: dict | None) -> float:
-  """config.data.compile_cost made concrete once, at start-up, for config.json to record and the loaders to use as
-  given (bucket pruning must not change when a run resumes): -1 (auto) resumes with the saved run's figure (`saved`:
-  its config.json), and otherwise is this backend's measured one (tasks.batching.compile_cost_on)."""
-  chosen = config.data.compile_cost
-  if chosen < 0 and saved is not None:
-    chosen = saved["data"].get("compile_cost", batching.COMPILE_COSTS["cpu"])  # Saved before auto: the CPU's 500.
-  return float(chosen) if chosen >= 0 else batching.compile_cost_on(platform())
 
 
 def _grad_outputs(programs: Programs, fns: steps.StepFns, state: Any, device_state: Any, first: dict | None,
@@ -122,14 +81,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | os.Path
   lead = jax.process_index() == 0
   # Nothing is written before the config, the run it resumes and the data are checked: a refused command leaves the
   # workdir as it was.
-  checked = checks.check_config(config)  # What it resolved (the objectives, the files): the workload reuses it.
+  kind = workload.kind_of(config)  # Pretraining or fine-tuning, decided here once.
+  kind.check()  # What it resolved (the objectives, the files, the dataset): its load reuses it.
   saved = checkpointing.saved_config(run_dir)  # The run this start resumes (None: a new one), read here only.
-  config.model.attention = attention_path(config, saved)
-  config.model.update(dot_paths(config, saved))
-  if "compile_cost" in config.data:  # Fine-tuning's length buckets.
-    config.data.compile_cost = compile_cost(config, saved)
+  kind.resolve(saved)  # The start-up choices made concrete for config.json to record.
   checkpointing.check_compatible(run_dir, config, saved)
-  work = workload.build(config, run_dir, checked)
+  work = kind.load(run_dir)
   run_dir.mkdir(parents=True, exist_ok=True)
 
   # Setup: the model, its step functions and the train state (restored, or initialized on the mesh).

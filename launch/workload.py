@@ -9,14 +9,18 @@ and the results a run adds to results.json (fine-tuning: dev and test scores of 
 prediction files). So `launch.train` runs one loop with no mode branches, as flax's examples/wmt and big_vision's
 train.py do, the evaluation being what the workload (big_vision: its evaluators) says it is.
 
-`build` takes what configs.checks.check_config resolved while checking the config (the objectives and corpus files,
-or the task's dataset) and reuses it: a run's start-up checks and resolves each thing once.
+The kind of run is decided once, by `kind_of(config)`: a `Pretraining` or a `Finetuning`, each with the start-up's
+three steps as methods (as big_vision's evaluators are small classes): `check()` (configs.checks's common checks, then
+its own; it keeps what they resolved: the objectives and corpus files, or the task's dataset), `resolve(saved)` (the
+start-up choices made concrete for config.json to record: the attention and dot paths, and fine-tuning's compile
+cost; `saved`: the resumed run's config.json) and `load(workdir)` (the `Workload`, reusing what `check` resolved). So a
+run's start-up checks and resolves each thing once, and `launch.train` has no kind branch.
 """
 
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import ml_collections
@@ -26,7 +30,7 @@ from configs import checks
 from configs.common import is_finetuning
 from encoder import files
 from encoder.files import Path
-from launch import checkpointing, input_pipeline, metrics_writer, optimizer, sharding, steps
+from launch import checkpointing, input_pipeline, metrics_writer, optimizer, sharding, startup, steps
 from launch.compile_ahead import Jitted
 from launch.programs import Programs, outputs_program, zero_sums
 from objectives import data as pretraining_data, registry
@@ -176,7 +180,59 @@ def _best_dev_results(config: ml_collections.ConfigDict, workdir: Path, target: 
   return out
 
 
-def build(config: ml_collections.ConfigDict, workdir: Path, checked: checks.Resolved | None = None) -> Workload:
-  """The workload of `config`; `checked`: what configs.checks.check_config(config) resolved, reused (None: the
-  loaders check and resolve what they read themselves)."""
-  return (finetuning if is_finetuning(config) else pretraining)(config, workdir, checked)
+class Kind(Protocol):
+  """A kind of run (`Pretraining` or `Finetuning`): its start-up, in order."""
+  config: ml_collections.ConfigDict
+
+  def check(self) -> None:
+    """Raises ConfigError for what is wrong with the config (configs.checks); keeps what it resolved."""
+
+  def resolve(self, saved: dict | None) -> None:
+    """Sets the start-up choices in the config (`saved`: the resumed run's config.json; None: a new run)."""
+
+  def load(self, workdir: Path) -> Workload:
+    """The run's workload, reusing what `check` resolved."""
+
+
+@dataclasses.dataclass
+class Pretraining:
+  """Pretraining on config.data's corpus (Kind)."""
+  config: ml_collections.ConfigDict
+  checked: checks.Resolved | None = dataclasses.field(default=None, init=False)  # `check`'s objectives and files.
+
+  def check(self) -> None:
+    self.checked = checks.check_pretraining(self.config, checks.check_common(self.config, finetuning=False))
+
+  def resolve(self, saved: dict | None) -> None:
+    startup.resolve_model(self.config, saved)
+
+  def load(self, workdir: Path) -> Workload:
+    return pretraining(self.config, workdir, self.checked)
+
+
+@dataclasses.dataclass
+class Finetuning:
+  """config.task on its dataset (Kind)."""
+  config: ml_collections.ConfigDict
+  checked: checks.Resolved | None = dataclasses.field(default=None, init=False)  # `check`'s dataset.
+
+  def check(self) -> None:
+    self.checked = checks.check_finetuning(self.config, checks.check_common(self.config, finetuning=True))
+
+  def resolve(self, saved: dict | None) -> None:
+    startup.resolve_model(self.config, saved)
+    self.config.data.compile_cost = startup.compile_cost(self.config, saved)  # The length buckets' pruning.
+
+  def load(self, workdir: Path) -> Workload:
+    return finetuning(self.config, workdir, self.checked)
+
+
+def kind_of(config: ml_collections.ConfigDict) -> Kind:
+  """The kind of run `config` asks for (a `task` block: fine-tuning), decided once for the whole start-up."""
+  return Finetuning(config) if is_finetuning(config) else Pretraining(config)
+
+
+def build(config: ml_collections.ConfigDict, workdir: Path) -> Workload:
+  """The workload of a config already checked and resolved (a finished run's config.json), for tools and tests: its
+  kind's `load` without `check`, the loaders resolving what they read themselves."""
+  return kind_of(config).load(workdir)

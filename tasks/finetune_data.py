@@ -285,7 +285,7 @@ def plan(config: ml_collections.ConfigDict, train: Split
   epochs = range(-(-total // per_epoch))
   max_length = config.task.max_length
   buckets = tuple(sorted({min(b, max_length) for b in config.data.buckets} | {max_length}))
-  # The figure a run made concrete at start-up (launch.train.compile_cost, the one resolution of auto), used as given;
+  # The figure a run made concrete at start-up (launch.startup.compile_cost, the one resolution of auto), used as given;
   # auto (-1) from a caller outside a run (a test, a tool) prunes nothing: every bucket kept, as with 0.
   compile_cost = max(config.data.compile_cost, 0.0)
   longest = [n for _, n in _longest_per_batch(train, schedule, epochs)]

@@ -14,11 +14,11 @@ A fault names a step (1-based, as the run's logs count) and what happens there:
   "nan"             step N's loss and gradients are NaN (the engine's guard must stop, naming step N).
 `workdir`, an fnmatch pattern, limits the fault to the runs whose workdir's name matches (one point of a sweep).
 
-Only public interfaces are wrapped, once `launch.train` is imported: `launch.workload.build` (the batch iterator),
-`launch.checkpointing.create_manager` (to wait for pending saves), `launch.steps.grad_step` (the NaN), and orbax's
-documented `CheckpointManagerOptions(temporary_path_class=...)` with a subclass of its public
-`orbax.checkpoint.path.atomicity.AtomicRenameTemporaryPath`, whose create() makes the step's temporary directory and
-whose finalize() writes the commit file and renames it
+Only public interfaces are wrapped, once `launch.train` is imported: the kinds' `launch.workload.Pretraining.load`
+and `Finetuning.load` (the batch iterator), `launch.checkpointing.create_manager` (to wait for pending saves),
+`launch.steps.grad_step` (the NaN), and orbax's documented `CheckpointManagerOptions(temporary_path_class=...)` with a
+subclass of its public `orbax.checkpoint.path.atomicity.AtomicRenameTemporaryPath`, whose create() makes the step's
+temporary directory and whose finalize() writes the commit file and renames it
 (https://orbax.readthedocs.io/en/latest/api_reference/checkpoint.path.atomicity.html): the commit fault stops that
 rename (`epath.Path.rename` of the temporary directory). Should orbax change how it commits, the fault no longer
 kills and `benchmarks.determinism` raises naming the exit code.
@@ -96,11 +96,12 @@ def _wrap(fault: str, step: int, pattern: str) -> None:
   from launch import checkpointing, steps, workload
   state = {"armed": False, "manager": None}
 
-  def build(config, workdir, *checked):
-    state["armed"] = fnmatch.fnmatch(pathlib.PurePosixPath(str(workdir)).name, pattern)
-    work = build.original(config, workdir, *checked)
-    return dataclasses.replace(work, train_batches=lambda start: signalled(work.train_batches(start), start))
-  build.original = workload.build
+  def loading(original):  # A kind's load (launch.workload.Pretraining.load, Finetuning.load).
+    def load(kind, workdir):
+      state["armed"] = fnmatch.fnmatch(pathlib.PurePosixPath(str(workdir)).name, pattern)
+      work = original(kind, workdir)
+      return dataclasses.replace(work, train_batches=lambda start: signalled(work.train_batches(start), start))
+    return load
 
   def signalled(batches: Iterator, start: int) -> Iterator:
     for done, batch in enumerate(batches, start + 1):
@@ -125,7 +126,9 @@ def _wrap(fault: str, step: int, pattern: str) -> None:
     return loss * factor, metrics, jax.tree.map(lambda g: g * factor.astype(g.dtype), grads)
   grad_step.original = steps.grad_step
 
-  workload.build, checkpointing.create_manager = build, create_manager
+  workload.Pretraining.load = loading(workload.Pretraining.load)
+  workload.Finetuning.load = loading(workload.Finetuning.load)
+  checkpointing.create_manager = create_manager
   if fault == "nan":
     steps.grad_step = grad_step
   if fault in ("kill_in_write", "kill_in_commit"):

@@ -1,5 +1,5 @@
 """model.attention, model.kernels and model.bf16_dots (and fine-tuning's data.compile_cost) are made concrete once, at
-start-up (launch.train.attention_path, dot_paths, compile_cost, given the workdir's config.json read once:
+start-up (launch.startup.attention_path, dot_paths, compile_cost, given the workdir's config.json read once:
 checkpointing.saved_config), for config.json to record: "auto" picks the platform's for a new run and the recorded one
 (or, for a run saved before the field, "matmul" / the platform's) for a resumed run; they and the new
 activation_dtype field keep old runs resumable."""
@@ -12,9 +12,9 @@ import pytest
 from configs import checks, common
 from encoder import matmul
 from encoder.errors import ConfigError
-from launch import train
+from launch import startup
 from launch.checkpointing import saved_config
-from launch.train import attention_path, compile_cost, dot_paths
+from launch.startup import attention_path, compile_cost, dot_paths
 from tasks import batching
 
 
@@ -77,7 +77,7 @@ def test_kernels_and_bf16_dots_are_the_platforms_unless_named_or_resumed(tmp_pat
 def test_compile_cost_is_the_backends_unless_named_or_resumed(tmp_path, monkeypatch):
   config = ml_collections.ConfigDict({"data": {"compile_cost": -1.0}})
   assert compile_cost(config, saved_config(tmp_path)) == batching.COMPILE_COSTS["cpu"] == 500.0
-  monkeypatch.setattr(train, "platform", lambda: "tpu")  # Not measured there: an accelerator's figure.
+  monkeypatch.setattr(startup, "platform", lambda: "tpu")  # Not measured there: an accelerator's figure.
   assert compile_cost(config, saved_config(tmp_path)) == max(batching.COMPILE_COSTS.values()) > 500.0
   named = ml_collections.ConfigDict({"data": {"compile_cost": 0.0}})
   assert compile_cost(named, saved_config(tmp_path)) == 0.0  # Named: kept.

@@ -1,7 +1,7 @@
-"""A run's start-up checks and resolves each thing once (issue 73, part 3): configs.checks.check_config returns what
-it resolved (the objectives, the corpus files) and launch.train hands it to launch.workload.build, whose loaders
-trust it. Counted on the real start, `train.train_and_evaluate`, stopped as the workload's data load begins (before
-the workdir is made), so no corpus is read and nothing compiles."""
+"""A run's start-up checks and resolves each thing once (issue 73, part 3): the run's kind (launch.workload.kind_of)
+keeps what its check resolved (the objectives, the corpus files, the dataset) and its load hands it to the loaders,
+which trust it. Counted on the real start, `train.train_and_evaluate`, stopped as the workload's data load begins
+(before the workdir is made), so no corpus is read and nothing compiles."""
 
 import collections
 from collections.abc import Callable

@@ -4,7 +4,7 @@ launch.train traces the gradient program on the run's first batch for its output
 and the loop's own call and compile-ahead lower that trace; the train state's init is traced once for its shapes and
 its sharded creation. jax runs a traced Python function only to trace it, so its calls count the traces. A start
 that resumes a run reads workdir/config.json once, for every start-up choice and check that asks about that run
-(launch.train.attention_path, dot_paths, compile_cost and checkpointing.check_compatible: four reads before; and
+(launch.startup.attention_path, dot_paths, compile_cost and checkpointing.check_compatible: four reads before; and
 check_base for LoRA, BitFit and adapters)."""
 
 import collections
@@ -53,7 +53,7 @@ def test_a_run_traces_each_program_once(tmp_path, monkeypatch, ahead):
 
 
 class _StoppedError(Exception):
-  """Raised where the start-up's choices and checks are over: the workload's build."""
+  """Raised where the start-up's choices and checks are over: the workload's load."""
 
 
 def _stop(*args: Any, **kwargs: Any) -> Any:
@@ -62,14 +62,14 @@ def _stop(*args: Any, **kwargs: Any) -> Any:
 
 def test_a_resumed_start_reads_its_saved_config_once(tmp_path, monkeypatch):
   """A fine-tuning run (compile_cost asks too), resumed: a workdir with a checkpoint and the config.json the run
-  wrote; stopped as the workload's build begins, so no data is read and nothing compiles."""
+  wrote; stopped as the workload's load begins, so no data is read and nothing compiles."""
   config = finetune.get_config("task=sst2,runlocal")
   checkpointing.write_config(tmp_path, config)
   (tmp_path / "checkpoints" / "5").mkdir(parents=True)
   reads: collections.Counter = collections.Counter()
   read_json = files.read_json
   monkeypatch.setattr(files, "read_json", lambda path: reads.update([files.path(path).name]) or read_json(path))
-  monkeypatch.setattr(workload, "build", _stop)
+  monkeypatch.setattr(workload.Finetuning, "load", _stop)
   with pytest.raises(_StoppedError):
     train.train_and_evaluate(config, tmp_path)
   assert reads["config.json"] == 1
