@@ -41,7 +41,7 @@ lint: install-test
 	$(VENV)/bin/mypy
 
 test: lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=30 tests
 	@if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
 	  echo "numerics lane: the tests marked numerics again under $(NUMERICS_ENV)"; \
 	  env $(NUMERICS_ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) -m numerics tests; \
