@@ -11,6 +11,8 @@ TEST_WORKERS ?= 2
 # CPU kernels capped at AVX2, so that an AVX-512/AMX machine also checks the bounds an AVX2-only CPU needs
 # (docs/testing.md; tests/test_numerics_lane.py checks that this jaxlib and torch accept these settings).
 NUMERICS_ENV := XLA_FLAGS=--xla_cpu_max_isa=AVX2 ATEN_CPU_CAPABILITY=avx2
+# The lane collects only the test files that name the marker (collecting all of tests/ costs each worker ~5 s more).
+NUMERICS_FILES = $(shell grep -rl --include='test_*.py' 'mark.numerics' tests)
 
 # What the linter and the type checker read (pyproject.toml's [tool.ruff]; setup.cfg's [mypy] names its own files).
 LINT_PATHS := encoder objectives tasks configs launch benchmarks tests
@@ -44,7 +46,7 @@ test: lint
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=30 tests
 	@if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then \
 	  echo "numerics lane: the tests marked numerics again under $(NUMERICS_ENV)"; \
-	  env $(NUMERICS_ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) -m numerics tests; \
+	  env $(NUMERICS_ENV) $(PY) -m pytest -q -n $(TEST_WORKERS) -m numerics $(NUMERICS_FILES); \
 	else \
 	  echo "numerics lane skipped: no AVX-512 in /proc/cpuinfo, so an AVX2 cap would compute what the suite just did"; \
 	fi

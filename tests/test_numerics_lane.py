@@ -19,6 +19,22 @@ def lane_env() -> dict[str, str]:
   return dict(word.split("=", 1) for word in line.split())
 
 
+def lane_files() -> set[Path]:
+  """The test files the Makefile's numerics lane collects (its NUMERICS_FILES line's shell command, run here)."""
+  (command,) = re.findall(r"^NUMERICS_FILES = \$\(shell (.*)\)$", MAKEFILE.read_text(), re.MULTILINE)
+  listed = subprocess.run(["bash", "-c", command], cwd=MAKEFILE.parent, capture_output=True, text=True, check=True)
+  return {(MAKEFILE.parent / name).resolve() for name in listed.stdout.split()}
+
+
+def test_the_lane_collects_every_file_with_a_test_marked_numerics(request):
+  """Every test of this session marked numerics (the whole suite's under `make test`) is in a file the lane collects:
+  a marker the lane's grep misses would leave the test out of the AVX2 rerun without an error."""
+  marked = {item.path.resolve() for item in request.session.items if item.get_closest_marker("numerics")}
+  files = lane_files()
+  assert marked <= files, sorted(map(str, marked - files))
+  assert Path(__file__).resolve().parent / "encoder" / "test_model.py" in files  # The grep finds what it should.
+
+
 def _run(code: str) -> subprocess.CompletedProcess:
   return subprocess.run([sys.executable, "-c", code], env=os.environ | lane_env(), capture_output=True, text=True,
                         timeout=120, check=False)

@@ -36,7 +36,7 @@ def test_two_programs_equal_the_fused_step():
   fused = jax.jit(functools.partial(steps.train_step, fns, accum=1))
   grads = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
   update = jax.jit(functools.partial(steps.apply_step, fns))
-  state = steps.init_state(fns, batch, seed=0)
+  state = jax.jit(functools.partial(steps.init_state, fns, seed=0))(batch)
   acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
   # The engine's zeros, from the gradient program's outputs alone (launch.train), are the fused step's.
   engine_zeros = steps.zero_step_sums(jax.eval_shape(grads, state, batch)[1])
@@ -69,7 +69,7 @@ def _three_steps(cfg, objectives, batch):
                       weights={o.name: 1.0 for o in objectives},
                       tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
   step = jax.jit(functools.partial(steps.train_step, fns, accum=1))
-  state = steps.init_state(fns, batch, seed=0)
+  state = jax.jit(functools.partial(steps.init_state, fns, seed=0))(batch)
   acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
   for _ in range(3):
     state, acc = step(state, batch, acc)
@@ -153,11 +153,11 @@ def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   plain = steps.StepFns(model, objectives, {"mlm": 1.0, "nsp": 1.0}, optax.chain(
       regimes.scale_updates(jax.tree.map(float, live)), optax.clip_by_global_norm(opt.clip_norm), base,
       regimes.scale_updates(scales)))
-  states, start = [], steps.init_state(lean, batch, seed=0)
+  states, start = [], jax.jit(functools.partial(steps.init_state, lean, seed=0))(batch)
   grads = jax.eval_shape(functools.partial(steps.grad_step, lean, accum=1), start, batch)[2]
   assert jax.tree.structure(grads) == jax.tree.structure(regimes.select(params, live))  # The trainable part's.
   assert "embeddings" not in grads["encoder"] and "layer_0" not in grads["encoder"]
-  starts = [start, steps.init_state(plain, batch, seed=0)]
+  starts = [start, jax.jit(functools.partial(steps.init_state, plain, seed=0))(batch)]
   compiled = [jax.jit(functools.partial(steps.grad_step, fns, accum=1)).lower(state, batch).compile()
               for fns, state in zip((lean, plain), starts)]
   # The trained layer's two FFN kernel gradients, none of the frozen layer's (the plain step computes both layers').

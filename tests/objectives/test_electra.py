@@ -177,7 +177,6 @@ def test_gradients(ours):
   assert norm(mlm["electra"]["discriminator"]) == 0.0
 
 
-@pytest.mark.numerics
 @pytest.mark.slow
 def test_the_discriminator_learns_to_find_replacements(ours, monkeypatch):
   """The training path end to end (the samples in the discriminator's input, RTD labels aligned with it, the
