@@ -26,6 +26,11 @@ def _batch(rows: int = 4, length: int = 16, masked: int = 3, vocab: int = 100) -
 
 
 @pytest.mark.slow
+def _initial_state(fns, batch):
+  """steps.init_state as one jitted program (op by op it compiles ~100 small programs)."""
+  return jax.jit(functools.partial(steps.init_state, fns, seed=0))(batch)
+
+
 def test_two_programs_equal_the_fused_step():
   cfg = preset("tiny", vocab_size=100, max_positions=32, num_layers=1)  # The split is the step's: one layer does.
   objectives = [registry.build("mlm"), registry.build("nsp")]
@@ -36,7 +41,7 @@ def test_two_programs_equal_the_fused_step():
   fused = jax.jit(functools.partial(steps.train_step, fns, accum=1))
   grads = jax.jit(functools.partial(steps.grad_step, fns, accum=1))
   update = jax.jit(functools.partial(steps.apply_step, fns))
-  state = jax.jit(functools.partial(steps.init_state, fns, seed=0))(batch)
+  state = _initial_state(fns, batch)
   acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
   # The engine's zeros, from the gradient program's outputs alone (launch.train), are the fused step's.
   engine_zeros = steps.zero_step_sums(jax.eval_shape(grads, state, batch)[1])
@@ -69,7 +74,7 @@ def _three_steps(cfg, objectives, batch):
                       weights={o.name: 1.0 for o in objectives},
                       tx=optimizer.make_optimizer(common.optimizer_config(warmup_steps=1), 10))
   step = jax.jit(functools.partial(steps.train_step, fns, accum=1))
-  state = jax.jit(functools.partial(steps.init_state, fns, seed=0))(batch)
+  state = _initial_state(fns, batch)
   acc = steps.zero_metrics(functools.partial(steps.train_step, fns, accum=1), state, batch)
   for _ in range(3):
     state, acc = step(state, batch, acc)
@@ -153,11 +158,11 @@ def test_frozen_parameters_cost_no_gradient_work_and_keep_no_adam_state():
   plain = steps.StepFns(model, objectives, {"mlm": 1.0, "nsp": 1.0}, optax.chain(
       regimes.scale_updates(jax.tree.map(float, live)), optax.clip_by_global_norm(opt.clip_norm), base,
       regimes.scale_updates(scales)))
-  states, start = [], jax.jit(functools.partial(steps.init_state, lean, seed=0))(batch)
+  states, start = [], _initial_state(lean, batch)
   grads = jax.eval_shape(functools.partial(steps.grad_step, lean, accum=1), start, batch)[2]
   assert jax.tree.structure(grads) == jax.tree.structure(regimes.select(params, live))  # The trainable part's.
   assert "embeddings" not in grads["encoder"] and "layer_0" not in grads["encoder"]
-  starts = [start, jax.jit(functools.partial(steps.init_state, plain, seed=0))(batch)]
+  starts = [start, _initial_state(plain, batch)]
   compiled = [jax.jit(functools.partial(steps.grad_step, fns, accum=1)).lower(state, batch).compile()
               for fns, state in zip((lean, plain), starts)]
   # The trained layer's two FFN kernel gradients, none of the frozen layer's (the plain step computes both layers').
