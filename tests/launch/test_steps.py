@@ -25,12 +25,12 @@ def _batch(rows: int = 4, length: int = 16, masked: int = 3, vocab: int = 100) -
               masked_weights=np.ones((rows, masked), np.float32), nsp_label=rng.integers(0, 2, rows).astype(np.int32))
 
 
-@pytest.mark.slow
 def _initial_state(fns, batch):
   """steps.init_state as one jitted program (op by op it compiles ~100 small programs)."""
   return jax.jit(functools.partial(steps.init_state, fns, seed=0))(batch)
 
 
+@pytest.mark.slow
 def test_two_programs_equal_the_fused_step():
   cfg = preset("tiny", vocab_size=100, max_positions=32, num_layers=1)  # The split is the step's: one layer does.
   objectives = [registry.build("mlm"), registry.build("nsp")]
